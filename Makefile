@@ -1,0 +1,29 @@
+# The two set-up commands of the README: `make demo` (the main job) and `make test` (the whole suite).
+# Each creates the virtual environment it needs on first use.
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[test,dev]"
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/tenure demo
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+bench: $(BIN)/.installed
+	$(BIN)/python -m bench.run
+
+clean:
+	rm -rf $(VENV) .tenure .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,22 @@
+"""The exception hierarchy shared by every tenure package (the root lives in the lowest layer)."""
+
+from __future__ import annotations
+
+__all__ = ["ElectionError", "Fenced", "NotLeader", "TenureError"]
+
+
+class TenureError(Exception):
+    """Root of every error tenure raises on purpose; messages say what happened and what to do."""
+
+
+class ElectionError(TenureError):
+    """The election could not proceed (for example ZooKeeper refused an operation we cannot retry)."""
+
+
+class NotLeader(TenureError):
+    """An operation that needs leadership was attempted while not leading (or while suspended)."""
+
+
+class Fenced(TenureError):
+    """A fenced commit was rejected: the caller's election node is gone, the commit record moved on,
+    or a higher epoch has already committed. The caller must stop writing and hand over."""

@@ -1,0 +1,5 @@
+"""``python -m service`` is ``tenure``."""
+
+from service.cli import main
+
+main()

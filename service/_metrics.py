@@ -1,0 +1,98 @@
+"""Prometheus metrics of one replica, on an injected registry; also the career's observer."""
+
+from __future__ import annotations
+
+import platform
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.gc_collector import GCCollector
+
+from service import __version__
+
+__all__ = ["BATCH_OUTCOMES", "RECORD_OUTCOMES", "Metrics"]
+
+BATCH_OUTCOMES = ("committed", "skipped", "fenced", "failed")
+RECORD_OUTCOMES = ("written", "duplicate", "quarantined")
+
+# Failover-scale buckets: handovers and inaugurations range from milliseconds (warm) to tens of seconds (cold).
+_LIFECYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60)
+_COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+
+
+class Metrics:
+    """Every metric a replica exports; series are created at zero so alerts see them from the start.
+
+    Example::
+
+        registry = CollectorRegistry()
+        metrics = Metrics(registry, replica_id="r1", group="orders")
+        metrics.is_leader.set(1)
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, replica_id: str, group: str,
+                 default_collectors: bool = True) -> None:
+        self.registry = registry
+        if default_collectors:
+            ProcessCollector(registry=registry)
+            PlatformCollector(registry=registry)
+            GCCollector(registry=registry)
+        self.info = Gauge("tenure_info", "Replica identity (value is always 1).",
+                          ["replica_id", "group", "version", "host"], registry=registry)
+        self.info.labels(replica_id, group, __version__, platform.node()).set(1)
+        self.is_leader = Gauge("tenure_is_leader", "1 while this replica leads with its writer active.",
+                               registry=registry)
+        self.leader_epoch = Gauge("tenure_leader_epoch", "Fencing token of the current term (0 when following).",
+                                  registry=registry)
+        self.leadership_changes = Counter("tenure_leadership_changes_total",
+                                          "Terms this replica began or ended.", registry=registry)
+        self.inauguration_seconds = Histogram("tenure_inauguration_seconds",
+                                              "From elected to ready to execute.",
+                                              buckets=_LIFECYCLE_BUCKETS, registry=registry)
+        self.handover_seconds = Histogram("tenure_handover_seconds",
+                                          "From the decision to step down to the election node released.",
+                                          buckets=_LIFECYCLE_BUCKETS, registry=registry)
+        self.batches = Counter("tenure_batches", "Batches by outcome.", ["outcome"], registry=registry)
+        self.records = Counter("tenure_records", "Records by outcome.", ["outcome"], registry=registry)
+        for outcome in BATCH_OUTCOMES:
+            self.batches.labels(outcome)
+        for outcome in RECORD_OUTCOMES:
+            self.records.labels(outcome)
+        self.batch_duration = Histogram("tenure_batch_duration_seconds", "Wall time of one batch.",
+                                        buckets=_LIFECYCLE_BUCKETS, registry=registry)
+        self.commit_duration = Histogram("tenure_commit_duration_seconds",
+                                         "Latency of one fenced commit transaction.",
+                                         buckets=_COMMIT_BUCKETS, registry=registry)
+        self.backlog_files = Gauge("tenure_source_backlog_files", "Landing files not yet consumed.",
+                                   registry=registry)
+        self.last_commit = Gauge("tenure_last_commit_timestamp_seconds",
+                                 "Unix time of this replica's last fenced commit.", registry=registry)
+        self.zk_connected = Gauge("tenure_zk_connected", "1 while the ZooKeeper session is connected.",
+                                  registry=registry)
+        self.commits_fenced = Counter("tenure_commits_fenced", "Commits rejected by the fence.",
+                                      registry=registry)
+        self.career_failures = Counter("tenure_career_failures",
+                                       "Terms ended because the career raised.", registry=registry)
+
+    # CareerObserver
+    def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int]) -> None:
+        self.batches.labels(outcome).inc()
+        if outcome == "fenced":
+            self.commits_fenced.inc()
+        self.batch_duration.observe(duration_s)
+        for name, count in records.items():
+            if count:
+                self.records.labels(name).inc(count)
+
+    def commit_finished(self, duration_s: float, committed_at: float) -> None:
+        self.commit_duration.observe(duration_s)
+        self.last_commit.set(committed_at)
+
+    def backlog(self, files: int) -> None:
+        self.backlog_files.set(files)

@@ -1,0 +1,164 @@
+"""Wires one replica together: ZooKeeper client, election, career, metrics and health, runner."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import socket
+import time
+from collections.abc import Callable
+
+import structlog
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from prometheus_client import CollectorRegistry
+
+from career import Career
+from career._counter import CounterCareer
+from election import DigestCredential, Election, ElectionEvent, Identity
+from service._config import ConfigError, ReplicaConfig
+from service._ensemble import four_letter_word
+from service._http import HealthServer
+from service._metrics import Metrics
+from service._runner import Runner, RunnerSettings
+
+__all__ = ["run_replica"]
+
+_log = structlog.get_logger("tenure.replica")
+
+
+def _check_session_timeout(hosts: str, session_timeout_s: float) -> None:
+    """Refuse a session timeout the ensemble would silently clamp (it grants 2 to 20 ticks).
+
+    kazoo does not expose the negotiated timeout, so ask a server for its bounds with the ``conf`` command;
+    where four-letter words are disabled the check is skipped with a warning.
+    """
+    for host_port in hosts.split("/", 1)[0].split(","):
+        host, _, port = host_port.rpartition(":")
+        try:
+            conf = four_letter_word(host.strip("[]"), int(port), "conf")
+        except (OSError, ValueError):
+            continue
+        bounds = {k: int(v) for k, v in re.findall(r"^(minSessionTimeout|maxSessionTimeout)=(\d+)", conf, re.M)}
+        if len(bounds) < 2:
+            break
+        low, high = bounds["minSessionTimeout"] / 1000, bounds["maxSessionTimeout"] / 1000
+        if not low <= session_timeout_s <= high:
+            raise ConfigError(f"session_timeout_s={session_timeout_s:g} is outside the ensemble's bounds of "
+                              f"{low:g}–{high:g} s (2 to 20 ticks): choose a value in that range")
+        return
+    _log.warning("session_timeout_unchecked", reason="no server answered the conf four-letter word")
+
+
+def _credential(config: ReplicaConfig) -> DigestCredential | None:
+    if not config.zk_auth:
+        return None
+    user, _, password = config.zk_auth.partition(":")
+    return DigestCredential(user, password)
+
+
+def _connect(config: ReplicaConfig) -> KazooClient:
+    credential = _credential(config)
+    client = KazooClient(
+        hosts=config.zk,
+        timeout=config.session_timeout_s,
+        connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0},
+        auth_data=credential.auth_data() if credential else None,
+    )
+    try:
+        client.start(timeout=config.connect_timeout_s)
+    except KazooTimeoutError as exc:
+        client.stop()
+        client.close()
+        raise ConfigError(f"zk={config.zk!r} did not answer within connect_timeout_s="
+                          f"{config.connect_timeout_s:g}: check --zk and that the ensemble is serving") from exc
+    return client
+
+
+def _make_career(config: ReplicaConfig, metrics: Metrics) -> Career:
+    if ":" in config.career:
+        module_name, _, attr = config.career.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"career={config.career!r} cannot be loaded ({exc}): check the module is "
+                              "importable and defines that factory") from exc
+        career: Career = factory(config, metrics)
+        return career
+    if config.career == "counter":
+        return CounterCareer(config.data_root / "counter.log", interval_s=config.counter_interval_s,
+                             observer=metrics)
+    from career.spark import SparkCareer, SparkCareerConfig  # Spark is imported only when it is the career
+
+    spark_config = SparkCareerConfig(
+        data_root=config.data_root,
+        spark_master=config.spark_master,
+        standby=config.standby,
+        max_files_per_trigger=config.max_files_per_trigger,
+        max_bytes_per_trigger=config.max_bytes_per_trigger,
+        handover_timeout_s=config.handover_timeout_s,
+    )
+    return SparkCareer(spark_config, metrics, replica_id=config.replica_id)
+
+
+def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = None) -> int:
+    """Run one replica in the foreground until a signal; returns the process exit code.
+
+    Raises:
+        ConfigError: for anything the operator must fix before the replica can start.
+    """
+    structlog.contextvars.bind_contextvars(replica_id=config.replica_id, group=config.group)
+    registry = registry or CollectorRegistry()
+    metrics = Metrics(registry, replica_id=config.replica_id, group=config.group)
+    try:
+        server = HealthServer(config.metrics_host, config.metrics_port, registry)
+    except OSError as exc:
+        raise ConfigError(f"metrics_port={config.metrics_port} cannot be bound on {config.metrics_host} "
+                          f"({exc.strerror}): choose another --metrics-port or stop what holds it") from exc
+    try:
+        _check_session_timeout(config.zk, config.session_timeout_s)
+        config.data_root.mkdir(parents=True, exist_ok=True)
+        client = _connect(config)
+    except BaseException:
+        server.stop()
+        raise
+    career = _make_career(config, metrics)
+    advertised = socket.gethostname() if config.metrics_host in ("0.0.0.0", "::") else config.metrics_host
+    identity = Identity(
+        replica_id=config.replica_id,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        metrics_url=f"http://{advertised}:{server.port}/metrics",
+        started_at=time.time(),
+    )
+    credential = _credential(config)
+
+    def election_factory(on_event: Callable[[ElectionEvent], None]) -> Election:
+        return Election(client, group=config.group, identity=identity, on_event=on_event,
+                        safe_fraction=config.safe_fraction, credential=credential)
+
+    runner = Runner(
+        election_factory,
+        career,
+        metrics,
+        RunnerSettings(
+            replica_id=config.replica_id,
+            handover_timeout_s=config.handover_timeout_s,
+            idle_backoff_s=config.idle_backoff_s,
+            failure_backoff_s=config.failure_backoff_s,
+            failure_backoff_max_s=config.failure_backoff_max_s,
+            liveness_timeout_s=config.liveness_timeout_s,
+        ),
+    )
+
+    runner.install_signal_handlers()
+    metrics.zk_connected.set(1 if client.connected else 0)
+    server.start(runner.health)
+    _log.info("replica_started", metrics_port=server.port, career=config.career, zk=config.zk)
+    try:
+        return runner.run()
+    finally:
+        server.stop()
+        client.stop()
+        client.close()

@@ -1,0 +1,357 @@
+"""The runner: one control thread that drives a career from leadership events, signals and timers.
+
+Every input — election events (posted from the election's thread), signals, the clock — arrives on one
+bounded queue, and only the control thread changes the runner's state (the seeds' singular update queue).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+
+import structlog
+
+from career import Career, CareerContext, HandoverRecord, Outcome
+from election import (
+    ConnectionChanged,
+    Elected,
+    Election,
+    ElectionEvent,
+    Fenced,
+    Following,
+    NotLeader,
+    Resumed,
+    Revoked,
+    Suspended,
+    TenureError,
+)
+from service._http import Health
+from service._metrics import Metrics
+
+__all__ = ["EXIT_HANDOVER_OVERRUN", "Runner", "RunnerSettings", "RunnerState"]
+
+_log = structlog.get_logger("tenure.runner")
+
+EXIT_HANDOVER_OVERRUN = 3
+
+
+class RunnerState(enum.Enum):
+    """Where the replica is in its career."""
+
+    STARTING = "starting"  # warming the career up; not yet in the election
+    FOLLOWING = "following"  # in the election, waiting
+    LEADING = "leading"  # elected and inaugurated: execute() runs
+    PAUSED = "paused"  # leading but suspended (connection or safe-until): no execute, no commit
+    BACKING_OFF = "backing_off"  # the career raised: out of the election for a growing delay
+    STOPPING = "stopping"  # a signal arrived: handing over
+    STOPPED = "stopped"
+
+
+_TRANSITIONS: dict[RunnerState, frozenset[RunnerState]] = {
+    RunnerState.STARTING: frozenset({RunnerState.FOLLOWING, RunnerState.STOPPING}),
+    RunnerState.FOLLOWING: frozenset({RunnerState.LEADING, RunnerState.BACKING_OFF, RunnerState.STOPPING}),
+    RunnerState.LEADING: frozenset({RunnerState.PAUSED, RunnerState.FOLLOWING, RunnerState.BACKING_OFF,
+                                    RunnerState.STOPPING}),
+    RunnerState.PAUSED: frozenset({RunnerState.LEADING, RunnerState.FOLLOWING, RunnerState.BACKING_OFF,
+                                   RunnerState.STOPPING}),
+    RunnerState.BACKING_OFF: frozenset({RunnerState.FOLLOWING, RunnerState.STOPPING}),
+    RunnerState.STOPPING: frozenset({RunnerState.STOPPED}),
+    RunnerState.STOPPED: frozenset(),
+}
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """The runner's timings (validated by ``ReplicaConfig``)."""
+
+    replica_id: str
+    handover_timeout_s: float = 5.0
+    idle_backoff_s: float = 0.1
+    failure_backoff_s: float = 1.0
+    failure_backoff_max_s: float = 60.0
+    liveness_timeout_s: float = 30.0
+    tick_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class _Signal:
+    signum: int
+
+
+_Event = ElectionEvent | _Signal
+
+
+class Runner:
+    """Drives ``career`` while ``election`` says this replica leads.
+
+    Example::
+
+        runner = Runner(election_factory, career, metrics, RunnerSettings(replica_id="r1"))
+        exit_code = runner.run()     # blocks; SIGTERM = graceful handover, then 0
+    """
+
+    def __init__(self, election_factory: Callable[[Callable[[ElectionEvent], None]], Election], career: Career,
+                 metrics: Metrics, settings: RunnerSettings, *, clock: Callable[[], float] = time.monotonic,
+                 queue_size: int = 1024) -> None:
+        self._events: queue.Queue[_Event] = queue.Queue(maxsize=queue_size)
+        self._election = election_factory(self._post)
+        self._career = career
+        self._metrics = metrics
+        self._settings = settings
+        self._clock = clock
+        self._state = RunnerState.STARTING
+        self._epoch: int | None = None
+        self._zk_connected = False
+        self._term_started = 0.0
+        self._failures = 0
+        self._rejoin_at = 0.0
+        self._last_tick = clock()
+        self._stop_signals = 0
+        self._exit_code = 0
+        self._watchdog: threading.Timer | None = None
+        self._log = _log.bind(replica_id=settings.replica_id, group=self._election.group)
+
+    @property
+    def state(self) -> RunnerState:
+        return self._state
+
+    # -- inputs: these run on other threads and only post --------------------------------------------------
+
+    def _post(self, event: _Event) -> None:
+        try:
+            self._events.put_nowait(event)
+        except queue.Full:
+            # A full queue means the control thread is stuck; /livez reports it and the supervisor restarts.
+            self._log.error("event_queue_full", dropped=type(event).__name__)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self._stop_signals += 1
+        if self._stop_signals > 1:
+            self._log.warning("second_signal_exit", signal=signal.Signals(signum).name)
+            os._exit(128 + signum)
+        # The budget covers finishing the execute() in flight and the whole handover.
+        self._watchdog = threading.Timer(self._settings.handover_timeout_s, self._handover_overrun)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+        self._post(_Signal(signum))
+
+    def _handover_overrun(self) -> None:
+        self._log.error("handover_overrun", timeout_s=self._settings.handover_timeout_s, state=self._state.value)
+        os._exit(EXIT_HANDOVER_OVERRUN)
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT hand over gracefully; a second one exits at once (main thread only)."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    # -- health ------------------------------------------------------------------------------------------------
+
+    def health(self) -> Health:
+        """A snapshot for /livez, /readyz and /leader (safe to call from the HTTP threads)."""
+        reasons = []
+        live = self._clock() - self._last_tick < self._settings.liveness_timeout_s
+        if not live:
+            reasons.append("control loop stalled")
+        if not self._zk_connected:
+            reasons.append("ZooKeeper disconnected")
+        in_election = self._state in (RunnerState.FOLLOWING, RunnerState.LEADING, RunnerState.PAUSED)
+        if not in_election:
+            reasons.append(f"not in the election ({self._state.value})")
+        career_ready = self._career.ready()
+        if not career_ready:
+            reasons.append("career not ready (warming up)")
+        leader = self._state is RunnerState.LEADING and self._election.is_leader()
+        return Health(live=live, ready=live and self._zk_connected and in_election and career_ready,
+                      leader=leader, role=self._state.value, epoch=self._epoch, reasons=reasons)
+
+    # -- the control loop --------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Prepare, join, lead when elected, and return the exit code once stopped."""
+        self._log.info("runner_starting")
+        self._career.prepare()
+        if self._stop_signals:
+            self._transition(RunnerState.STOPPING)
+            self._transition(RunnerState.STOPPED)
+            return 0
+        self._election.start()
+        self._transition(RunnerState.FOLLOWING)
+        while self._state is not RunnerState.STOPPED:
+            self._last_tick = self._clock()
+            if self._state is RunnerState.LEADING:
+                self._drain()
+                if self._state is RunnerState.LEADING and not self._execute_once():
+                    self._wait(self._settings.idle_backoff_s)
+            else:
+                self._wait(self._settings.tick_s)
+            if self._state is RunnerState.BACKING_OFF and self._clock() >= self._rejoin_at:
+                self._log.info("rejoining", failures=self._failures)
+                self._election.join()
+                self._transition(RunnerState.FOLLOWING)
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._election.close()
+        self._career.close()
+        return self._exit_code
+
+    def _wait(self, timeout_s: float) -> None:
+        try:
+            event = self._events.get(timeout=timeout_s)
+        except queue.Empty:
+            return
+        self._handle(event)
+        self._drain()
+
+    def _drain(self) -> None:
+        while self._state is not RunnerState.STOPPED:
+            try:
+                event = self._events.get_nowait()
+            except queue.Empty:
+                return
+            self._handle(event)
+
+    def _transition(self, new: RunnerState) -> None:
+        if new not in _TRANSITIONS[self._state]:
+            raise TenureError(f"runner cannot go from {self._state.value} to {new.value}: this is a bug, "
+                              "please report it with the log")
+        self._log.info("runner_state", old=self._state.value, new=new.value, epoch=self._epoch)
+        self._state = new
+        leading = new is RunnerState.LEADING
+        self._metrics.is_leader.set(1 if leading else 0)
+        self._metrics.leader_epoch.set(self._epoch if leading and self._epoch is not None else 0)
+
+    def _handle(self, event: _Event) -> None:
+        match event:
+            case _Signal(signum=signum):
+                self._stop(signal.Signals(signum).name)
+            case ConnectionChanged(connected=connected):
+                self._zk_connected = connected
+                self._metrics.zk_connected.set(1 if connected else 0)
+            case Elected(epoch=epoch):
+                if self._state is RunnerState.FOLLOWING:
+                    self._inaugurate(epoch)
+            case Suspended(reason=reason):
+                if self._state is RunnerState.LEADING:
+                    self._log.warning("leadership_suspended", reason=reason, epoch=self._epoch)
+                    self._transition(RunnerState.PAUSED)
+            case Resumed():
+                if self._state is RunnerState.PAUSED:
+                    self._transition(RunnerState.LEADING)
+            case Revoked(reason=reason):
+                if self._state in (RunnerState.LEADING, RunnerState.PAUSED):
+                    self._end_term(Outcome.REVOKED, reason)
+                    self._transition(RunnerState.FOLLOWING)
+            case Following():
+                pass
+
+    # -- the lifecycle -----------------------------------------------------------------------------------------
+
+    def _inaugurate(self, epoch: int) -> None:
+        started = self._clock()
+        self._epoch = epoch
+        try:
+            previous = self._election.read_handover()
+            # Mark the term dirty at once: if this replica dies, its successor sees clean=False and recovers.
+            self._election.write_handover(HandoverRecord(epoch, None, False, time.time(),
+                                                         self._settings.replica_id).to_json())
+            ctx = CareerContext(epoch=epoch, fence=self._election.fence(), still_leading=self._election.is_leader,
+                                previous_handover=None if previous is None else HandoverRecord.from_json(previous))
+        except (Fenced, NotLeader) as exc:
+            self._log.warning("inauguration_abandoned", epoch=epoch, reason=str(exc))
+            return
+        self._log.info("inaugurating", epoch=epoch,
+                       path="fast" if ctx.after_clean_handover else "recovery",
+                       previous=None if previous is None else previous.get("replica_id"))
+        try:
+            self._career.inaugurate(ctx)
+        except Exception as exc:
+            self._career_failed("inaugurate", exc)
+            return
+        self._term_started = self._clock()
+        self._metrics.inauguration_seconds.observe(self._clock() - started)
+        self._metrics.leadership_changes.inc()
+        self._transition(RunnerState.LEADING)
+        self._log.info("inaugurated", epoch=epoch, seconds=round(self._clock() - started, 3))
+
+    def _execute_once(self) -> bool:
+        try:
+            return self._career.execute()
+        except NotLeader as exc:
+            # Suspended between the check and the commit: the Suspended event follows on the queue.
+            self._log.info("execute_not_leader", epoch=self._epoch, reason=str(exc))
+            return False
+        except Fenced as exc:
+            self._log.warning("fenced", epoch=self._epoch, reason=str(exc))
+            self._end_term(Outcome.REVOKED, "fenced")
+            self._release_and_rejoin()
+            return False
+        except Exception as exc:
+            self._career_failed("execute", exc)
+            return False
+
+    def _end_term(self, outcome: Outcome, reason: str) -> int | None:
+        started = self._clock()
+        self._log.info("handing_over", outcome=outcome.value, reason=reason, epoch=self._epoch)
+        last_batch = None
+        try:
+            last_batch = self._career.hand_over(outcome)
+        except Exception:
+            self._log.exception("hand_over_failed", outcome=outcome.value, epoch=self._epoch)
+        if self._failures and self._clock() - self._term_started > self._settings.failure_backoff_max_s:
+            self._failures = 0  # a long healthy term forgives earlier failures
+        if outcome is not Outcome.CLEAN:  # a clean handover is timed by _stop, up to the node's release
+            self._metrics.handover_seconds.observe(self._clock() - started)
+        self._metrics.leadership_changes.inc()
+        return last_batch
+
+    def _release_and_rejoin(self) -> None:
+        try:
+            self._election.release(self._settings.handover_timeout_s)
+            self._election.join()
+        except TenureError:
+            self._log.exception("rejoin_failed", epoch=self._epoch)
+        self._transition(RunnerState.FOLLOWING)
+
+    def _career_failed(self, phase: str, exc: Exception) -> None:
+        self._failures += 1
+        self._metrics.career_failures.inc()
+        self._log.error("career_failed", phase=phase, epoch=self._epoch, failures=self._failures,
+                        exc_info=exc)
+        self._end_term(Outcome.FAILED, f"{phase} raised {type(exc).__name__}")
+        delay = min(self._settings.failure_backoff_s * 2 ** (self._failures - 1), self._settings.failure_backoff_max_s)
+        try:
+            self._election.release(self._settings.handover_timeout_s)
+        except TenureError:
+            self._log.exception("release_failed", epoch=self._epoch)
+        self._rejoin_at = self._clock() + delay
+        self._log.warning("backing_off", seconds=delay, failures=self._failures)
+        self._transition(RunnerState.BACKING_OFF)
+
+    def _stop(self, reason: str) -> None:
+        started = self._clock()
+        was_leading = self._state in (RunnerState.LEADING, RunnerState.PAUSED)
+        self._transition(RunnerState.STOPPING)
+        if was_leading:
+            last_batch = self._end_term(Outcome.CLEAN, reason)
+            try:
+                self._election.write_handover(HandoverRecord(self._epoch or 0, last_batch, True, time.time(),
+                                                             self._settings.replica_id).to_json())
+                self._log.info("handover_recorded", clean=True, last_batch=last_batch, epoch=self._epoch)
+            except (Fenced, NotLeader) as exc:
+                self._log.warning("handover_record_not_written", reason=str(exc), epoch=self._epoch)
+        try:
+            self._election.release(self._settings.handover_timeout_s)
+        except TenureError:
+            self._log.exception("release_failed", epoch=self._epoch)
+            self._exit_code = 1
+        if was_leading:
+            self._metrics.handover_seconds.observe(self._clock() - started)
+            self._log.info("handed_over", epoch=self._epoch, seconds=round(self._clock() - started, 3))
+        self._transition(RunnerState.STOPPED)

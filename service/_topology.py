@@ -1,0 +1,275 @@
+"""The compose topology as local processes: an embedded 3-server ensemble, N replicas, optionally a producer."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+from prometheus_client.parser import text_string_to_metric_families
+
+from service._ensemble import Ensemble, EnsembleError, die_with_parent
+
+__all__ = ["ReplicaLaunch", "ReplicaProcess", "ReplicaStatus", "Topology", "free_port", "scrape"]
+
+_log = structlog.get_logger("tenure.up")
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody holds right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _free_zk_base(servers: int = 3) -> int:
+    """A base port whose client, quorum and election ports (see ``Ensemble``) are all free."""
+    for base in range(22181, 40000, 10):
+        ports = [base + off + i for off in (0, 1000, 2000) for i in range(servers)]
+        with contextlib.ExitStack() as stack:
+            try:
+                for port in ports:
+                    sock = stack.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return base
+    raise EnsembleError("no free port range for the embedded ensemble: free some ports in 22181–40000")
+
+
+def scrape(port: int, timeout_s: float = 1.0, host: str = "127.0.0.1") -> dict[str, float]:
+    """A replica's /metrics as {sample name with sorted labels: value}; empty when it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout_s) as resp:
+            body = resp.read().decode()
+    except (OSError, urllib.error.URLError):
+        return {}
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return out
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    """One row of the status view, from a replica's /metrics."""
+
+    replica_id: str
+    pid: int | None
+    up: bool
+    leader: bool
+    epoch: int
+    batches: int
+    records: int
+    backlog: int
+    zk_connected: bool
+
+
+@dataclass(frozen=True)
+class ReplicaLaunch:
+    """How to launch one replica other than as a plain local process: a command prefix (for example
+    ``ip netns exec NAME``) and the address its metrics listen on and are scraped at."""
+
+    prefix: tuple[str, ...] = ()
+    metrics_host: str = "127.0.0.1"
+
+
+class ReplicaProcess:
+    """One `tenure run` child process with its metrics port and log file."""
+
+    def __init__(self, replica_id: str, port: int, args: list[str], log_path: Path,
+                 env: dict[str, str] | None = None, *, command_prefix: list[str] | None = None,
+                 metrics_host: str = "127.0.0.1") -> None:
+        self.replica_id = replica_id
+        self.port = port
+        self.log_path = log_path
+        self.metrics_host = metrics_host
+        self._cmd = [*(command_prefix or []), sys.executable, "-m", "service", "run", "--replica-id", replica_id,
+                     "--metrics-host", metrics_host, "--metrics-port", str(port), *args]
+        self._env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ReplicaProcess:
+        with self.log_path.open("ab") as log:
+            # Own session: a terminal's Ctrl-C reaches only `tenure up`, which stops replicas in order; if
+            # `tenure up` itself dies, the kernel sends SIGTERM, so replicas still hand over.
+            self.process = subprocess.Popen(self._cmd, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=self._env, start_new_session=True,
+                                            preexec_fn=die_with_parent(signal.SIGTERM))  # noqa: PLW1509 - prctl only
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def signal(self, sig: int) -> None:
+        if self.alive:
+            assert self.process is not None
+            self.process.send_signal(sig)
+
+    def metrics(self) -> dict[str, float]:
+        return scrape(self.port, host=self.metrics_host) if self.alive else {}
+
+    def status(self) -> ReplicaStatus:
+        m = self.metrics()
+        return ReplicaStatus(
+            replica_id=self.replica_id,
+            pid=self.pid if self.alive else None,
+            up=bool(m),
+            leader=m.get("tenure_is_leader") == 1.0,
+            epoch=int(m.get("tenure_leader_epoch", 0)),
+            batches=int(m.get("tenure_batches_total{outcome=committed}", 0)),
+            records=int(m.get("tenure_records_total{outcome=written}", 0)),
+            backlog=int(m.get("tenure_source_backlog_files", 0)),
+            zk_connected=m.get("tenure_zk_connected") == 1.0,
+        )
+
+    def stop(self, timeout_s: float) -> int | None:
+        """SIGTERM (SIGCONT first, in case a drill paused it), wait, then SIGKILL; returns the exit code."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGCONT)
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+class Topology:
+    """The docker-compose topology as local processes, for `tenure up`, the demo and drills.
+
+    Example::
+
+        with Topology(Path(".tenure/up"), replicas=3) as topo:
+            leader = topo.wait_for_leader(30)
+            topo.replica(leader.replica_id).signal(signal.SIGKILL)
+    """
+
+    def __init__(self, directory: Path, *, replicas: int = 3, group: str = "default", career: str = "spark",
+                 session_timeout_s: float = 6.0, handover_timeout_s: float = 3.0, zk_tick_ms: int = 1000,
+                 replica_args: list[str] | None = None, zk_servers: int = 3, zk_client_address: str = "127.0.0.1",
+                 replica_launch: dict[str, ReplicaLaunch] | None = None) -> None:
+        self.directory = directory
+        self.data_root = directory / "data"
+        self.logs = directory / "logs"
+        self.group = group
+        self.ensemble = Ensemble(servers=zk_servers, port=_free_zk_base(zk_servers), directory=directory / "zk",
+                                 tick_ms=zk_tick_ms, client_address=zk_client_address)
+        self.replica_launch = dict(replica_launch or {})
+        self.handover_timeout_s = handover_timeout_s
+        self._replica_args = [
+            "--zk", self.ensemble.connect_string, "--group", group, "--data-root", str(self.data_root),
+            "--career", career, "--session-timeout-s", f"{session_timeout_s:g}",
+            "--handover-timeout-s", f"{handover_timeout_s:g}", *(replica_args or []),
+        ]
+        self.replicas = [self._new_replica(f"replica-{i}") for i in range(1, replicas + 1)]
+        self.producer: subprocess.Popen[bytes] | None = None
+
+    def _new_replica(self, replica_id: str) -> ReplicaProcess:
+        launch = self.replica_launch.get(replica_id, ReplicaLaunch())
+        return ReplicaProcess(replica_id, free_port(), self._replica_args, self.logs / f"{replica_id}.log",
+                              env={"TENURE_LOG_LEVEL": "info"}, command_prefix=list(launch.prefix),
+                              metrics_host=launch.metrics_host)
+
+    def __enter__(self) -> Topology:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __iter__(self) -> Iterator[ReplicaProcess]:
+        return iter(self.replicas)
+
+    def start(self) -> None:
+        """Start the ensemble, then every replica (they warm up and join in parallel)."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.data_root.mkdir(parents=True, exist_ok=True)
+        self.ensemble.start()
+        for replica in self.replicas:
+            replica.start()
+        _log.info("topology_started", zk=self.ensemble.connect_string, replicas=len(self.replicas),
+                  ports=[r.port for r in self.replicas], logs=str(self.logs))
+
+    def replica(self, replica_id: str) -> ReplicaProcess:
+        return next(r for r in self.replicas if r.replica_id == replica_id)
+
+    def restart(self, replica_id: str) -> ReplicaProcess:
+        """Start a stopped or killed replica again under the same id (a new port and process)."""
+        old = self.replica(replica_id)
+        old.stop(self.handover_timeout_s + 5)
+        new = self._new_replica(replica_id).start()
+        self.replicas[self.replicas.index(old)] = new
+        return new
+
+    def statuses(self) -> list[ReplicaStatus]:
+        return [r.status() for r in self.replicas]
+
+    def leaders(self) -> list[ReplicaStatus]:
+        return [s for s in self.statuses() if s.leader]
+
+    def wait_for(self, predicate: Callable[[], object], timeout_s: float, what: str,
+                 interval_s: float = 0.1) -> None:
+        """Poll ``predicate`` until truthy; raise TimeoutError naming ``what`` at the deadline."""
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+            time.sleep(interval_s)
+
+    def wait_for_leader(self, timeout_s: float) -> ReplicaStatus:
+        """Block until exactly one replica leads; return its status."""
+        found: list[ReplicaStatus] = []
+
+        def one() -> bool:
+            found[:] = self.leaders()
+            return len(found) == 1
+
+        self.wait_for(one, timeout_s, "exactly one leader")
+        return found[0]
+
+    def start_producer(self, args: list[str]) -> subprocess.Popen[bytes]:
+        """Run `tenure produce` into this topology's data root, logging under logs/producer.log."""
+        with (self.logs / "producer.log").open("ab") as log:
+            self.producer = subprocess.Popen(
+                [sys.executable, "-m", "service", "produce", "--data-root", str(self.data_root), *args],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        return self.producer
+
+    def stop(self) -> None:
+        """Stop the producer, then the followers, then the leader (one handover at most), then ZooKeeper."""
+        if self.producer is not None and self.producer.poll() is None:
+            self.producer.terminate()
+            try:
+                self.producer.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.producer.kill()
+                self.producer.wait()
+        statuses = {s.replica_id: s for s in self.statuses()}
+        ordered = sorted(self.replicas, key=lambda r: statuses[r.replica_id].leader)
+        for replica in ordered:
+            code = replica.stop(self.handover_timeout_s + 10)
+            _log.info("replica_stopped", replica_id=replica.replica_id, exit_code=code)
+        self.ensemble.stop()
+        _log.info("topology_stopped")

@@ -1,0 +1,70 @@
+"""`tenure up`: run the local topology with a live status view until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from service._topology import ReplicaStatus, Topology
+
+__all__ = ["render_status", "run_up"]
+
+
+def render_status(statuses: list[ReplicaStatus], zk: str) -> Table:
+    """The per-replica table: role, epoch, batches, records, backlog; the leader highlighted."""
+    table = Table(title=f"tenure up — ZooKeeper {zk}", title_justify="left")
+    for column in ("replica", "pid", "role", "epoch", "batches", "records", "backlog", "zk"):
+        table.add_column(column, justify="right" if column not in ("replica", "role") else "left")
+    for s in statuses:
+        role = "leader" if s.leader else ("follower" if s.up else "down")
+        table.add_row(s.replica_id, str(s.pid or "-"), role, str(s.epoch or "-"), str(s.batches), str(s.records),
+                      str(s.backlog), "yes" if s.zk_connected else "no",
+                      style="bold green" if s.leader else ("dim" if not s.up else ""))
+    return table
+
+
+def _plain_line(statuses: list[ReplicaStatus]) -> str:
+    parts = []
+    for s in statuses:
+        role = "LEADER" if s.leader else ("follower" if s.up else "down")
+        parts.append(f"{s.replica_id}={role}" + (f"(epoch={s.epoch},batches={s.batches},records={s.records},"
+                                                  f"backlog={s.backlog})" if s.leader else ""))
+    return time.strftime("%H:%M:%S ") + " ".join(parts)
+
+
+def run_up(topology: Topology, *, producer_args: list[str] | None = None, plain_interval_s: float = 5.0) -> int:
+    """Start ``topology``, show its status until a signal, then stop everything in order."""
+    stop = threading.Event()
+
+    def _on_signal(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    console = Console()
+    try:
+        topology.start()
+        if producer_args is not None:
+            topology.start_producer(producer_args)
+        console.print(f"ZooKeeper: {topology.ensemble.connect_string}   data: {topology.data_root}   "
+                      f"logs: {topology.logs}   metrics: "
+                      + ", ".join(f"127.0.0.1:{r.port}" for r in topology.replicas))
+        if sys.stdout.isatty():
+            with Live(render_status(topology.statuses(), topology.ensemble.connect_string),
+                      console=console, refresh_per_second=2) as live:
+                while not stop.wait(1.0):
+                    live.update(render_status(topology.statuses(), topology.ensemble.connect_string))
+        else:
+            while not stop.wait(plain_interval_s):
+                print(_plain_line(topology.statuses()), flush=True)
+    finally:
+        console.print("stopping: producer, followers, then the leader (a graceful handover), then ZooKeeper")
+        topology.stop()
+    return 0

@@ -1,0 +1,229 @@
+"""The ``tenure`` command line: one entry point, flags also settable as ``TENURE_*`` environment variables."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any, Literal, get_args, get_origin
+
+import click
+import structlog
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from pydantic_core import PydanticUndefined
+
+from election import TenureError, group_status
+from service import __version__
+from service import _producer as producer_mod
+from service import _verify as verify_mod
+from service._config import ReplicaConfig, load_config
+from service._demo import run_demo
+from service._ensemble import Ensemble
+from service._logs import configure_logging
+from service._replica import run_replica
+from service._topology import Topology
+from service._up import run_up
+
+__all__ = ["main"]
+
+_log = structlog.get_logger("tenure.cli")
+
+
+def _fail(exc: TenureError, code: int = 2) -> None:
+    """One clear line on stderr and a non-zero exit: the convention for every fatal error."""
+    click.echo(f"tenure: error: {exc}", err=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="tenure")
+@click.option("--log-level", default="info", envvar="TENURE_LOG_LEVEL", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]), help="Minimum level of log events.")
+def main(log_level: str) -> None:
+    """tenure: a leader-elected, single-writer Spark consumer with fenced exactly-once output."""
+    configure_logging(log_level)
+
+
+@main.command()
+@click.option("--servers", type=click.IntRange(1, 3), default=3, envvar="TENURE_ZK_SERVERS", show_default=True,
+              help="Ensemble size: 1 (standalone) or 3.")
+@click.option("--port", type=int, default=2181, envvar="TENURE_ZK_PORT", show_default=True,
+              help="First client port; servers use PORT, PORT+1, …")
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=Path(".tenure/zk"),
+              envvar="TENURE_ZK_DIR", show_default=True, help="Data and logs, one folder per server.")
+@click.option("--tick-ms", type=click.IntRange(100, 10000), default=2000, envvar="TENURE_ZK_TICK_MS",
+              show_default=True, help="ZooKeeper tickTime; sessions may last 2 to 20 ticks.")
+def zk(servers: int, port: int, directory: Path, tick_ms: int) -> None:
+    """Run a real ZooKeeper ensemble from the PySpark jars, in the foreground until SIGTERM or Ctrl-C."""
+    if servers == 2:
+        _fail(TenureError("--servers 2 cannot tolerate any loss: use 1 or 3"))
+    stop = threading.Event()
+
+    def _on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    ensemble = Ensemble(servers=servers, port=port, directory=directory, tick_ms=tick_ms)
+    try:
+        ensemble.start()
+    except TenureError as exc:
+        ensemble.stop()
+        _fail(exc)
+    click.echo(ensemble.connect_string, nl=True)
+    sys.stdout.flush()
+    reported: set[str] = set()
+    try:
+        while not stop.wait(0.5):
+            for s in ensemble.dead_servers():
+                if s.name not in reported:
+                    reported.add(s.name)
+                    _log.error("zk_server_died", server=s.name, port=s.client_port,
+                               exit_code=s.process.returncode if s.process else None,
+                               log=str(s.directory / "server.log"))
+    finally:
+        ensemble.stop()
+
+
+def _replica_options(command: Callable[..., None]) -> Callable[..., None]:
+    """One ``--flag`` (and ``TENURE_FLAG`` variable) per ``ReplicaConfig`` field, help from its description.
+
+    Defaults stay in the model: a flag left out is None here, so the TOML file and the model fill it.
+    """
+    for name, field in reversed(list(ReplicaConfig.model_fields.items())):
+        annotation = field.annotation
+        choices = get_args(annotation) if get_origin(annotation) is Literal else None
+        base = next((t for t in (int, float, Path) if annotation is t or t in get_args(annotation)), str)
+        click_type: Any = click.Choice(choices) if choices else base
+        default = field.get_default(call_default_factory=False) if field.default_factory is None else None
+        help_text = field.description or ""
+        if default not in (None, PydanticUndefined):
+            help_text += f" [default: {default}]"
+        command = click.option(f"--{name.replace('_', '-')}", name, type=click_type, default=None,
+                               envvar=f"TENURE_{name.upper()}", help=help_text)(command)
+    return command
+
+
+@main.command()
+@click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              envvar="TENURE_CONFIG", help="A TOML file of settings (field names as keys); flags and "
+              "TENURE_* variables override it.")
+@_replica_options
+def run(config_file: Path | None, **overrides: Any) -> None:
+    """Run one replica in the foreground; SIGTERM hands over gracefully, then exits 0."""
+    try:
+        config = load_config(overrides, config_file)
+        code = run_replica(config)
+    except TenureError as exc:
+        _fail(exc)
+    sys.exit(code)
+
+
+@main.command()
+@click.option("--replicas", type=click.IntRange(1, 9), default=3, envvar="TENURE_UP_REPLICAS", show_default=True)
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=Path(".tenure/up"),
+              envvar="TENURE_UP_DIR", show_default=True, help="ZooKeeper data, the data root and per-process logs.")
+@click.option("--career", default="spark", envvar="TENURE_CAREER", show_default=True,
+              help="spark, counter, or package.module:factory.")
+@click.option("--group", default="default", envvar="TENURE_GROUP", show_default=True)
+@click.option("--session-timeout-s", type=float, default=6.0, show_default=True)
+@click.option("--handover-timeout-s", type=float, default=3.0, show_default=True)
+@click.option("--standby", type=click.Choice(["warm", "cold"]), default="warm", show_default=True)
+@click.option("--produce", "produce_records", type=int, default=0, show_default=True,
+              help="Also run a producer of this many records (0: none).")
+@click.option("--rate", type=float, default=1000.0, show_default=True, help="Producer records per second.")
+def up(replicas: int, directory: Path, career: str, group: str, session_timeout_s: float,
+       handover_timeout_s: float, standby: str, produce_records: int, rate: float) -> None:
+    """Run the compose topology as local processes: a 3-server ensemble, N replicas, optionally a producer."""
+    topology = Topology(directory, replicas=replicas, group=group, career=career,
+                        session_timeout_s=session_timeout_s, handover_timeout_s=handover_timeout_s,
+                        replica_args=["--standby", standby])
+    producer = ["--records", str(produce_records), "--keys", "50", "--rate", f"{rate:g}"] if produce_records else None
+    try:
+        sys.exit(run_up(topology, producer_args=producer))
+    except TenureError as exc:
+        _fail(exc)
+
+
+@main.command()
+@click.option("--data-root", type=click.Path(path_type=Path), required=True, envvar="TENURE_DATA_ROOT")
+@click.option("--records", type=click.IntRange(min=0), default=10000, show_default=True,
+              help="Distinct good records to write (duplicates and bad lines come on top).")
+@click.option("--keys", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Lines per second (default: as fast as the disk allows).")
+@click.option("--duplicates", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Probability, after each record, of repeating an earlier one.")
+@click.option("--bad", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Probability, after each record, of a bad line (each class in turn).")
+@click.option("--seed", type=int, default=None, help="Makes ids, keys, seqs and payloads reproducible.")
+@click.option("--max-line-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True,
+              envvar="TENURE_MAX_LINE_BYTES", help="Size of the injected oversized lines; match the pipeline.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def produce(data_root: Path, records: int, keys: int, rate: float | None, duplicates: float, bad: float,
+            seed: int | None, max_line_bytes: int, as_json: bool) -> None:
+    """Write records into DATA_ROOT/landing/ as atomically renamed, fsynced JSON Lines files."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())
+    try:
+        summary = producer_mod.produce(data_root, records=records, keys=keys, rate=rate, duplicates=duplicates,
+                                       bad=bad, seed=seed, stop=stop, max_line_bytes=max_line_bytes)
+    except TenureError as exc:
+        _fail(exc)
+    click.echo(summary.to_json() if as_json else summary.render())
+    sys.exit(130 if summary.interrupted else 0)
+
+
+@main.command()
+@click.option("--data-root", type=click.Path(path_type=Path), required=True, envvar="TENURE_DATA_ROOT")
+@click.option("--max-line-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True,
+              envvar="TENURE_MAX_LINE_BYTES", help="The pipeline's line size limit.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+def verify(data_root: Path, max_line_bytes: int, as_json: bool) -> None:
+    """Audit exactly-once and per-key order: exit 1 on any loss, duplicate or inversion."""
+    try:
+        report = verify_mod.verify(data_root, max_line_bytes=max_line_bytes)
+    except TenureError as exc:
+        _fail(exc)
+    click.echo(report.to_json() if as_json else report.render())
+    sys.exit(0 if report.ok else 1)
+
+
+@main.command()
+@click.option("--zk", required=True, envvar="TENURE_ZK", help="ZooKeeper connect string.")
+@click.option("--group", default="default", envvar="TENURE_GROUP", show_default=True)
+@click.option("--zk-auth", default=None, envvar="TENURE_ZK_AUTH", help="user:password, if reads need it.")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(zk: str, group: str, zk_auth: str | None, as_json: bool) -> None:
+    """Show the group's leader, epoch, contenders in line, and last commit."""
+    from service._status import render_status_text, status_json
+    client = KazooClient(hosts=zk, timeout=10.0, auth_data=[("digest", zk_auth)] if zk_auth else None)
+    try:
+        client.start(timeout=10.0)
+    except KazooTimeoutError:
+        client.close()
+        _fail(TenureError(f"ZooKeeper at {zk} did not answer within 10 s: check --zk and that it is serving"))
+    try:
+        group_state = group_status(client, group)
+    finally:
+        client.stop()
+        client.close()
+    click.echo(status_json(group_state) if as_json else render_status_text(group_state))
+
+
+@main.command()
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=Path(".tenure/demo"),
+              show_default=True, help="Wiped and re-created: ZooKeeper data, data root, logs.")
+@click.option("--records", type=click.IntRange(min=100), default=20000, show_default=True)
+@click.option("--rate", type=click.FloatRange(min=1), default=2000.0, show_default=True)
+@click.option("--career", default="spark", show_default=True)
+def demo(directory: Path, records: int, rate: float, career: str) -> None:
+    """The README's main job: 3 replicas and a producer, the leader SIGKILLed midway, then `verify`."""
+    try:
+        sys.exit(run_demo(directory, records=records, rate=rate, career=career))
+    except TenureError as exc:
+        _fail(exc)

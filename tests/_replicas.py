@@ -1,0 +1,119 @@
+"""Test harness: real `tenure run` processes, their HTTP endpoints, and polling with deadlines."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from service._topology import ReplicaProcess
+from tests.conftest import free_port
+
+T = TypeVar("T")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def wait_for(predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.05) -> T:
+    """Poll ``predicate`` until it returns something truthy, or fail naming ``what`` after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def http_get(url: str, timeout_s: float = 2.0) -> tuple[int, str]:
+    """(status, body) of a GET; (0, error) when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError as exc:
+        return 0, str(exc)
+
+
+class Replica(ReplicaProcess):
+    """A `tenure run` process (see service._topology) with the assertions tests need."""
+
+    def __init__(self, replica_id: str, args: list[str], log_dir: Path, env: dict[str, str] | None = None) -> None:
+        super().__init__(replica_id, free_port(), args, log_dir / f"{replica_id}.log",
+                         env={"PYTHONPATH": str(REPO), **(env or {})})
+
+    def start(self) -> Replica:
+        super().start()
+        return self
+
+    def wait(self, timeout_s: float) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout=timeout_s)
+
+    def get(self, path: str) -> tuple[int, str]:
+        return http_get(f"http://127.0.0.1:{self.port}{path}")
+
+    def is_leader(self) -> bool:
+        return self.metrics().get("tenure_is_leader") == 1.0
+
+    def log_events(self) -> list[dict[str, Any]]:
+        """The JSON log events written so far (non-JSON lines, e.g. from the JVM, are skipped)."""
+        events = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    events.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        return events
+
+    def has_event(self, name: str, **fields: Any) -> bool:
+        return any(e.get("event") == name and all(e.get(k) == v for k, v in fields.items())
+                   for e in self.log_events())
+
+    def reap(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGCONT)
+            self.process.kill()
+        if self.process is not None:
+            self.process.wait(timeout=30)
+
+
+class ReplicaSet:
+    """Several replicas of one group; every process is reaped at the end, even when the test fails."""
+
+    def __init__(self, common_args: list[str], log_dir: Path) -> None:
+        self.common_args = common_args
+        self.log_dir = log_dir
+        self.replicas: list[Replica] = []
+
+    def start(self, replica_id: str, extra: list[str] | None = None, env: dict[str, str] | None = None) -> Replica:
+        replica = Replica(replica_id, [*self.common_args, *(extra or [])], self.log_dir, env).start()
+        self.replicas.append(replica)
+        return replica
+
+    def __iter__(self) -> Iterator[Replica]:
+        return iter(self.replicas)
+
+    def alive(self) -> list[Replica]:
+        return [r for r in self.replicas if r.alive]
+
+    def leaders(self) -> list[Replica]:
+        return [r for r in self.alive() if r.is_leader()]
+
+    def one_leader(self) -> Replica | None:
+        leaders = self.leaders()
+        return leaders[0] if len(leaders) == 1 else None
+
+    def reap_all(self) -> None:
+        for replica in self.replicas:
+            replica.reap()

@@ -1,0 +1,146 @@
+"""Shared fixtures: one real ZooKeeper ensemble and one SparkSession per test session."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from service._ensemble import Ensemble
+
+ZK_TICK_MS = 500  # sessions may then last 1–10 s, and expire within half a second of their timeout
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody holds right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_zk_base_port(servers: int = 3) -> int:
+    """A client port P such that P+i, P+1000+i and P+2000+i are all free (the ensemble's layout)."""
+    for _ in range(200):
+        base = random.randrange(20000, 40000)
+        if all(_port_free(base + off + i) for off in (0, 1000, 2000) for i in range(servers)):
+            return base
+    raise RuntimeError("no free port range for a ZooKeeper ensemble")
+
+
+def start_ensemble(directory: Path, servers: int = 3) -> Ensemble:
+    """Start a real ensemble from the PySpark jars on free ports (the caller stops it)."""
+    ensemble = Ensemble(servers=servers, port=free_zk_base_port(servers), directory=directory, tick_ms=ZK_TICK_MS)
+    try:
+        ensemble.start()
+    except BaseException:
+        ensemble.stop()
+        raise
+    return ensemble
+
+
+def _docker_available() -> bool:
+    if not shutil.which("docker"):
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, check=False).returncode == 0
+
+
+class DockerZooKeeper:
+    """The official ``zookeeper`` image through testcontainers (only where a Docker engine runs)."""
+
+    def __init__(self) -> None:
+        from testcontainers.core.container import DockerContainer
+        from testcontainers.core.waiting_utils import wait_for_logs
+
+        self._container = DockerContainer("zookeeper:3.9").with_exposed_ports(2181).with_env(
+            "ZOO_4LW_COMMANDS_WHITELIST", "*")
+        self._container.start()
+        wait_for_logs(self._container, "binding to port", timeout=60)
+        self.connect_string = (f"{self._container.get_container_host_ip()}:"
+                               f"{self._container.get_exposed_port(2181)}")
+
+    def stop(self) -> None:
+        self._container.stop()
+
+
+@pytest.fixture(scope="session")
+def zk_ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One 3-server ensemble for the whole test session (or the Docker image with TENURE_TEST_ZK=docker)."""
+    if os.environ.get("TENURE_TEST_ZK") == "docker":
+        if not _docker_available():
+            pytest.skip("TENURE_TEST_ZK=docker needs a running Docker engine, and none answers here")
+        docker_zk = DockerZooKeeper()
+        yield docker_zk
+        docker_zk.stop()
+        return
+    ensemble = start_ensemble(tmp_path_factory.mktemp("zk"))
+    yield ensemble
+    ensemble.stop()
+
+
+@pytest.fixture()
+def zk_hosts(zk_ensemble: Any) -> str:
+    """The shared ensemble's connect string."""
+    return str(zk_ensemble.connect_string)
+
+
+@pytest.fixture()
+def zk_group(request: pytest.FixtureRequest) -> str:
+    """A consumer group of the test's own, so tests never see each other's znodes."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "-", request.node.name)[:40]
+    return f"t-{name}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture()
+def zk_client(zk_hosts: str) -> Iterator[KazooClient]:
+    """A started kazoo client on the shared ensemble, stopped after the test."""
+    client = KazooClient(hosts=zk_hosts, timeout=10.0)
+    client.start(timeout=15)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] SparkSession for the test session: few shuffle partitions, UI off."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("tenure-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+    yield session
+    session.stop()
+
+
+@pytest.fixture()
+def private_ensemble(tmp_path: Path) -> Iterator[Ensemble]:
+    """A 3-server ensemble of the test's own, for tests that stop or kill ZooKeeper servers."""
+    ensemble = start_ensemble(tmp_path / "zk")
+    yield ensemble
+    ensemble.stop()

@@ -1,0 +1,572 @@
+"""The deployment: docker-compose.yml, the image, Prometheus config and alerts, the Grafana dashboard."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+from tests._prometheus import (
+    alerts,
+    free_port,
+    prometheus_binary,
+    query,
+    running_prometheus,
+    wait_until,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
+GRAFANA_DIR = ROOT / "deploy" / "grafana"
+DASHBOARD = GRAFANA_DIR / "dashboards" / "tenure.json"
+
+# What every replica exports on /metrics (the service's contract); dashboards and alerts may name only these.
+EXPORTED_METRICS = frozenset(
+    {
+        "tenure_is_leader",
+        "tenure_leader_epoch",
+        "tenure_leadership_changes_total",
+        "tenure_inauguration_seconds",
+        "tenure_handover_seconds",
+        "tenure_batches_total",
+        "tenure_records_total",
+        "tenure_batch_duration_seconds",
+        "tenure_commit_duration_seconds",
+        "tenure_source_backlog_files",
+        "tenure_last_commit_timestamp_seconds",
+        "tenure_zk_connected",
+        "tenure_info",
+        "tenure_commits_fenced_total",
+        "tenure_career_failures_total",
+    }
+)
+REPLICAS = ("tenure-1", "tenure-2", "tenure-3")
+ZOOKEEPERS = ("zk1", "zk2", "zk3")
+
+needs_compose = pytest.mark.skipif(
+    shutil.which("docker-compose") is None,
+    reason="docker-compose not installed (Debian package docker-compose); the compose file is not validated",
+)
+needs_promtool = pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="promtool not installed (Debian package prometheus); config and rules are not checked",
+)
+needs_prometheus = pytest.mark.skipif(
+    prometheus_binary() is None,
+    reason="prometheus server not installed (Debian package prometheus); no live scrape test",
+)
+
+
+def _metric_names(expr: str) -> set[str]:
+    """The tenure metric families an expression names (histogram series map to their family)."""
+    names = set(re.findall(r"\btenure_\w+", expr))
+    return {re.sub(r"_(bucket|sum|count)$", "", name) for name in names}
+
+
+def _walk(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)
+
+
+def _dashboard_exprs() -> list[str]:
+    """Every PromQL expression in the dashboard: panel targets, annotations, template variables."""
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    exprs = [node["expr"] for node in _walk(dashboard) if isinstance(node.get("expr"), str)]
+    for variable in dashboard.get("templating", {}).get("list", []):
+        if isinstance(variable.get("query"), str):
+            exprs.append(variable["query"])
+    return exprs
+
+
+def _grafana_to_promql(expr: str) -> str:
+    """Replaces Grafana's built-in range variables so Prometheus can parse the expression."""
+    for variable, value in {"$__rate_interval": "20s", "$__interval": "5s", "$__range": "30m"}.items():
+        expr = expr.replace(variable, value)
+    return expr
+
+
+def _alert_rules() -> dict[str, dict[str, Any]]:
+    groups = yaml.safe_load((PROMETHEUS_DIR / "alerts.yml").read_text(encoding="utf-8"))["groups"]
+    return {rule["alert"]: rule for group in groups for rule in group["rules"] if "alert" in rule}
+
+
+# ---------------------------------------------------------------------------------------------- compose
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    """docker-compose.yml as `docker-compose config` resolves it (anchors merged, paths absolute)."""
+    if shutil.which("docker-compose") is None:
+        pytest.skip("docker-compose not installed (Debian package docker-compose)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSE_")}
+    done = subprocess.run(
+        ["docker-compose", "-f", str(COMPOSE_FILE), "config"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, f"docker-compose config rejected the file:\n{done.stderr}"
+    resolved: dict[str, Any] = yaml.safe_load(done.stdout)
+    return resolved
+
+
+def _published(service: dict[str, Any]) -> set[tuple[str, int, int]]:
+    """(host ip, host port, container port) of each published port, from `docker-compose config` output."""
+    found = set()
+    for port in service.get("ports", []):
+        if isinstance(port, dict):  # long syntax
+            found.add((port.get("host_ip", ""), int(port["published"]), int(port["target"])))
+            continue
+        spec = str(port).split("/")[0]
+        parts = spec.split(":")
+        host_ip = parts[0] if len(parts) == 3 else ""
+        found.add((host_ip, int(parts[-2]), int(parts[-1])))
+    return found
+
+
+def _volume_mounts(service: dict[str, Any]) -> dict[str, str]:
+    """Container path -> source of each volume of a service."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        if isinstance(volume, dict):
+            mounts[volume["target"]] = volume["source"]
+        else:
+            source, target = str(volume).split(":")[:2]
+            mounts[target] = source
+    return mounts
+
+
+@needs_compose
+def test_compose_file_is_accepted(compose: dict[str, Any]) -> None:
+    """`docker-compose config` accepts docker-compose.yml and it defines the documented services."""
+    assert set(compose["services"]) == {*ZOOKEEPERS, *REPLICAS, "producer", "prometheus", "grafana"}
+
+
+@needs_compose
+def test_compose_zookeeper_ensemble(compose: dict[str, Any]) -> None:
+    """Three ZooKeeper servers from the official image: distinct ids, one ensemble, metrics, quorum health."""
+    services = compose["services"]
+    ids = []
+    for name in ZOOKEEPERS:
+        zk = services[name]
+        env = zk["environment"]
+        assert zk["image"].startswith("zookeeper:3.9"), name
+        ids.append(env["ZOO_MY_ID"])
+        servers = env["ZOO_SERVERS"].split()
+        assert servers == [f"server.{i}=zk{i}:2888:3888;2181" for i in (1, 2, 3)], name
+        assert "srvr" in env["ZOO_4LW_COMMANDS_WHITELIST"].split(","), f"{name}: the healthcheck needs srvr"
+        extra = env["ZOO_CFG_EXTRA"].split()
+        assert "metricsProvider.httpPort=7000" in extra, name
+        assert "metricsProvider.className=org.apache.zookeeper.metrics.prometheus.PrometheusMetricsProvider" in extra, (
+            name
+        )
+        health = " ".join(zk["healthcheck"]["test"])
+        assert "srvr" in health and "Mode: (leader|follower" in health, f"{name}: healthcheck not quorum-aware"
+    assert sorted(ids) == ["1", "2", "3"]
+
+
+@needs_compose
+def test_compose_replicas_share_the_data_volume(compose: dict[str, Any]) -> None:
+    """Three replicas with distinct ids share one named volume on /data with the producer, and restart."""
+    services = compose["services"]
+    replicas = {name: s for name, s in services.items() if "TENURE_REPLICA_ID" in s.get("environment", {})}
+    assert sorted(replicas) == list(REPLICAS)
+    assert sorted(s["environment"]["TENURE_REPLICA_ID"] for s in replicas.values()) == list(REPLICAS)
+    sources = {_volume_mounts(s).get("/data") for s in [*replicas.values(), services["producer"]]}
+    assert len(sources) == 1, f"replicas and producer must share one /data volume, got {sources}"
+    (source,) = sources
+    assert source in compose["volumes"], f"/data must be a named volume, got {source!r}"
+    for name, replica in replicas.items():
+        env = replica["environment"]
+        assert env["TENURE_DATA_ROOT"] == "/data", name
+        assert env["TENURE_ZK"] == "zk1:2181,zk2:2181,zk3:2181", name
+        assert replica["restart"] in {"on-failure", "unless-stopped", "always"}, name
+        assert replica["build"]["dockerfile"] == "deploy/Dockerfile", name
+        assert Path(replica["build"]["context"]) == ROOT, name
+        depends = replica["depends_on"]
+        assert {zk: depends[zk]["condition"] for zk in ZOOKEEPERS} == dict.fromkeys(ZOOKEEPERS, "service_healthy"), name
+    assert services["producer"]["command"][0] == "produce"
+
+
+@needs_compose
+def test_compose_published_ports(compose: dict[str, Any]) -> None:
+    """Ports are published on loopback as documented: ZooKeeper, replica metrics, Prometheus, Grafana."""
+    services = compose["services"]
+    expected = {
+        "zk1": {("127.0.0.1", 2181, 2181)},
+        "zk2": {("127.0.0.1", 2182, 2181)},
+        "zk3": {("127.0.0.1", 2183, 2181)},
+        "tenure-1": {("127.0.0.1", 9401, 9400)},
+        "tenure-2": {("127.0.0.1", 9402, 9400)},
+        "tenure-3": {("127.0.0.1", 9403, 9400)},
+        "producer": set(),
+        "prometheus": {("127.0.0.1", 9090, 9090)},
+        "grafana": {("127.0.0.1", 3000, 3000)},
+    }
+    assert {name: _published(service) for name, service in services.items()} == expected
+
+
+@needs_compose
+def test_compose_monitoring_mounts(compose: dict[str, Any]) -> None:
+    """Prometheus gets deploy/prometheus (config and rules), Grafana its provisioning and dashboards."""
+    services = compose["services"]
+    prometheus = _volume_mounts(services["prometheus"])
+    assert Path(prometheus["/etc/prometheus"]) == PROMETHEUS_DIR
+    assert "--config.file=/etc/prometheus/prometheus.yml" in services["prometheus"]["command"]
+    grafana = _volume_mounts(services["grafana"])
+    assert Path(grafana["/etc/grafana/provisioning"]) == GRAFANA_DIR / "provisioning"
+    assert Path(grafana["/var/lib/grafana/dashboards"]) == GRAFANA_DIR / "dashboards"
+    home = services["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert (GRAFANA_DIR / "dashboards" / Path(home).name).is_file()
+
+
+def test_scrape_targets_match_the_compose_services() -> None:
+    """prometheus.yml scrapes each compose replica on :9400 labelled with its id, and ZooKeeper on :7000."""
+    config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text(encoding="utf-8"))
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    tenure = {
+        target: group["labels"]["replica"] for group in jobs["tenure"]["static_configs"] for target in group["targets"]
+    }
+    assert tenure == {f"{name}:9400": name for name in REPLICAS}
+    zookeeper = [target for group in jobs["zookeeper"]["static_configs"] for target in group["targets"]]
+    assert zookeeper == [f"{name}:7000" for name in ZOOKEEPERS]
+    assert config["rule_files"] == ["alerts.yml"]
+
+
+def test_zookeeper_healthcheck_matches_a_real_quorum_member(zk_hosts: str) -> None:
+    """The compose healthcheck's `srvr` pattern matches what ZooKeeper 3.9 servers in a quorum answer."""
+    compose_text = COMPOSE_FILE.read_text(encoding="utf-8")
+    pattern = re.search(r"grep -qE '([^']+)'", compose_text)
+    assert pattern, "the ZooKeeper healthcheck greps srvr output with grep -qE '...'"
+    for hostport in zk_hosts.split(","):
+        host, port = hostport.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=5) as conn:
+            conn.sendall(b"srvr")
+            answer = b"".join(iter(lambda: conn.recv(4096), b"")).decode()
+        assert re.search(pattern.group(1), answer), f"{hostport} answered {answer!r}"
+
+
+def test_contract_matches_the_service_registry() -> None:
+    """The list alerts and dashboard are checked against is what service/_metrics.py exports."""
+    metrics_module = pytest.importorskip("service._metrics")
+    registry = CollectorRegistry()
+    metrics_module.Metrics(registry, replica_id="r1", group="g", default_collectors=False)
+    exported = {
+        re.sub(r"_(bucket|sum|count)$", "", sample.name)
+        for family in registry.collect()
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+    assert {name for name in exported if name.startswith("tenure_")} == EXPORTED_METRICS
+
+
+# ---------------------------------------------------------------------------------------------- image
+
+
+def _dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, with continuation lines joined and comments dropped."""
+    lines = [line for line in DOCKERFILE.read_text(encoding="utf-8").splitlines() if not line.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n", " ", "\n".join(lines))
+    instructions = []
+    for line in joined.splitlines():
+        if line.strip():
+            keyword, _, args = line.strip().partition(" ")
+            instructions.append((keyword.upper(), args.strip()))
+    return instructions
+
+
+def test_dockerfile_contract() -> None:
+    """The image: slim Python 3.11 with Java 17, non-root, `tenure run` entry point, a /livez healthcheck."""
+    instructions = _dockerfile_instructions()
+    by_keyword: dict[str, list[str]] = {}
+    for keyword, args in instructions:
+        by_keyword.setdefault(keyword, []).append(args)
+    assert by_keyword["FROM"] == ["python:3.11-slim-bookworm"]
+    assert any("openjdk-17-jre-headless" in run for run in by_keyword["RUN"])
+    assert any("pip install ." in run for run in by_keyword["RUN"])
+    assert by_keyword["USER"][-1] not in {"root", "0"}
+    assert json.loads(by_keyword["ENTRYPOINT"][-1]) == ["tenure"]
+    assert json.loads(by_keyword["CMD"][-1]) == ["run"]
+    (healthcheck,) = by_keyword["HEALTHCHECK"]
+    assert "/livez" in healthcheck and "TENURE_METRICS_PORT" in healthcheck
+
+
+def _dockerignored(path: str, patterns: list[str]) -> bool:
+    ignored = False
+    for raw in patterns:
+        negate = raw.startswith("!")
+        pattern = raw.lstrip("!").rstrip("/")
+        candidates = [pattern, pattern.removeprefix("**/")]
+        parts = Path(path).parts
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        if any(fnmatch.fnmatch(prefix, c) for prefix in prefixes for c in candidates):
+            ignored = not negate
+    return ignored
+
+
+def test_dockerfile_copies_exist_and_are_not_dockerignored() -> None:
+    """Every COPY source exists in the repository (the build context) and .dockerignore keeps it in,
+    while the venv, git metadata and local state stay out of the context."""
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    sources: list[str] = []
+    for keyword, args in _dockerfile_instructions():
+        if keyword == "COPY":
+            sources.extend(arg for arg in shlex.split(args)[:-1] if not arg.startswith("--"))
+    assert sources, "the Dockerfile copies nothing"
+    for source in sources:
+        assert (ROOT / source).exists(), (
+            f"COPY {source}: missing from the build context (pip install . needs it; README.md is pyproject's readme)"
+        )
+        assert not _dockerignored(source.rstrip("/"), patterns), f"COPY {source}: excluded by .dockerignore"
+    for local in (".venv", ".git", ".tenure", "service/__pycache__"):
+        assert _dockerignored(local, patterns), f"{local} should be excluded by .dockerignore"
+
+
+def test_image_healthcheck_command_probes_livez() -> None:
+    """The HEALTHCHECK command, run as the image runs it, exits 0 when /livez answers 200 on
+    $TENURE_METRICS_PORT and non-zero when nothing listens there."""
+    (healthcheck,) = [args for keyword, args in _dockerfile_instructions() if keyword == "HEALTHCHECK"]
+    command = healthcheck.split(" CMD ", 1)[1]
+    registry = CollectorRegistry()  # prometheus_client answers every path, /livez included, with 200
+    port = free_port()
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {k: v for k, v in env.items() if k.lower() not in {"http_proxy", "https_proxy", "all_proxy"}}
+    try:
+        alive = subprocess.run(
+            ["sh", "-c", command], env={**env, "TENURE_METRICS_PORT": str(port)}, timeout=30, check=False
+        )
+        assert alive.returncode == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    dead = subprocess.run(
+        ["sh", "-c", command],
+        env={**env, "TENURE_METRICS_PORT": str(free_port())},
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert dead.returncode != 0
+
+
+# ---------------------------------------------------------------------------------------------- promtool
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["promtool", *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+
+
+@needs_promtool
+def test_promtool_check_config() -> None:
+    """`promtool check config` accepts the scrape config (and the rule file it loads)."""
+    done = _promtool("check", "config", "deploy/prometheus/prometheus.yml")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@needs_promtool
+def test_promtool_check_rules() -> None:
+    """`promtool check rules` accepts the alert rules."""
+    done = _promtool("check", "rules", "deploy/prometheus/alerts.yml")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@needs_promtool
+def test_promtool_rule_unit_tests() -> None:
+    """`promtool test rules` passes: every alert fires when it should and stays quiet when it should."""
+    done = _promtool("test", "rules", "deploy/prometheus/alerts_test.yml")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
+    """alerts_test.yml has, for each alert in alerts.yml, a case where it fires and one where it does not."""
+    rules = _alert_rules()
+    cases = yaml.safe_load((PROMETHEUS_DIR / "alerts_test.yml").read_text(encoding="utf-8"))["tests"]
+    fires: set[str] = set()
+    quiet: set[str] = set()
+    for case in cases:
+        for check in case.get("alert_rule_test", []):
+            (fires if check.get("exp_alerts") else quiet).add(check["alertname"])
+    assert set(rules) == {
+        "TenureNoLeader",
+        "TenureSplitBrain",
+        "TenureCommitsFenced",
+        "TenureCommitsStalled",
+        "TenureZooKeeperDisconnected",
+        "TenureSlowHandover",
+    }
+    assert fires == set(rules), f"no firing case for {set(rules) - fires}"
+    assert quiet == set(rules), f"no quiet case for {set(rules) - quiet}"
+
+
+def test_alerts_tell_the_operator_what_to_do_and_name_exported_metrics() -> None:
+    """Every alert has a severity, a summary and a description, and its query names only exported metrics."""
+    for name, rule in _alert_rules().items():
+        assert rule["labels"]["severity"] in {"critical", "warning"}, name
+        assert rule["annotations"]["summary"].strip(), name
+        assert len(rule["annotations"]["description"]) > 100, name
+        names = _metric_names(rule["expr"])
+        assert names, f"{name} names no tenure metric"
+        assert names <= EXPORTED_METRICS, f"{name} names {names - EXPORTED_METRICS}, which tenure does not export"
+
+
+def test_no_leader_alert_waits_session_timeout_plus_30s() -> None:
+    """TenureNoLeader waits the compose session timeout (10 s) plus 30 s before firing."""
+    rule = _alert_rules()["TenureNoLeader"]
+    assert rule["for"] == "40s"
+    assert "absent(tenure_is_leader)" in rule["expr"]
+
+
+# ---------------------------------------------------------------------------------------------- grafana
+
+
+def test_dashboard_parses_and_names_only_exported_metrics() -> None:
+    """The dashboard JSON parses, has the promised panels, and every query names only exported metrics."""
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    titles = {panel["title"] for panel in dashboard["panels"]}
+    for title in (
+        "Leader per replica",
+        "Leader epoch",
+        "Commit rate (batches by outcome)",
+        "Records by outcome",
+        "Source backlog",
+        "Handover and inauguration durations",
+        "ZooKeeper connection per replica",
+    ):
+        assert title in titles
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            continue
+        assert panel["targets"], f"panel {panel['title']!r} has no query"
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "prometheus", panel["title"]
+    exprs = _dashboard_exprs()
+    assert exprs
+    for expr in exprs:
+        names = _metric_names(expr)
+        assert names, f"{expr!r} names no tenure metric"
+        assert names <= EXPORTED_METRICS, f"{expr!r} names {names - EXPORTED_METRICS}"
+
+
+def test_grafana_provisioning_points_at_prometheus_and_the_dashboards() -> None:
+    """The provisioned datasource has the uid the dashboard uses; the provider loads the mounted folder."""
+    datasources = yaml.safe_load(
+        (GRAFANA_DIR / "provisioning" / "datasources" / "prometheus.yml").read_text(encoding="utf-8")
+    )["datasources"]
+    assert [(d["uid"], d["type"], d["url"]) for d in datasources] == [
+        ("prometheus", "prometheus", "http://prometheus:9090")
+    ]
+    providers = yaml.safe_load(
+        (GRAFANA_DIR / "provisioning" / "dashboards" / "tenure.yml").read_text(encoding="utf-8")
+    )["providers"]
+    assert [p["options"]["path"] for p in providers] == ["/var/lib/grafana/dashboards"]
+
+
+# ---------------------------------------------------------------------------------------------- live
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Gauge]]:
+    """A real Prometheus scraping a stand-in replica (a prometheus_client server exporting tenure_is_leader)
+    every second, with the real alerts.yml evaluated every second. Yields (Prometheus port, the gauge)."""
+    if prometheus_binary() is None:
+        pytest.skip("prometheus server not installed (Debian package prometheus)")
+    registry = CollectorRegistry()
+    leader = Gauge("tenure_is_leader", "1 while this replica leads.", registry=registry)
+    leader.set(1)
+    exporter_port = free_port()
+    server, thread = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
+    config = f"""
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+rule_files:
+  - {PROMETHEUS_DIR / "alerts.yml"}
+scrape_configs:
+  - job_name: tenure
+    static_configs:
+      - targets: ["127.0.0.1:{exporter_port}"]
+        labels:
+          replica: stand-in
+"""
+    port = free_port()
+    try:
+        with running_prometheus(config, tmp_path_factory.mktemp("prometheus"), port):
+            yield port, leader
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def _sum_of_leaders(port: int) -> float | None:
+    result = query(port, "sum(tenure_is_leader)")
+    return float(result[0]["value"][1]) if result else None
+
+
+def _no_leader_alert(port: int) -> dict[str, Any] | None:
+    return next((a for a in alerts(port) if a["labels"]["alertname"] == "TenureNoLeader"), None)
+
+
+@needs_prometheus
+@pytest.mark.timeout(60)
+def test_prometheus_sees_the_leader_and_no_leader_goes_pending(live: tuple[int, Gauge]) -> None:
+    """A real Prometheus scrapes a leader (sum(tenure_is_leader) == 1, no TenureNoLeader); once the gauge
+    drops to 0 the real TenureNoLeader rule goes pending (it fires only after 40 s)."""
+    port, leader = live
+    leader.set(1)
+    # Before the first scrape the rule sees absent(tenure_is_leader) and goes pending; it must clear once the
+    # leader is scraped and the rule evaluated again.
+    wait_until(
+        lambda: True if _sum_of_leaders(port) == 1.0 and _no_leader_alert(port) is None else None,
+        20,
+        "sum(tenure_is_leader) == 1 and no TenureNoLeader alert",
+    )
+    leader.set(0)
+    alert = wait_until(lambda: _no_leader_alert(port), 20, "TenureNoLeader pending")
+    assert alert["state"] == "pending"
+    assert alert["labels"]["severity"] == "critical"
+    leader.set(1)
+
+
+@needs_prometheus
+@pytest.mark.timeout(60)
+def test_dashboard_and_alert_queries_are_valid_promql(live: tuple[int, Gauge]) -> None:
+    """Every dashboard query (Grafana's range variables substituted) and every alert expression is accepted by
+    the real Prometheus query API."""
+    port, _ = live
+    exprs = [_grafana_to_promql(expr) for expr in _dashboard_exprs()]
+    exprs += [rule["expr"] for rule in _alert_rules().values()]
+    for expr in exprs:
+        query(port, expr)  # raises PrometheusError, naming the query, if it does not parse
