@@ -53,9 +53,9 @@ def run_up(topology: Topology, *, producer_args: list[str] | None = None, plain_
         topology.start()
         if producer_args is not None:
             topology.start_producer(producer_args)
-        console.print(f"ZooKeeper: {topology.ensemble.connect_string}   data: {topology.data_root}   "
-                      f"logs: {topology.logs}   metrics: "
-                      + ", ".join(f"127.0.0.1:{r.port}" for r in topology.replicas))
+        print(f"ZooKeeper: {topology.ensemble.connect_string}   data: {topology.data_root}   "
+              f"logs: {topology.logs}   metrics: " + ", ".join(f"127.0.0.1:{r.port}" for r in topology.replicas),
+              flush=True)
         if sys.stdout.isatty():
             with Live(render_status(topology.statuses(), topology.ensemble.connect_string),
                       console=console, refresh_per_second=2) as live:
@@ -65,6 +65,6 @@ def run_up(topology: Topology, *, producer_args: list[str] | None = None, plain_
             while not stop.wait(plain_interval_s):
                 print(_plain_line(topology.statuses()), flush=True)
     finally:
-        console.print("stopping: producer, followers, then the leader (a graceful handover), then ZooKeeper")
+        print("stopping: producer, followers, then the leader (a graceful handover), then ZooKeeper", flush=True)
         topology.stop()
     return 0

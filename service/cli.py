@@ -12,11 +12,9 @@ from typing import Any, Literal, get_args, get_origin
 
 import click
 import structlog
-from kazoo.client import KazooClient
-from kazoo.handlers.threading import KazooTimeoutError
 from pydantic_core import PydanticUndefined
 
-from election import TenureError, group_status
+from election import TenureError
 from service import __version__
 from service import _producer as producer_mod
 from service import _verify as verify_mod
@@ -200,19 +198,12 @@ def verify(data_root: Path, max_line_bytes: int, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status(zk: str, group: str, zk_auth: str | None, as_json: bool) -> None:
     """Show the group's leader, epoch, contenders in line, and last commit."""
-    from service._status import render_status_text, status_json
-    client = KazooClient(hosts=zk, timeout=10.0, auth_data=[("digest", zk_auth)] if zk_auth else None)
+    from service._status import show_status
+
     try:
-        client.start(timeout=10.0)
-    except KazooTimeoutError:
-        client.close()
-        _fail(TenureError(f"ZooKeeper at {zk} did not answer within 10 s: check --zk and that it is serving"))
-    try:
-        group_state = group_status(client, group)
-    finally:
-        client.stop()
-        client.close()
-    click.echo(status_json(group_state) if as_json else render_status_text(group_state))
+        show_status(zk, group, as_json=as_json, auth_data=[("digest", zk_auth)] if zk_auth else None)
+    except TenureError as exc:
+        _fail(exc)
 
 
 @main.command()

@@ -1,0 +1,94 @@
+"""ZooKeeper leader election with fencing epochs (no Spark, no processes here).
+
+Each replica of a group creates an ephemeral-sequential node ``/tenure/<group>/election/<guid>-n_<seq>``
+holding its identity. A replica leads iff its node is the lowest AND the node's ``ephemeralOwner`` is the
+replica's current session (re-checked after every reconnect). Every other replica watches only the next-lower
+node, so one departure wakes one replica. All state changes happen on one control thread per ``Election``;
+kazoo listeners and watches only enqueue. Consumers see ``Following``, ``Elected``, ``Suspended``,
+``Resumed``, ``Revoked`` (exactly once per term, only after ``Elected``) and ``ConnectionChanged``.
+
+What is guaranteed:
+
+* At most one node is the lowest at any instant, and a term's epoch — the ``czxid`` of its node — is unique
+  and only ever rises for the group, even across deletion and re-creation of the election parent (sequence
+  numbers would restart there; zxids rise for the ensemble's whole life).
+* Output made visible through ``Fence.commit`` (and ``write_handover``) is fenced: it is one ZooKeeper
+  transaction that checks the leader's own election node and compare-and-sets the record's version, so a
+  leader whose node is gone (session expired, node deleted) or whose view of the record is stale cannot
+  write, however long it was paused. A commit whose stored epoch is already higher is refused too. The
+  ZooKeeper ensemble decides; no clock is trusted for this.
+* ``is_leader()`` turns False, and commits are refused before sending (``NotLeader``), as soon as kazoo
+  reports the connection SUSPENDED or the local safe-until deadline passes (``safe_fraction`` of the session
+  timeout after the send time of the last answered request), whichever comes first.
+* A graceful ``release`` deletes the node at once, so the successor is notified within a round-trip;
+  a crashed leader is replaced once ZooKeeper expires its session (about the session timeout).
+
+What is not guaranteed:
+
+* No election can promise one leader at every instant. A partitioned, paused or slow former leader may still
+  *believe* it leads, and ``is_leader()`` may have returned True just before its session expired. Anything
+  the leader does outside the fence (writing staging files, calling external systems) can overlap with its
+  successor's work; only the fenced record decides what is visible, so make those effects idempotent and
+  keyed by the record (as tenure's career does with batch ids and epochs).
+* The safe-until deadline is a local, best-effort pause: it assumes the local clock runs at about the rate
+  of the servers'. A process paused between its check and the transaction is still stopped by the fence.
+* A commit whose reply is lost has an unknown outcome until the record is read back; ``Fence.commit``
+  tries once and otherwise raises ``ElectionError`` — re-read with ``read_commit()``.
+* Epochs rise only within one ensemble's life: wiping ZooKeeper's data directory restarts zxids.
+* Digest ACLs (``DigestCredential``) are applied when znodes are created; existing open znodes keep their ACL.
+
+Example::
+
+    from election import DigestCredential, Election, Elected, Identity
+
+    election = Election(client, group="orders", identity=Identity.local("r1"), on_event=queue.put)
+    election.start()
+    # on Elected(epoch):
+    fence = election.fence()
+    record, version = fence.read_commit()
+    fence.commit({"batch": 7, "published": "table/batch=7"}, expected_version=version)
+"""
+
+from election._acl import DigestCredential
+from election._election import Election
+from election._errors import ElectionError, Fenced, NotLeader, TenureError
+from election._events import (
+    ConnectionChanged,
+    Elected,
+    ElectionEvent,
+    Following,
+    Resumed,
+    Revoked,
+    Suspended,
+)
+from election._fence import Fence
+from election._identity import Identity
+from election._layout import GroupPaths
+from election._states import TRANSITIONS, IllegalTransitionError, LeadershipState, check_transition
+from election._status import Contender, GroupStatus, group_status
+
+__all__ = [
+    "TRANSITIONS",
+    "ConnectionChanged",
+    "Contender",
+    "DigestCredential",
+    "Elected",
+    "Election",
+    "ElectionError",
+    "ElectionEvent",
+    "Fence",
+    "Fenced",
+    "Following",
+    "GroupPaths",
+    "GroupStatus",
+    "Identity",
+    "IllegalTransitionError",
+    "LeadershipState",
+    "NotLeader",
+    "Resumed",
+    "Revoked",
+    "Suspended",
+    "TenureError",
+    "check_transition",
+    "group_status",
+]

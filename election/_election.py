@@ -1,0 +1,847 @@
+"""The election recipe and its single control thread (kazoo listeners and watches only enqueue)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent
+
+from election._acl import DigestCredential
+from election._errors import ElectionError, Fenced, NotLeader
+from election._events import (
+    ConnectionChanged,
+    Elected,
+    ElectionEvent,
+    Following,
+    Resumed,
+    Revoked,
+    Suspended,
+)
+from election._fence import Fence, _OutcomeUnknownError, encode_record, ensure_record_node, fenced_set
+from election._identity import Identity
+from election._layout import NODE_MARK, GroupPaths, sort_nodes
+from election._states import LeadershipState, check_transition
+from election._status import Contender, group_status, parse_record
+
+__all__ = ["Election"]
+
+_S = LeadershipState
+_log = structlog.get_logger("tenure.election")
+_MAX_RELIST = 64  # bounded re-list loop: a view that never settles is a bug or an attack, not churn
+_CREATE_TRIES = 5
+
+
+# Messages on the control queue. Only the control thread reads them; everything else only puts.
+@dataclass(frozen=True)
+class _Join:
+    pass
+
+
+@dataclass(frozen=True)
+class _Conn:
+    state: str  # KazooState
+    session_id: int | None
+
+
+@dataclass(frozen=True)
+class _Watch:
+    token: int
+    kind: str  # "predecessor" | "own"
+
+
+@dataclass(frozen=True)
+class _Pong:
+    node: str
+    sent_at: float
+    result: Any  # kazoo IAsyncResult, already completed
+
+
+@dataclass
+class _Release:
+    deadline: float
+    done: threading.Event = field(default_factory=threading.Event)
+    error: ElectionError | None = None
+
+
+@dataclass(frozen=True)
+class _Stop:
+    pass
+
+
+_Msg = _Join | _Conn | _Watch | _Pong | _Release | _Stop
+
+
+class Election:
+    """Leader election for one consumer group, with a fencing epoch per term.
+
+    Every contender creates an ephemeral-sequential node ``/tenure/<group>/election/<guid>-n_<seq>`` holding
+    its ``Identity``. It leads iff its node is the lowest AND the node's ``ephemeralOwner`` is its current
+    session; otherwise it watches only the next-lower node and re-lists when that one goes (no herd).
+
+    Example::
+
+        election = Election(client, group="orders", identity=Identity.local("r1"), on_event=events.put)
+        election.start()                       # joins on the control thread; returns at once
+        ...                                    # on Elected(epoch): fence = election.fence()
+        record, version = fence.read_commit()
+        fence.commit({"batch": 7}, expected_version=version)
+        election.release(timeout_s=5.0)        # successor is notified at once
+        election.close()
+
+    Args:
+        client: a kazoo client, started or not, owned by the caller (``close`` does not stop it). With a
+            ``credential`` it must be built with ``auth_data=credential.auth_data()``.
+        group: the consumer group (letters, digits, ``_.-``).
+        identity: stored as the node's data, shown by ``tenure status``.
+        on_event: called with each ``ElectionEvent``, in order, from the control thread only. It must not
+            block and must not call ``release``/``close`` (enqueue and act on your own thread). Default: none.
+        safe_fraction: the safe-until deadline is the send time of the last answered request plus
+            ``safe_fraction * session_timeout_s``; past it the leader is suspended. Default 0.5. Hazard:
+            near 1.0 a paused leader may still commit after its session has expired on the server (the
+            fence still rejects it); too small suspends on ordinary latency.
+        credential: digest credential; when given, the group's znodes get its ACL. Default: open ACLs.
+        clock: monotonic clock in seconds (injectable for tests). Default ``time.monotonic``.
+        session_timeout_s: the session timeout the deadline is computed from. Default: the client's
+            requested timeout. Hazard: if the servers clamp the session to a *shorter* timeout
+            (``maxSessionTimeout``), pass the negotiated value, or the deadline is too late.
+        tick_s: period of the liveness round-trip and deadline check. Default ``session_timeout_s / 10``.
+        op_timeout_s: bound on each ZooKeeper call made by the recipe. Default ``session_timeout_s``.
+    """
+
+    def __init__(
+        self,
+        client: KazooClient,
+        *,
+        group: str,
+        identity: Identity,
+        on_event: Callable[[ElectionEvent], None] | None = None,
+        safe_fraction: float = 0.5,
+        credential: DigestCredential | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        session_timeout_s: float | None = None,
+        tick_s: float | None = None,
+        op_timeout_s: float | None = None,
+    ) -> None:
+        if not 0.0 < safe_fraction < 1.0:
+            raise ElectionError(f"safe_fraction={safe_fraction} is out of range: it must lie strictly between 0 "
+                                "and 1 (0.5 is a sound default: half the session timeout)")
+        timeout_s = session_timeout_s if session_timeout_s is not None else client._session_timeout / 1000.0
+        if timeout_s <= 0:
+            raise ElectionError(f"session_timeout_s={timeout_s} must be positive")
+        if tick_s is not None and not 0 < tick_s < safe_fraction * timeout_s:
+            raise ElectionError(f"tick_s={tick_s} must be positive and below safe_fraction*session_timeout_s "
+                                f"({safe_fraction * timeout_s:.3f} s), or the deadline cannot be kept fresh")
+        self.client = client
+        self.group = group
+        self.paths = GroupPaths(group)
+        self.identity = identity
+        self.credential = credential
+        self.acl = credential.acls() if credential else None
+        self.safe_fraction = safe_fraction
+        self.session_timeout_s = timeout_s
+        self.tick_s = tick_s if tick_s is not None else timeout_s / 10.0
+        self.op_timeout_s = op_timeout_s if op_timeout_s is not None else timeout_s
+        self.log = _log.bind(group=group, replica=identity.replica_id)
+        self._on_event = on_event
+        self._clock = clock
+        self._queue: queue.Queue[_Msg] = queue.Queue()
+        self._lock = threading.Lock()  # guards what other threads read: state, term, counters
+        self._thread: threading.Thread | None = None
+        self._started = False
+        # Fields below are written by the control thread only.
+        self._state = _S.IDLE
+        self._node: str | None = None
+        self._node_version = 0
+        self._node_epoch: int | None = None  # czxid of own node
+        self._session_id: int | None = None  # the session that owns own node
+        self._term = False  # Elected sent and Revoked not yet
+        self._fence: Fence | None = None
+        self._guid: str | None = None
+        self._create_tried = False
+        self._token = 0  # generation of watches and ticks; stale deliveries are dropped
+        self._predecessor: str | None = None
+        self._replica_names: dict[str, str | None] = {}
+        self._last_heard = -math.inf
+        self._connected = False
+        self._tick_in_flight: float | None = None
+        self._retry_at: float | None = None
+        self._retry_backoff_s = 0.0
+        self._orphans: list[str] = []
+        # Counters (read by the service for metrics).
+        self.watch_deliveries = 0  # predecessor-watch wake-ups acted upon (herd check)
+        self.commits_attempted = 0
+        self.commits_fenced = 0
+        self.commits_refused = 0
+        self.control_errors: list[BaseException] = []  # unexpected errors caught by the control loop
+        self._before_create: Callable[[str], None] | None = None  # test seam: runs just before the create
+
+    # ---------------------------------------------------------------- public API (any thread)
+
+    @property
+    def state(self) -> LeadershipState:
+        """The current state (see ``LeadershipState``)."""
+        with self._lock:
+            return self._state
+
+    @property
+    def epoch(self) -> int | None:
+        """The fencing token of the current term (``czxid`` of own node), ``None`` when no term runs.
+
+        Why czxid, not the sequence number: sequences come from the parent's child counter and restart at
+        0 when ``/tenure/<group>/election`` is deleted and re-created; the zxid rises for the ensemble's life.
+        """
+        with self._lock:
+            return self._node_epoch if self._term else None
+
+    @property
+    def node(self) -> str | None:
+        """The full path of own election node, if any."""
+        with self._lock:
+            return self._node
+
+    @property
+    def session_id(self) -> int | None:
+        """The session that owns own election node."""
+        with self._lock:
+            return self._session_id
+
+    def safe_until(self) -> float:
+        """The clock value after which the leader must not commit (last answered send + fraction*timeout)."""
+        with self._lock:
+            return self._last_heard + self.safe_fraction * self.session_timeout_s
+
+    def is_leader(self) -> bool:
+        """True iff LEADING, before the safe-until deadline, kazoo connected, and on the node's own session.
+
+        Computed afresh on each call (never a cached flag alone), so it turns False at the deadline even
+        when the control thread is busy.
+        """
+        with self._lock:
+            if self._state is not _S.LEADING or not self._term:
+                return False
+            session, deadline = self._session_id, self._last_heard + self.safe_fraction * self.session_timeout_s
+        if self._clock() >= deadline or self.client.state != KazooState.CONNECTED:
+            return False
+        return self._current_session() == session
+
+    def start(self) -> None:
+        """Start the control thread and join the election (creates the node there); returns at once."""
+        with self._lock:
+            if self._started:
+                raise ElectionError(f"Election for group {self.group} cannot be started more than once: "
+                                    "use join() after release(), or a new Election after close()")
+            self._started = True
+        self.client.add_listener(self._on_kazoo_state)
+        self._thread = threading.Thread(target=self._run, name=f"tenure-election-{self.group}", daemon=True)
+        self._thread.start()
+        self._queue.put(_Join())
+
+    def join(self) -> None:
+        """Rejoin after ``release`` with a new node at the back of the line; returns at once."""
+        with self._lock:
+            if not self._started or self._state is _S.CLOSED:
+                raise ElectionError(f"Election for group {self.group}: join() needs a started, unclosed "
+                                    f"election (state {self._state.name}); call start() first")
+        self._queue.put(_Join())
+
+    def release(self, timeout_s: float = 10.0) -> None:
+        """Leave the election: delete own node at once (the successor is notified), then state IDLE.
+
+        Errors are retried with back-off and logged; a running term ends with ``Revoked(reason="released")``.
+
+        Raises:
+            ElectionError: the node could not be deleted within ``timeout_s`` (it is retried in the
+                background and goes anyway when the session ends; stopping the client ends it).
+        """
+        self._not_on_control_thread("release")
+        if not self._started or self.state in (_S.IDLE, _S.CLOSED):
+            return
+        msg = _Release(deadline=self._clock() + timeout_s)
+        self._queue.put(msg)
+        if not msg.done.wait(timeout_s + self.op_timeout_s):
+            raise ElectionError(f"release of group {self.group} did not finish within {timeout_s} s "
+                                f"(state {self.state.name}): the control thread is blocked on ZooKeeper")
+        if msg.error is not None:
+            raise msg.error
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Release if needed, stop the control thread and remove the listener (the client stays open)."""
+        self._not_on_control_thread("close")
+        error: ElectionError | None = None
+        if self._thread is not None and self._thread.is_alive():
+            try:
+                self.release(timeout_s)
+            except ElectionError as exc:
+                error = exc
+            self._queue.put(_Stop())
+            self._thread.join(timeout_s)
+            self.client.remove_listener(self._on_kazoo_state)
+        with self._lock:
+            if self._state is not _S.CLOSED:
+                if self._state is not _S.IDLE:  # release could not even run: say so, then close anyway
+                    self.log.warning("closed_while_not_idle", state=self._state.name)
+                    self._state = _S.IDLE
+                self._state = check_transition(self._state, _S.CLOSED)
+        self.log.info("election_closed")
+        if error is not None:
+            raise error
+
+    def fence(self) -> Fence:
+        """The fenced-commit primitive of the current term.
+
+        Raises:
+            NotLeader: not leading now (following, suspended, past the safe-until deadline).
+        """
+        if not self.is_leader():
+            raise NotLeader(f"group {self.group}: not leading (state {self.state.name}); no fence to give")
+        with self._lock:
+            node, epoch = self._node, self._node_epoch
+            if node is None or epoch is None:
+                raise NotLeader(f"group {self.group}: the term ended while the fence was requested")
+            if self._fence is None or self._fence.epoch != epoch:
+                self._fence = Fence(self, epoch=epoch, node=node, node_version=self._node_version)
+            return self._fence
+
+    def read_handover(self) -> dict[str, Any] | None:
+        """The handover record at ``/tenure/<group>/handover`` (``None`` if none was written)."""
+        try:
+            raw, _ = self.client.get_async(self.paths.handover).get(timeout=self.op_timeout_s)
+        except NoNodeError:
+            return None
+        return parse_record(raw)
+
+    def write_handover(self, record: dict[str, Any]) -> None:
+        """Write the handover record, fenced like a commit (own node checked in the same transaction).
+
+        Raises:
+            NotLeader: not leading now. Fenced: own node gone, record moved, or a higher epoch stored there.
+        """
+        fence = self.fence()
+        context = f"group {self.group}, epoch {fence.epoch}, node {fence.node}, handover"
+        path = self.paths.handover
+        try:
+            raw, stat = self.client.get_async(path).get(timeout=self.op_timeout_s)
+        except NoNodeError:
+            ensure_record_node(self, path)
+            raw, stat = self.client.get_async(path).get(timeout=self.op_timeout_s)
+        stored = parse_record(raw)
+        if stored is not None and int(stored.get("epoch", -1)) > fence.epoch:
+            raise Fenced(f"{context}: the stored handover has epoch {stored['epoch']}, higher than ours; fenced")
+        try:
+            fenced_set(self.client, node=fence.node, node_version=self._node_version, target=path,
+                       data=encode_record(record, fence.epoch), expected_version=int(stat.version),
+                       timeout_s=self.op_timeout_s, context=context)
+        except _OutcomeUnknownError as exc:
+            raise ElectionError(f"{context}: connection lost while writing; outcome unknown ({exc})") from exc
+        self.log.info("handover_written", epoch=fence.epoch, clean=record.get("clean"))
+
+    def contenders(self) -> list[Contender]:
+        """All contenders in line order (leader first), read from ZooKeeper now."""
+        return group_status(self.client, self.group).contenders
+
+    def __repr__(self) -> str:
+        return f"Election(group={self.group!r}, replica={self.identity.replica_id!r}, state={self.state.name})"
+
+    # ---------------------------------------------------------------- kazoo threads: enqueue only
+
+    def _on_kazoo_state(self, state: str) -> None:
+        self._queue.put(_Conn(state, self._current_session()))
+
+    def _watch(self, token: int, kind: str) -> Callable[[WatchedEvent], None]:
+        def deliver(event: WatchedEvent) -> None:
+            # kazoo fires every watch with type NONE when the connection drops (and forgets them); the
+            # CONNECTED state event re-lists and re-arms instead, so these are not wake-ups.
+            if event.type != EventType.NONE:
+                self._queue.put(_Watch(token, kind))
+
+        return deliver
+
+    # ---------------------------------------------------------------- control thread
+
+    def _not_on_control_thread(self, what: str) -> None:
+        if threading.current_thread() is self._thread:
+            raise ElectionError(f"{what}() called from the election's control thread (from on_event?): "
+                                "callbacks must not block; enqueue the event and call it from your own thread")
+
+    def _run(self) -> None:
+        next_tick = self._clock()
+        while True:
+            try:
+                msg: _Msg | None = self._queue.get(timeout=max(0.0, next_tick - self._clock()))
+            except queue.Empty:
+                msg = None
+            if isinstance(msg, _Stop):
+                return
+            try:
+                if msg is not None:
+                    self._handle(msg)
+                if self._clock() >= next_tick:
+                    next_tick = self._clock() + self.tick_s
+                    self._tick()
+            except Exception as exc:  # a bug or an unforeseen ZooKeeper answer: log, keep the loop, retry
+                self.control_errors.append(exc)
+                self.log.exception("control_error", state=self._state.name, message=type(msg).__name__)
+                self._schedule_retry()
+            finally:
+                if isinstance(msg, _Release):  # never leave a caller of release() hanging
+                    msg.done.set()
+
+    def _handle(self, msg: _Msg) -> None:
+        if isinstance(msg, _Join):
+            self._on_join()
+        elif isinstance(msg, _Conn):
+            self._on_connection(msg.state, msg.session_id)
+        elif isinstance(msg, _Watch):
+            self._on_watch(msg.token, msg.kind)
+        elif isinstance(msg, _Pong):
+            self._on_pong(msg)
+        elif isinstance(msg, _Release):
+            self._on_release(msg)
+
+    def _transition(self, target: LeadershipState) -> None:
+        with self._lock:
+            previous = self._state
+            self._state = check_transition(previous, target)
+        self.log.debug("state_changed", previous=previous.name, state=target.name)
+
+    def _emit(self, event: ElectionEvent) -> None:
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(event)
+        except Exception:
+            self.log.exception("on_event_failed", event=type(event).__name__)
+
+    def _current_session(self) -> int | None:
+        client_id = self.client.client_id
+        return int(client_id[0]) if client_id else None
+
+    def _connected_now(self) -> bool:
+        return bool(self.client.state == KazooState.CONNECTED)
+
+    def _op(self, result: Any, timeout_s: float | None = None) -> Any:
+        """Wait for a kazoo async result with a bound: sync calls can hang while disconnected."""
+        return result.get(timeout=self.op_timeout_s if timeout_s is None else timeout_s)
+
+    def _transient(self) -> tuple[type[BaseException], ...]:
+        return (ConnectionLoss, SessionExpiredError, ConnectionClosedError, self.client.handler.timeout_exception)
+
+    def _heard(self, sent_at: float) -> None:
+        """A request sent at ``sent_at`` was answered: the session was alive then (conservative)."""
+        with self._lock:
+            self._last_heard = max(self._last_heard, sent_at)
+
+    def _next_token(self) -> int:
+        self._token += 1
+        return self._token
+
+    def _set_connected(self, connected: bool) -> None:
+        if connected != self._connected:
+            self._connected = connected
+            self._emit(ConnectionChanged(connected))
+
+    def _schedule_retry(self) -> None:
+        self._retry_backoff_s = min(max(self._retry_backoff_s * 2, 0.1), 2.0)
+        self._retry_at = self._clock() + self._retry_backoff_s
+        self.log.debug("recheck_scheduled", in_s=self._retry_backoff_s)
+
+    # -- joining and following ---------------------------------------------------------------
+
+    def _on_join(self) -> None:
+        if self._state is not _S.IDLE:
+            self.log.info("join_ignored", state=self._state.name)
+            return
+        self._transition(_S.JOINING)
+        self._set_connected(self._connected_now())
+        self._advance()
+
+    def _advance(self) -> None:
+        """The recipe, from JOINING or FOLLOWING (kazoo's Lock, with its gaps closed).
+
+        1. Have a node: create ``<guid>-n_`` (or find it by guid after a lost reply).
+        2. List the children and sort them by sequence.
+        3. Own node missing: it died with a session or was deleted; forget it and go to 1.
+        4. Lowest: verify ``ephemeralOwner`` is this session, arm a watch on own node, lead.
+        5. Otherwise watch only the next-lower node (a data watch via get: no watch is left behind
+           when it is already gone); if it is gone, go to 2; else follow.
+        """
+        if self._state not in (_S.JOINING, _S.FOLLOWING) or not self._connected_now():
+            return  # the CONNECTED event brings us back
+        session = self._current_session()
+        try:
+            for _ in range(_MAX_RELIST):
+                if self._node is not None and self._session_id != session:
+                    self._forget_node()  # the old session's node went (or goes) with it
+                if self._node is None and not self._create_node(session):
+                    self._schedule_retry()
+                    return
+                assert self._node is not None
+                sent = self._clock()
+                names = sort_nodes(self._op(self.client.get_children_async(self.paths.election)))
+                own = self._node.rsplit("/", 1)[1]
+                if own not in names:
+                    self.log.info("own_node_missing", node=own)
+                    self._forget_node()
+                    continue
+                position = names.index(own)
+                if position == 0:
+                    if self._lead(session, sent):
+                        return
+                    continue
+                predecessor = names[position - 1]
+                token = self._next_token()
+                try:
+                    self._op(self.client.get_async(self.paths.node(predecessor),
+                                                   watch=self._watch(token, "predecessor")))
+                except NoNodeError:
+                    continue  # gone between list and watch: re-list, never assume
+                self._heard(sent)
+                self._retry_backoff_s = 0.0
+                if self._state is _S.JOINING:
+                    self._transition(_S.FOLLOWING)
+                if predecessor != self._predecessor:
+                    self._predecessor = predecessor
+                    leader = self._replica_of(names[0])
+                    self.log.info("following", predecessor=predecessor, position=position, leader=leader)
+                    self._emit(Following(leader, position))
+                return
+            raise ElectionError(f"group {self.group}: no stable view of the line after {_MAX_RELIST} re-lists")
+        except NoNodeError:  # the election parent vanished under us: start over with a new node
+            self.log.info("election_parent_missing", path=self.paths.election)
+            self._forget_node()
+            self._schedule_retry()
+        except self._transient() as exc:
+            self.log.debug("advance_interrupted", error=type(exc).__name__)
+            self._schedule_retry()
+
+    def _lead(self, session: int | None, sent: float) -> bool:
+        """Step 4: own node is lowest; lead iff this session owns it. False: node dropped, go round again."""
+        assert self._node is not None
+        token = self._next_token()
+        try:
+            _, stat = self._op(self.client.get_async(self._node, watch=self._watch(token, "own")))
+        except NoNodeError:
+            self._forget_node()
+            return False
+        if stat.ephemeralOwner != session:  # CURATOR-696: a node from an old session is not ours
+            self.log.info("node_not_owned", node=self._node, owner=hex(stat.ephemeralOwner),
+                          session=hex(session or 0))
+            self._forget_node()
+            return False
+        self._heard(sent)
+        self._retry_backoff_s = 0.0
+        self._transition(_S.LEADING)
+        with self._lock:
+            self._term = True
+            epoch = self._node_epoch
+        self._predecessor = None
+        assert epoch is not None
+        self.log.info("elected", epoch=epoch, node=self._node)
+        self._emit(Elected(epoch))
+        return True
+
+    def _create_node(self, session: int | None) -> bool:
+        """Step 1, with the guid trick (credited by kazoo to Curator): if a create's reply is lost, the
+        node may exist anyway, so every retry first lists the children and looks for our guid."""
+        if self._guid is None:
+            self._guid = uuid.uuid4().hex
+            self._create_tried = False
+        prefix = self.paths.node(self._guid + NODE_MARK)
+        for attempt in range(1, _CREATE_TRIES + 1):
+            try:
+                if self._create_tried and self._find_own(session):
+                    return True
+                self._ensure_paths()
+                self._create_tried = True
+                if self._before_create is not None:
+                    self._before_create(prefix)
+                path, stat = self._op(self.client.create_async(
+                    prefix, self.identity.to_bytes(), acl=self.acl, ephemeral=True, sequence=True,
+                    include_data=True))
+                self._adopt(path, stat, session)
+                return True
+            except NoNodeError:
+                self.log.debug("create_parent_missing", attempt=attempt)
+            except (ConnectionLoss, self.client.handler.timeout_exception) as exc:
+                self.log.debug("create_retry", attempt=attempt, error=type(exc).__name__)
+                if not self._connected_now():
+                    return False
+                time.sleep(min(0.05 * 2**attempt, 1.0))
+        return False
+
+    def _ensure_paths(self) -> None:
+        self._op(self.client.ensure_path_async(self.paths.election, acl=self.acl))
+        for path in (self.paths.commit, self.paths.handover):
+            with contextlib.suppress(NodeExistsError):
+                self._op(self.client.create_async(path, b"", acl=self.acl))
+
+    def _find_own(self, session: int | None) -> bool:
+        try:
+            names = sort_nodes(self._op(self.client.get_children_async(self.paths.election)))
+        except NoNodeError:
+            return False  # no parent, so no node of ours: create (after ensuring the parent)
+        assert self._guid is not None
+        for name in (n for n in names if n.startswith(self._guid + NODE_MARK)):
+            path = self.paths.node(name)
+            stat = self._op(self.client.exists_async(path))
+            if stat is not None and stat.ephemeralOwner == session:
+                self.log.info("own_node_found_after_retry", node=name)
+                self._adopt(path, stat, session)
+                return True
+        return False
+
+    def _adopt(self, path: str, stat: Any, session: int | None) -> None:
+        with self._lock:
+            self._node = path
+            self._node_version = int(stat.version)
+            self._node_epoch = int(stat.czxid)
+            self._session_id = session
+        self._guid = None
+        self.log.info("joined", node=path.rsplit("/", 1)[1], czxid=int(stat.czxid))
+
+    def _forget_node(self) -> None:
+        with self._lock:
+            self._node = None
+            self._node_epoch = None
+            self._session_id = None
+            self._fence = None
+        self._guid = None
+        self._predecessor = None
+        self._next_token()
+
+    def _replica_of(self, name: str) -> str | None:
+        if name not in self._replica_names:
+            if len(self._replica_names) > 1000:
+                self._replica_names.clear()
+            try:
+                raw, _ = self._op(self.client.get_async(self.paths.node(name)))
+            except NoNodeError:
+                return None
+            identity = Identity.from_bytes(raw)
+            self._replica_names[name] = identity.replica_id if identity else None
+        return self._replica_names[name]
+
+    # -- terms ------------------------------------------------------------------------------
+
+    def _end_term(self, reason: str) -> None:
+        with self._lock:
+            was, epoch = self._term, self._node_epoch
+            self._term = False
+            self._fence = None
+        if was and epoch is not None:
+            self.log.info("revoked", epoch=epoch, reason=reason)
+            self._emit(Revoked(epoch, reason))
+
+    def _revoke_and_rejoin(self, reason: str, *, delete: bool) -> None:
+        node = self._node
+        self._end_term(reason)
+        if delete and node is not None:
+            self._orphans.append(node)
+            self._delete_orphans()
+        self._forget_node()
+        self._transition(_S.JOINING)
+        self._advance()
+
+    def _reverify(self) -> None:
+        """After a reconnect (or a deadline suspension) on the same session: own node must exist, be the
+        lowest and be owned by this session — then resume; otherwise the term is revoked."""
+        if self._node is None or not self._connected_now():
+            return
+        session = self._current_session()
+        own = self._node.rsplit("/", 1)[1]
+        sent = self._clock()
+        try:
+            names = sort_nodes(self._op(self.client.get_children_async(self.paths.election)))
+            token = self._next_token()
+            try:
+                _, stat = self._op(self.client.get_async(self._node, watch=self._watch(token, "own")))
+            except NoNodeError:
+                stat = None
+        except NoNodeError:
+            names, stat = [], None
+        except self._transient() as exc:
+            self.log.debug("reverify_interrupted", error=type(exc).__name__)
+            self._schedule_retry()
+            return
+        if stat is None:
+            self._revoke_and_rejoin("node deleted", delete=False)
+        elif stat.ephemeralOwner != session or session != self._session_id:
+            self._revoke_and_rejoin("node not owned by this session", delete=False)
+        elif not names or names[0] != own:
+            self._revoke_and_rejoin("not the lowest node after reconnect", delete=True)
+        else:
+            self._heard(sent)
+            self._retry_backoff_s = 0.0
+            if self._state is _S.SUSPENDED:
+                self._transition(_S.LEADING)
+                self.log.info("resumed", epoch=self._node_epoch)
+                assert self._node_epoch is not None
+                self._emit(Resumed(self._node_epoch))
+
+    def _suspend(self, reason: str) -> None:
+        if self._state is _S.LEADING:
+            self._transition(_S.SUSPENDED)
+            assert self._node_epoch is not None
+            self.log.info("suspended", epoch=self._node_epoch, reason=reason)
+            self._emit(Suspended(self._node_epoch, reason))
+
+    # -- connection events ------------------------------------------------------------------
+
+    def _on_connection(self, state: str, session: int | None) -> None:
+        if state == KazooState.SUSPENDED:
+            self._set_connected(False)
+            self._suspend("connection suspended")
+        elif state == KazooState.LOST:
+            self._set_connected(False)
+            self._orphans.clear()  # they died with the session
+            self._session_lost()
+        elif state == KazooState.CONNECTED:
+            self._set_connected(True)
+            if self._node is not None and session != self._session_id:
+                self._orphans.clear()
+                self._session_lost()  # missed the LOST: a new session means the old node is gone
+            if self._state in (_S.LEADING, _S.SUSPENDED):
+                self._reverify()
+            elif self._state in (_S.JOINING, _S.FOLLOWING):
+                self._advance()
+            self._delete_orphans()
+
+    def _session_lost(self) -> None:
+        self._end_term("session lost")
+        if self._node is not None:
+            self.log.info("node_lost_with_session", node=self._node)
+        self._forget_node()
+        if self._state in (_S.LEADING, _S.SUSPENDED, _S.FOLLOWING):
+            self._transition(_S.JOINING)
+
+    def _on_watch(self, token: int, kind: str) -> None:
+        if token != self._token:
+            return  # a superseded watch (re-armed since, or a node we dropped)
+        if kind == "predecessor" and self._state is _S.FOLLOWING:
+            with self._lock:
+                self.watch_deliveries += 1
+            self._advance()
+        elif kind == "own" and self._state in (_S.LEADING, _S.SUSPENDED):
+            self._reverify()
+
+    # -- tick: liveness round-trip and the safe-until deadline --------------------------------
+
+    def _tick(self) -> None:
+        now = self._clock()
+        if self._state is _S.LEADING and now >= self.safe_until():
+            self._suspend("safe-until deadline passed")
+        if self._tick_in_flight is not None and now - self._tick_in_flight > self.session_timeout_s:
+            self._tick_in_flight = None  # kazoo drops queued requests on session loss without an answer
+        if not self._connected_now():
+            return
+        if self._node is not None and self._tick_in_flight is None:
+            node, sent = self._node, self._clock()
+            self._tick_in_flight = sent
+            result = self.client.exists_async(node)
+            result.rawlink(lambda res: self._queue.put(_Pong(node, sent, res)))
+        if self._retry_at is not None and now >= self._retry_at:
+            self._retry_at = None
+            if self._state in (_S.LEADING, _S.SUSPENDED):
+                self._reverify()
+            else:
+                self._advance()
+        self._delete_orphans()
+
+    def _on_pong(self, msg: _Pong) -> None:
+        self._tick_in_flight = None
+        if msg.node != self._node or not msg.result.successful():
+            return
+        if msg.result.value is None:  # own node is gone
+            if self._state in (_S.LEADING, _S.SUSPENDED):
+                self._revoke_and_rejoin("node deleted", delete=False)
+            elif self._state is _S.FOLLOWING:
+                self.log.info("own_node_missing", node=self._node)
+                self._forget_node()
+                self._transition(_S.JOINING)
+                self._advance()
+            return
+        if self._current_session() == self._session_id:
+            self._heard(msg.sent_at)
+        if self._state is _S.SUSPENDED and self._connected_now() and self._clock() < self.safe_until():
+            self._reverify()  # a deadline suspension while kazoo stayed connected: fresh answers again
+
+    # -- release ----------------------------------------------------------------------------
+
+    def _on_release(self, msg: _Release) -> None:
+        if self._state in (_S.IDLE, _S.CLOSED):
+            return
+        node = self._node
+        self._transition(_S.RELEASING)
+        if node is not None:
+            msg.error = self._delete_until(node, msg.deadline)
+        self._end_term("released")
+        self._forget_node()
+        self._retry_at = None
+        self._transition(_S.IDLE)
+
+    def _delete_until(self, node: str, deadline: float) -> ElectionError | None:
+        """Delete ``node`` now; retry transient errors with back-off until ``deadline`` (logged, not swallowed)."""
+        attempt = 0
+        while True:
+            attempt += 1
+            remaining = deadline - self._clock()
+            try:
+                self._op(self.client.delete_async(node), timeout_s=max(0.01, min(self.op_timeout_s, remaining)))
+                self.log.info("released", node=node.rsplit("/", 1)[1], attempt=attempt)
+                return None
+            except NoNodeError:
+                self.log.info("released", node=node.rsplit("/", 1)[1], already_gone=True)
+                return None
+            except (SessionExpiredError, ConnectionClosedError) as exc:
+                self.log.info("released", node=node.rsplit("/", 1)[1], gone_with_session=type(exc).__name__)
+                return None
+            except (KazooException, self.client.handler.timeout_exception) as exc:
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    self._orphans.append(node)
+                    self.log.warning("release_incomplete", node=node, attempts=attempt, error=type(exc).__name__)
+                    return ElectionError(
+                        f"group {self.group}: could not delete election node {node} after {attempt} attempts "
+                        f"({type(exc).__name__}); retrying in the background; it also goes when the session "
+                        "ends (stop the client to end it)")
+                self.log.debug("release_retry", attempt=attempt, error=type(exc).__name__)
+                time.sleep(min(0.05 * 2**attempt, 1.0, remaining))
+
+    def _delete_orphans(self) -> None:
+        """Nodes we own but left behind (a failed release, a revoked term): delete them when we can."""
+        if not self._orphans or not self._connected_now():
+            return
+        for node in list(self._orphans):
+            try:
+                self._op(self.client.delete_async(node))
+            except NoNodeError:
+                pass
+            except (KazooException, self.client.handler.timeout_exception) as exc:
+                self.log.debug("orphan_delete_retry", node=node, error=type(exc).__name__)
+                continue
+            self._orphans.remove(node)
+            self.log.info("orphan_deleted", node=node)
+
+    # -- counters for Fence -----------------------------------------------------------------
+
+    def _count(self, attr: str) -> None:
+        with self._lock:
+            setattr(self, attr, getattr(self, attr) + 1)

@@ -1,0 +1,59 @@
+"""The ZooKeeper layout of one group (DESIGN.md "ZooKeeper layout") and election-node name parsing."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from election._errors import ElectionError
+
+__all__ = ["NODE_MARK", "GroupPaths", "node_sequence", "sort_nodes"]
+
+ROOT = "/tenure"
+#: kazoo's Lock recipe naming: ``<guid>-n_<seq>``; the guid finds our node after a lost create reply.
+NODE_MARK = "-n_"
+_GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_SEQ_RE = re.compile(r"-n_(-?\d{10})$")
+
+
+@dataclass(frozen=True)
+class GroupPaths:
+    """``/tenure/<group>/{election,commit,handover}`` for one consumer group."""
+
+    group: str
+
+    def __post_init__(self) -> None:
+        if not _GROUP_RE.match(self.group):
+            raise ElectionError(f"group={self.group!r} is not a valid group name: use 1–128 letters, digits, "
+                                "'_', '.' or '-', starting with a letter or digit")
+
+    @property
+    def root(self) -> str:
+        return f"{ROOT}/{self.group}"
+
+    @property
+    def election(self) -> str:
+        return f"{self.root}/election"
+
+    @property
+    def commit(self) -> str:
+        return f"{self.root}/commit"
+
+    @property
+    def handover(self) -> str:
+        return f"{self.root}/handover"
+
+    def node(self, name: str) -> str:
+        return f"{self.election}/{name}"
+
+
+def node_sequence(name: str) -> int | None:
+    """The sequence number of an election node name, or ``None`` for a name that is not ours."""
+    match = _SEQ_RE.search(name)
+    return int(match.group(1)) if match else None
+
+
+def sort_nodes(names: list[str]) -> list[str]:
+    """Election node names in line order (lowest sequence first); foreign names are left out."""
+    ours = [(seq, n) for n in names if (seq := node_sequence(n)) is not None]
+    return [n for _, n in sorted(ours)]

@@ -1,0 +1,113 @@
+"""Read-only queries: who leads a group, who contends, and the last commit and handover records."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from election._identity import Identity
+from election._layout import GroupPaths, node_sequence, sort_nodes
+
+__all__ = ["Contender", "GroupStatus", "group_status", "parse_record"]
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One election node: its name, line position data, identity and fencing epoch (its ``czxid``)."""
+
+    node: str
+    sequence: int
+    epoch: int
+    session_id: int
+    identity: Identity | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "sequence": self.sequence,
+            "epoch": self.epoch,
+            "session_id": f"0x{self.session_id:x}",
+            "identity": self.identity.to_json() if self.identity else None,
+        }
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    """A snapshot of one group. ``leader`` is the lowest live node (it leads, or will within milliseconds
+    once it has verified ownership); ``contenders`` are in line order, leader first.
+
+    Example::
+
+        status = group_status(client, "orders")
+        print(status.leader.identity.replica_id if status.leader else "no leader")
+    """
+
+    leader: Contender | None
+    contenders: list[Contender]
+    commit: dict[str, Any] | None
+    handover: dict[str, Any] | None
+    group: str = ""
+    commit_version: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "leader": self.leader.to_json() if self.leader else None,
+            "epoch": self.leader.epoch if self.leader else None,
+            "contenders": [c.to_json() for c in self.contenders],
+            "commit": self.commit,
+            "commit_version": self.commit_version,
+            "handover": self.handover,
+        }
+
+
+def parse_record(raw: bytes | None) -> dict[str, Any] | None:
+    """A JSON object record from znode data; ``None`` for empty data (created, never written)."""
+    if not raw:
+        return None
+    value = json.loads(raw.decode())
+    if not isinstance(value, dict):
+        raise ValueError(f"record is not a JSON object: {raw[:80]!r}")
+    return value
+
+
+def _read(client: KazooClient, path: str) -> tuple[dict[str, Any] | None, int | None]:
+    try:
+        raw, stat = client.get(path)
+    except NoNodeError:
+        return None, None
+    return parse_record(raw), int(stat.version)
+
+
+def group_status(client: KazooClient, group: str) -> GroupStatus:
+    """Read the group's contenders (in line order), commit and handover records from ZooKeeper.
+
+    Args:
+        client: a started kazoo client (read access to the group's znodes is enough).
+        group: the consumer group.
+
+    Nodes that vanish while being read are left out: the answer is a snapshot, not a lock.
+    """
+    paths = GroupPaths(group)
+    try:
+        names = sort_nodes(client.get_children(paths.election))
+    except NoNodeError:
+        names = []
+    contenders: list[Contender] = []
+    for name in names:
+        try:
+            raw, stat = client.get(paths.node(name))
+        except NoNodeError:
+            continue
+        seq = node_sequence(name)
+        assert seq is not None, "sort_nodes keeps only sequenced names"
+        contenders.append(Contender(node=name, sequence=seq, epoch=int(stat.czxid),
+                                    session_id=int(stat.ephemeralOwner), identity=Identity.from_bytes(raw)))
+    commit, commit_version = _read(client, paths.commit)
+    handover, _ = _read(client, paths.handover)
+    return GroupStatus(leader=contenders[0] if contenders else None, contenders=contenders, commit=commit,
+                       handover=handover, group=group, commit_version=commit_version)

@@ -1,0 +1,113 @@
+"""`tenure up`: the local topology starts, elects one leader, is scraped by a real Prometheus, and stops clean."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service._topology import Topology
+from tests._prometheus import alerts, prometheus_binary, query, running_prometheus, wait_until
+from tests._replicas import REPO, wait_for
+from tests.conftest import free_port
+
+ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
+
+
+def _children_of(pid: int) -> set[int]:
+    """Every live descendant of ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def test_up_elects_one_leader_and_stops_clean(tmp_path: Path) -> None:
+    """`tenure up --career counter`: one leader, metrics on every replica, SIGTERM leaves no process behind."""
+    proc = subprocess.Popen([sys.executable, "-m", "service", "up", "--replicas", "3", "--dir", str(tmp_path),
+                             "--career", "counter", "--session-timeout-s", "4", "--handover-timeout-s", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        while "metrics:" not in first:
+            first = proc.stdout.readline()
+            assert first, "tenure up exited before printing its endpoints"
+        ports = [int(p.rsplit(":", 1)[1]) for p in first.split("metrics:")[1].strip().split(", ")]
+        assert len(ports) == 3
+        line = wait_for(lambda: next((ln for ln in iter(proc.stdout.readline, "") if "LEADER" in ln), None),
+                        60, "a status line naming the leader")
+        assert line.count("LEADER") == 1 and line.count("follower") == 2
+        descendants = _children_of(proc.pid)
+        assert len(descendants) >= 6  # 3 ZooKeeper servers and 3 replicas
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in descendants), 15,
+                 "every child process to be gone")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.skipif(prometheus_binary() is None, reason="prometheus server not installed (Debian package prometheus)")
+@pytest.mark.timeout(180)
+def test_prometheus_scrapes_the_topology_and_alerts_on_no_leader(tmp_path: Path) -> None:
+    """A real Prometheus scrapes `tenure up`'s replicas: it sees one leader; with every replica stopped the
+    TenureNoLeader rule goes pending."""
+    topology = Topology(tmp_path / "up", replicas=3, career="counter", session_timeout_s=4, handover_timeout_s=2)
+    topology.start()
+    try:
+        targets = ", ".join(f'"127.0.0.1:{r.port}"' for r in topology.replicas)
+        config = f"""
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+rule_files:
+  - {ALERTS}
+scrape_configs:
+  - job_name: tenure
+    static_configs:
+      - targets: [{targets}]
+"""
+        port = free_port()
+        with running_prometheus(config, tmp_path / "prometheus", port):
+            topology.wait_for_leader(60)
+
+            def one_leader_seen() -> bool | None:
+                result = query(port, "sum(tenure_is_leader)")
+                return True if result and float(result[0]["value"][1]) == 1.0 else None
+
+            wait_until(one_leader_seen, 30, "Prometheus to see exactly one leader")
+            for replica in topology.replicas:
+                replica.stop(10)
+
+            def no_leader_alert() -> dict[str, Any] | None:
+                return next((a for a in alerts(port) if a["labels"]["alertname"] == "TenureNoLeader"), None)
+
+            started = time.monotonic()
+            alert = wait_until(no_leader_alert, 30, "TenureNoLeader to go pending")
+            assert alert["state"] == "pending", f"after {time.monotonic() - started:.1f} s"
+    finally:
+        topology.stop()
