@@ -50,6 +50,14 @@ class ReplicaConfig(BaseModel):
     spark_master: str = Field(default="local[2]", description="Spark master: local[N], spark://…, k8s://…")
     max_files_per_trigger: int = Field(default=5, description="Flow control: queue files per batch.")
     max_bytes_per_trigger: int | None = Field(default=None, description="Flow control: bytes per batch, if set.")
+    trigger_interval_s: float = Field(default=0.5, description="Spark processing-time trigger.")
+    max_line_bytes: int = Field(default=1 << 20, description="Longer lines are quarantined as oversized; "
+                                "`tenure verify` must use the same value.")
+    dedup_window: str = Field(default="24 hours", description="How long a message id is remembered (a Spark "
+                              "interval); a repeat arriving later is written again.")
+    archive_retention_s: float = Field(default=7 * 86400.0, description="Archived queue files are deleted "
+                                       "this long after archiving; `tenure verify` needs them.")
+    shuffle_partitions: int = Field(default=2, description="Output partitions (part files) per batch, by key.")
     idle_backoff_s: float = Field(default=0.1, description="Pause after an execute() that found no work.")
     failure_backoff_s: float = Field(default=1.0, description="First back-off after the career raised; doubles.")
     failure_backoff_max_s: float = Field(default=60.0, description="Cap of the failure back-off; a term "
@@ -101,15 +109,16 @@ class ReplicaConfig(BaseModel):
             raise ValueError("must be between 0.1 and 0.9 of the session timeout (0.5 is a good default)")
         return value
 
-    @field_validator("max_files_per_trigger")
+    @field_validator("max_files_per_trigger", "max_line_bytes", "shuffle_partitions")
     @classmethod
-    def _positive_files(cls, value: int) -> int:
+    def _at_least_one(cls, value: int) -> int:
         if value < 1:
-            raise ValueError("must be at least 1 file per trigger")
+            raise ValueError("must be at least 1")
         return value
 
     @field_validator("handover_timeout_s", "connect_timeout_s", "idle_backoff_s", "failure_backoff_s",
-                     "failure_backoff_max_s", "liveness_timeout_s", "counter_interval_s")
+                     "failure_backoff_max_s", "liveness_timeout_s", "counter_interval_s", "trigger_interval_s",
+                     "archive_retention_s")
     @classmethod
     def _positive(cls, value: float) -> float:
         if value <= 0:

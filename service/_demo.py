@@ -14,24 +14,28 @@ from service._verify import verify
 
 __all__ = ["run_demo"]
 
+_MAX_LINE_BYTES = 64 * 1024
+
 
 def _say(console: Console, text: str) -> None:
     console.print(f"[bold cyan]demo[/] {time.strftime('%H:%M:%S')} {text}")
 
 
 def _drained(data_root: Path) -> bool:
-    report = verify(data_root)
+    report = verify(data_root, max_line_bytes=_MAX_LINE_BYTES)
     return report.lost == 0 and report.unquarantined == 0
 
 
 def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, keys: int = 50,
              career: str = "spark", session_timeout_s: float = 6.0, settle_timeout_s: float = 240.0) -> int:
     """Run the scripted demonstration; returns 0 when the audit finds every message exactly once, in order."""
-    console = Console()
+    console = Console(soft_wrap=True)  # long lines stay whole in logs and pipes
     if directory.exists():
         shutil.rmtree(directory)
+    # Injected oversized lines are max_line_bytes + 1 long: a 64 KiB limit keeps the demo's queue small.
+    line_limit = ["--max-line-bytes", str(_MAX_LINE_BYTES)]
     topology = Topology(directory, replicas=3, career=career, session_timeout_s=session_timeout_s,
-                        handover_timeout_s=3.0)
+                        handover_timeout_s=3.0, replica_args=line_limit)
     try:
         _say(console, f"starting a 3-server ZooKeeper ensemble and 3 {career} replicas under {directory}")
         topology.start()
@@ -39,7 +43,7 @@ def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, key
         _say(console, f"[green]{first.replica_id}[/] leads with epoch {first.epoch}; the others follow, warm")
         _say(console, f"producing {records} records over {keys} keys at {rate:g}/s, with 5% repeats and 1% bad lines")
         producer = topology.start_producer(["--records", str(records), "--keys", str(keys), "--rate", f"{rate:g}",
-                                            "--duplicates", "0.05", "--bad", "0.01", "--seed", "7"])
+                                            "--duplicates", "0.05", "--bad", "0.01", "--seed", "7", *line_limit])
         topology.wait_for(lambda: topology.replica(first.replica_id).status().records >= records // 3, 180,
                           "the leader to write a third of the records")
         killed = topology.replica(first.replica_id)
@@ -56,6 +60,6 @@ def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, key
     finally:
         _say(console, "stopping every process (followers, then the leader with a graceful handover)")
         topology.stop()
-    report = verify(topology.data_root)
-    console.print(report.render())
+    report = verify(topology.data_root, max_line_bytes=_MAX_LINE_BYTES)
+    print(report.render(), flush=True)
     return 0 if report.ok else 1

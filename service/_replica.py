@@ -91,14 +91,22 @@ def _make_career(config: ReplicaConfig, metrics: Metrics) -> Career:
                              observer=metrics)
     from career.spark import SparkCareer, SparkCareerConfig  # Spark is imported only when it is the career
 
-    spark_config = SparkCareerConfig(
-        data_root=config.data_root,
-        spark_master=config.spark_master,
-        standby=config.standby,
-        max_files_per_trigger=config.max_files_per_trigger,
-        max_bytes_per_trigger=config.max_bytes_per_trigger,
-        handover_timeout_s=config.handover_timeout_s,
-    )
+    try:
+        spark_config = SparkCareerConfig(
+            data_root=config.data_root,
+            spark_master=config.spark_master,
+            standby=config.standby,
+            max_files_per_trigger=config.max_files_per_trigger,
+            max_bytes_per_trigger=config.max_bytes_per_trigger,
+            handover_timeout_s=config.handover_timeout_s,
+            trigger_interval_s=config.trigger_interval_s,
+            max_line_bytes=config.max_line_bytes,
+            dedup_window=config.dedup_window,
+            archive_retention_s=config.archive_retention_s,
+            shuffle_partitions=config.shuffle_partitions,
+        )
+    except ValueError as exc:  # the career validates what only it knows (e.g. the dedup interval)
+        raise ConfigError(str(exc)) from exc
     return SparkCareer(spark_config, metrics, replica_id=config.replica_id)
 
 

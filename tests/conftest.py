@@ -8,6 +8,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,9 @@ import pytest
 from kazoo.client import KazooClient
 
 from service._ensemble import Ensemble
+
+# Spark's Python workers must run this interpreter (with pyarrow), not whatever python3 PATH finds first.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 ZK_TICK_MS = 500  # sessions may then last 1–10 s, and expire within half a second of their timeout
 

@@ -171,6 +171,8 @@ def _run_fails(args: list[str], timeout_s: float = 60) -> str:
         ("bad group name", ["--group", "a/b"], "group='a/b' must be 1–64 letters"),
         ("bad connect string", ["--zk", "nonsense"], "zk='nonsense' is not a ZooKeeper connect string"),
         ("unknown career", ["--career", "nope"], "career='nope' is not a career"),
+        ("bad dedup window", ["--career", "spark", "--dedup-window", "soon"],
+         "dedup_window='soon' is not a Spark interval"),
         ("career that cannot load", ["--career", "no.such.module:make"], "career='no.such.module:make' cannot"),
     ],
 )

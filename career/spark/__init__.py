@@ -1,0 +1,26 @@
+"""The Spark career: a single-writer Structured Streaming consumer with fenced, exactly-once output.
+
+The leader reads ``<data-root>/landing/*.jsonl`` (or another configured source), quarantines bad lines with a
+reason, drops repeated message ids with Spark state kept in the checkpoint, orders each batch by (key, seq),
+stages Parquet, commits through the ZooKeeper fence, then publishes into ``table/``. A re-run of a committed
+batch id is skipped; a new leader rolls a committed-but-unpublished batch forward. See docs/readme/spark.md.
+
+What is guaranteed: every distinct valid id is written once and every bad line quarantined once, across any
+number of leader changes, provided the data root has atomic rename (local disk, HDFS) and a repeat of an id
+arrives within ``dedup_window`` of its first copy. What is not: readers may briefly see part of the newest
+batch while its part files are being renamed into place; a repeat later than the dedup window is written again.
+"""
+
+from career.spark._career import HandingOverError, InjectedFaultError, SparkCareer, SparkCareerError
+from career.spark._config import FAULT_POINTS, SparkCareerConfig
+from career.spark._session import build_session
+
+__all__ = [
+    "FAULT_POINTS",
+    "HandingOverError",
+    "InjectedFaultError",
+    "SparkCareer",
+    "SparkCareerConfig",
+    "SparkCareerError",
+    "build_session",
+]

@@ -1,0 +1,583 @@
+"""The Spark career: a single-writer Structured Streaming consumer whose output appears only by fenced commit."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import structlog
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
+
+from career._protocol import CareerContext, CareerObserver, Outcome
+from career.spark._config import SparkCareerConfig
+from career.spark._pipeline import (
+    BINARY_FILE,
+    KIND_BAD,
+    KIND_FILE,
+    KIND_ROW,
+    classified_stream,
+    quarantine_rows,
+    table_rows,
+)
+from career.spark._session import build_session, use_driver_python
+from career.spark._storage import (
+    Layout,
+    archive_files,
+    empty_landing_files,
+    finish_publish,
+    is_published,
+    landing_files,
+    remove_dead_staging,
+    sweep_archive,
+)
+from election._errors import ElectionError, Fenced, NotLeader, TenureError
+
+__all__ = ["HandingOverError", "InjectedFaultError", "SparkCareer", "SparkCareerError"]
+
+_BACKLOG_EVERY_S = 1.0
+_SWEEP_EVERY_S = 60.0
+_EMPTY_FILE_MIN_AGE_S = 2.0
+_POLL_S = 0.02
+
+
+class SparkCareerError(TenureError):
+    """The Spark career cannot go on (the streaming query died, or it was driven out of order)."""
+
+
+class InjectedFaultError(SparkCareerError):
+    """Raised at a ``fail_after`` point: a deliberate crash inside a batch, for tests and drills."""
+
+
+class HandingOverError(SparkCareerError):
+    """A batch refused to start because the term is ending; Spark re-runs it from the checkpoint later."""
+
+
+@dataclass
+class _Term:
+    """One leadership term's shared state: the control thread and Spark's batch thread both touch it."""
+
+    ctx: CareerContext
+    log: Any
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    query: Any = None
+    in_flight: int | None = None
+    last_seen: int | None = None  # the last batch id whose foreachBatch returned (committed or skipped)
+    completed: int = 0
+    reported: int = 0
+    last_committed: int | None = None
+    last_record: dict[str, Any] | None = None
+    error: BaseException | None = None
+    restarts: int = 0
+
+    @property
+    def epoch(self) -> int:
+        return self.ctx.epoch
+
+
+class _NullObserver:
+    def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int]) -> None:
+        pass
+
+    def commit_finished(self, duration_s: float, committed_at: float) -> None:
+        pass
+
+    def backlog(self, files: int) -> None:
+        pass
+
+
+class _ScratchFence:
+    """An in-memory fence for the warm-up run (no ZooKeeper: nothing it writes is ever visible)."""
+
+    def __init__(self) -> None:
+        self._record: dict[str, Any] | None = None
+        self._version = 0
+
+    @property
+    def epoch(self) -> int:
+        return 0
+
+    def read_commit(self) -> tuple[dict[str, Any] | None, int]:
+        return self._record, self._version
+
+    def commit(self, record: dict[str, Any], expected_version: int) -> int:
+        if expected_version != self._version:
+            raise Fenced(f"scratch fence: version {self._version}, expected {expected_version}")
+        self._record = dict(record)
+        self._version += 1
+        return self._version
+
+
+def _committed_batch(record: dict[str, Any] | None) -> int | None:
+    """The batch id a commit record names (``None``: no record, or one another career wrote)."""
+    if record is None or record.get("batch_id") is None:
+        return None
+    return int(record["batch_id"])
+
+
+def _source_name(source_file: str) -> str:
+    """``file:/…/landing/a%20b.jsonl`` → ``a b.jsonl`` (the name inside ``landing/``)."""
+    path = unquote(urlparse(source_file).path) if source_file.startswith("file:") else source_file
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+class _BatchWriter:
+    """The ``foreachBatch`` function of one term (runs on Spark's stream thread, one batch at a time).
+
+    For batch ``B`` (the numbered steps are the order of side effects, DESIGN.md "Data flow"):
+
+    1. Refuse to start when the term is handing over or not leading: raise, never return — a returning
+       ``foreachBatch`` lets Spark mark the batch done (data loss); a raise makes Spark re-run it later.
+    2. Read the commit record. If ``B`` is already committed (a re-run after a failover), finish its publish
+       if unfinished, run the batch through the ``noop`` sink (Spark's dedup state must still advance to
+       version ``B``), and return: ``skipped``. Otherwise the last committed batch is Spark-committed (Spark
+       only starts ``B`` after committing ``B-1``), so its queue files are archived now.
+    3. Classify, deduplicate and order; write staged Parquet under ``_staging/epoch=<e>/batch=<B>/``.
+    4. Fenced commit of a record naming the staged folders and the files read, at the version read in 2.
+    5. Publish: move the staged part files into ``table/`` and ``quarantine/`` (idempotent renames).
+    6. Return: Spark then commits the batch to its checkpoint.
+    """
+
+    def __init__(self, term: _Term, layout: Layout, config: SparkCareerConfig, observer: CareerObserver,
+                 replica_id: str) -> None:
+        self._term = term
+        self._layout = layout
+        self._config = config
+        self._observer = observer
+        self._replica_id = replica_id
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        term = self._term
+        started = time.monotonic()
+        with term.lock:
+            term.in_flight = batch_id
+        outcome = "failed"
+        counts: dict[str, int] = {}
+        try:
+            outcome, counts = self._run(df, batch_id)
+        except Fenced as exc:
+            outcome = "fenced"
+            term.error = exc
+            term.log.warning("batch_fenced", batch=batch_id, epoch=term.epoch, error=str(exc))
+            raise
+        except (HandingOverError, NotLeader) as exc:
+            outcome = "deferred"
+            term.error = exc
+            term.log.info("batch_deferred", batch=batch_id, epoch=term.epoch, reason=str(exc))
+            raise
+        except BaseException as exc:
+            term.error = exc
+            term.log.error("batch_failed", batch=batch_id, epoch=term.epoch, error=repr(exc)[:2000])
+            raise
+        finally:
+            duration = time.monotonic() - started
+            if outcome != "deferred":  # a deferred batch did nothing: Spark re-runs it
+                self._observer.batch_finished(outcome, duration, counts)
+            with term.lock:
+                term.in_flight = None
+                if outcome in ("committed", "skipped"):
+                    term.last_seen = batch_id
+                    term.completed += 1
+
+    def _fault(self, point: str, batch_id: int) -> None:
+        if self._config.fail_after == point:
+            raise InjectedFaultError(f"injected fault after {point} (batch {batch_id}, epoch {self._term.epoch})")
+
+    def _run(self, df: DataFrame, batch_id: int) -> tuple[str, dict[str, int]]:
+        term, layout, config = self._term, self._layout, self._config
+        ctx = term.ctx
+        # 1. Cooperative stop and leadership, before anything runs (not even Spark's state store).
+        if term.stop.is_set():
+            raise HandingOverError(f"batch {batch_id} not started: epoch {term.epoch} is handing over")
+        if not ctx.still_leading():
+            raise NotLeader(f"batch {batch_id} not started: epoch {term.epoch} is not leading now "
+                            "(suspended or past safe-until)")
+        # 2. Already committed? Otherwise archive what the last committed batch read.
+        record, version = ctx.fence.read_commit()
+        committed = _committed_batch(record)
+        if record is not None and int(record.get("epoch") or 0) > term.epoch:
+            raise Fenced(f"batch {batch_id}: the commit record has epoch {record.get('epoch')}, above ours "
+                         f"({term.epoch}); a newer leader has committed")
+        if committed is not None and batch_id <= committed:
+            if batch_id == committed and not is_published(layout, record or {}):
+                moved = finish_publish(layout, record or {})
+                term.log.info("publish_rolled_forward", batch=batch_id, files=moved, by_epoch=term.epoch)
+            df.write.format("noop").mode("overwrite").save()
+            term.log.info("batch_skipped", batch=batch_id, committed=committed, epoch=term.epoch)
+            return "skipped", {}
+        if committed is not None and record is not None and config.file_source:
+            archived = archive_files(layout, record.get("files") or [])
+            if archived:
+                term.log.debug("archived", batch=committed, files=archived)
+        # 3. Classify, deduplicate, order, stage.
+        df.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            counts, files = self._stats(df)
+            staged: dict[str, str] = {}
+            if counts["written"]:
+                path = layout.staging(layout.table, term.epoch, batch_id)
+                table_rows(df, epoch=term.epoch, batch_id=batch_id, partitions=config.shuffle_partitions) \
+                    .write.mode("overwrite").parquet(str(path))
+                staged["table"] = layout.relative(path)
+            if counts["quarantined"]:
+                path = layout.staging(layout.quarantine, term.epoch, batch_id)
+                quarantine_rows(df, epoch=term.epoch, batch_id=batch_id) \
+                    .write.mode("overwrite").parquet(str(path))
+                staged["quarantine"] = layout.relative(path)
+        finally:
+            df.unpersist()
+        self._fault("staged", batch_id)
+        # 4. The fenced commit: the only step that makes the batch count.
+        committed_at = time.time()
+        new_record: dict[str, Any] = {
+            "batch_id": batch_id,
+            "epoch": term.epoch,
+            "replica_id": self._replica_id,
+            "committed_at": committed_at,
+            "published_path": f"{layout.relative(layout.table)}/batch-{batch_id:012d}-*.parquet",
+            "staged": staged,
+            "counts": counts,
+            "files": files,
+        }
+        commit_started = time.monotonic()
+        ctx.fence.commit(new_record, version)
+        self._observer.commit_finished(time.monotonic() - commit_started, committed_at)
+        with term.lock:
+            term.last_committed = batch_id
+            term.last_record = new_record
+        self._fault("committed", batch_id)
+        # 5. Publish (a new leader's inaugurate, or a re-run of this batch, finishes it after a crash).
+        finish_publish(layout, new_record)
+        term.log.info("batch_committed", batch=batch_id, epoch=term.epoch, written=counts["written"],
+                      duplicate=counts["duplicate"], quarantined=counts["quarantined"], files=len(files))
+        self._fault("published", batch_id)
+        return "committed", counts
+
+    @staticmethod
+    def _stats(df: DataFrame) -> tuple[dict[str, int], list[str]]:
+        """One small action over the cached batch: counts by kind, valid lines read, and the files read."""
+        rows = df.groupBy("kind").agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum("valid_lines").alias("valid"),
+            F.collect_list(F.when(F.col("kind") == KIND_FILE, F.col("source_file"))).alias("files"),
+        ).collect()
+        by_kind = {row["kind"]: row for row in rows}
+        written = int(by_kind[KIND_ROW]["n"]) if KIND_ROW in by_kind else 0
+        quarantined = int(by_kind[KIND_BAD]["n"]) if KIND_BAD in by_kind else 0
+        marker = by_kind.get(KIND_FILE)
+        valid = int(marker["valid"] or 0) if marker is not None else written
+        files = sorted({_source_name(f) for f in (marker["files"] if marker is not None else []) if f})
+        return {"written": written, "duplicate": max(valid - written, 0), "quarantined": quarantined}, files
+
+
+class SparkCareer:
+    """The leader's work: a Structured Streaming consumer whose output is made visible by fenced commits.
+
+    Implements ``career.Career``. The query runs on Spark's own thread with a processing-time trigger;
+    ``execute`` (the runner's control thread) starts it, watches its health, archives consumed files and
+    reports the backlog. Each batch stages Parquet, commits through the fence, then publishes (see
+    ``_BatchWriter``); a re-run of a committed batch id is skipped, so the output is exactly once.
+
+    Example::
+
+        career = SparkCareer(SparkCareerConfig(data_root=Path("/srv/tenure")), observer, replica_id="r1")
+        career.prepare()                       # warm standby: Spark up and warmed on a scratch sample
+        career.inaugurate(ctx)                 # elected: roll forward, clean dead staging
+        while leading:
+            career.execute() or time.sleep(0.1)
+        last_batch = career.hand_over(Outcome.CLEAN)
+        career.close()
+
+    Args:
+        config: the career's settings.
+        observer: receives batch, commit and backlog figures (metrics).
+        replica_id: stored in commit records and bound to every log event.
+        clock: monotonic clock in seconds (injectable).
+    """
+
+    def __init__(self, config: SparkCareerConfig, observer: CareerObserver, *, replica_id: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._config = config
+        self._observer = observer
+        self._replica_id = replica_id
+        self._clock = clock
+        self._layout = Layout(Path(config.data_root).resolve())
+        self._log = structlog.get_logger("tenure.career.spark").bind(replica_id=replica_id)
+        self._session: SparkSession | None = None
+        self._owned = False
+        self._prepared = False
+        self._term: _Term | None = None
+        self._next_backlog = 0.0
+        self._next_sweep = 0.0
+        self._archive_lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Warm standby: start Spark and run the real pipeline once on a scratch sample; cold: nothing."""
+        if self._config.standby == "warm" and not self._prepared:
+            started = self._clock()
+            self._ensure_session()
+            self._warm_up()
+            self._log.info("warmed_up", seconds=round(self._clock() - started, 3))
+        self._prepared = True
+
+    def ready(self) -> bool:
+        """True once ``prepare`` has finished."""
+        return self._prepared
+
+    def inaugurate(self, ctx: CareerContext) -> None:
+        """Begin a term: roll a committed-but-unpublished batch forward and delete dead epochs' staging.
+
+        The query starts on the first ``execute``. Raises ``SparkCareerError`` if a term is still open.
+        """
+        if self._term is not None:
+            raise SparkCareerError(f"inaugurate(epoch {ctx.epoch}) while epoch {self._term.epoch} is still open; "
+                                   "call hand_over first")
+        started = self._clock()
+        self._ensure_session()
+        log = self._log.bind(epoch=ctx.epoch)
+        layout = self._layout
+        for folder in (layout.landing, layout.table, layout.quarantine, layout.archive):
+            folder.mkdir(parents=True, exist_ok=True)
+        record, _version = ctx.fence.read_commit()
+        term = _Term(ctx=ctx, log=log)
+        rolled = 0
+        committed = _committed_batch(record)
+        if record is not None and committed is not None:
+            # Batch ids are the checkpoint's: a checkpoint that never planned the committed batch (deleted,
+            # replaced, another data root) would restart at batch 0 and every batch up to the committed id
+            # would be skipped as a re-run — silent loss. Refuse instead.
+            if not (layout.checkpoint / "offsets" / str(committed)).exists():
+                raise SparkCareerError(
+                    f"ZooKeeper says batch {committed} is committed (epoch {record.get('epoch')}), but the "
+                    f"checkpoint {layout.checkpoint} has no such batch: it was deleted or belongs elsewhere. "
+                    "Restore the checkpoint, or start a new consumer group with a new data root")
+            term.last_committed = committed
+            term.last_record = record
+            if not is_published(layout, record):
+                rolled = finish_publish(layout, record)
+        removed = remove_dead_staging(layout, ctx.epoch)
+        self._term = term
+        archived = self._archive_committed(term)
+        log.info("inaugurated", epoch=ctx.epoch, batch=term.last_committed, rolled_forward=rolled,
+                 removed_staging=len(removed), archived=archived, clean=ctx.after_clean_handover,
+                 seconds=round(self._clock() - started, 3))
+
+    def execute(self) -> bool:
+        """Start the query on the first call, then check its health; True if a batch finished since last call.
+
+        Raises:
+            Fenced: a batch's commit was fenced (a newer leader exists): hand over.
+            SparkCareerError: the query died (the batch error is chained); an injected fault is raised as is.
+        """
+        term = self._term
+        if term is None:
+            raise SparkCareerError("execute() before inaugurate(): there is no term to work for")
+        query = term.query
+        if query is None:
+            self._start_query(term)
+            return False
+        if not query.isActive and not self._recover_query(term):
+            return False
+        self._housekeeping(term)
+        with term.lock:
+            changed = term.completed != term.reported
+            term.reported = term.completed
+        return changed
+
+    def hand_over(self, outcome: Outcome) -> int | None:
+        """End the term; returns the last committed batch id.
+
+        CLEAN: no new batch starts; the batch in flight finishes its commit and publish and Spark commits it
+        to the checkpoint, bounded by ``handover_timeout_s``; then the query stops. REVOKED/FAILED: the query
+        stops at once (a batch in flight is abandoned; its commit would be fenced anyway).
+        """
+        term = self._term
+        if term is None:
+            return None
+        started = self._clock()
+        term.stop.set()
+        query = term.query
+        timed_out = False
+        if query is not None and outcome is Outcome.CLEAN:
+            timed_out = not self._wait_for_quiet(term, started + self._config.handover_timeout_s)
+        if query is not None:
+            try:
+                query.stop()
+            except Exception as exc:  # stopping a query that died: nothing more to stop
+                term.log.debug("query_stop_error", error=repr(exc)[:500])
+        self._archive_committed(term)  # only if Spark's checkpoint has the batch: then no re-run needs its files
+        self._term = None
+        term.log.info("handed_over", outcome=outcome.value, batch=term.last_committed, timed_out=timed_out,
+                      seconds=round(self._clock() - started, 3))
+        if self._config.standby == "cold" and self._owned:
+            self._stop_session()
+        return term.last_committed
+
+    def close(self) -> None:
+        """Stop a running query and, if this career started Spark, Spark itself."""
+        if self._term is not None:
+            self.hand_over(Outcome.FAILED)
+        if self._owned:
+            self._stop_session()
+        self._session = None
+
+    # -- internals -------------------------------------------------------------------------------------------
+
+    def _ensure_session(self) -> SparkSession:
+        if self._session is None:
+            conf = {
+                "spark.sql.streaming.stopTimeout": str(int(self._config.handover_timeout_s * 1000)),
+                **self._config.spark_conf,
+            }
+            self._session, self._owned = build_session(
+                self._config.spark_master, app_name=self._config.app_name,
+                shuffle_partitions=self._config.shuffle_partitions, extra_conf=conf)
+        else:
+            use_driver_python(self._session, self._config.spark_master)
+        return self._session
+
+    def _stop_session(self) -> None:
+        if self._session is not None:
+            self._session.sparkContext.stop()
+            self._session = None
+            self._owned = False
+
+    def _stream(self, session: SparkSession, layout: Layout, *, sample: bool) -> DataFrame:
+        config = self._config
+        if sample or config.file_source:
+            options: dict[str, str] = {"pathGlobFilter": "*.jsonl"}
+            if config.max_bytes_per_trigger is not None:
+                options["maxBytesPerTrigger"] = str(config.max_bytes_per_trigger)
+            elif config.max_files_per_trigger is not None:
+                options["maxFilesPerTrigger"] = str(config.max_files_per_trigger)
+            if not sample:
+                options.update(config.source_options)
+            path = str(layout.landing) if sample or config.source_path is None else config.source_path
+            return classified_stream(session, source_format=BINARY_FILE, path=path, options=options,
+                                     schema=None, max_line_bytes=config.max_line_bytes,
+                                     dedup_window=config.dedup_window, source_file_expr="", line_expr="")
+        return classified_stream(session, source_format=config.source_format, path=config.source_path,
+                                 options=config.source_options, schema=config.source_schema,
+                                 max_line_bytes=config.max_line_bytes, dedup_window=config.dedup_window,
+                                 source_file_expr=config.source_file_expr, line_expr=config.line_expr)
+
+    def _start_query(self, term: _Term) -> None:
+        started = self._clock()
+        session = self._ensure_session()
+        writer = _BatchWriter(term, self._layout, self._config, self._observer, self._replica_id)
+        name = re.sub(r"[^A-Za-z0-9_]", "_", f"tenure_{self._replica_id}_{term.epoch}_{term.restarts}")
+        term.error = None
+        term.query = (
+            self._stream(session, self._layout, sample=False)
+            .writeStream.queryName(name)
+            .foreachBatch(writer)
+            .option("checkpointLocation", str(self._layout.checkpoint))
+            .trigger(processingTime=f"{int(self._config.trigger_interval_s * 1000)} milliseconds")
+            .start()
+        )
+        term.log.info("query_started", query=name, seconds=round(self._clock() - started, 3))
+
+    def _recover_query(self, term: _Term) -> bool:
+        """The query has stopped on its own. Restart it after a leadership pause; otherwise raise."""
+        error = term.error
+        if isinstance(error, NotLeader) and not term.stop.is_set():
+            if not term.ctx.still_leading():
+                return False  # still suspended: the runner pauses us or revokes the term
+            term.restarts += 1
+            term.log.info("query_restarting", reason="leadership resumed", restarts=term.restarts)
+            self._start_query(term)
+            return False
+        if isinstance(error, Fenced | InjectedFaultError):
+            raise error
+        exc = term.query.exception() if term.query is not None else None
+        if isinstance(error, ElectionError):
+            raise SparkCareerError(f"epoch {term.epoch}: a batch could not reach ZooKeeper: {error}") from error
+        detail = str(error) if error is not None else str(exc)
+        raise SparkCareerError(f"epoch {term.epoch}: the streaming query stopped: {detail[:2000]}") from error
+
+    def _wait_for_quiet(self, term: _Term, deadline: float) -> bool:
+        """Wait until no batch is in flight and the last one is in Spark's commit log (or the query ended)."""
+        query = term.query
+        while self._clock() < deadline:
+            with term.lock:
+                in_flight, last = term.in_flight, term.last_seen
+            if in_flight is None and (not query.isActive or last is None or self._layout.spark_committed(last)):
+                return True
+            time.sleep(_POLL_S)
+        return False
+
+    def _archive_committed(self, term: _Term) -> int:
+        """Archive the files of the last committed batch once Spark's checkpoint has committed it."""
+        if not self._config.file_source:
+            return 0
+        record = term.last_record
+        committed = _committed_batch(record)
+        if record is None or committed is None or not self._layout.spark_committed(committed):
+            return 0
+        with self._archive_lock:
+            return archive_files(self._layout, record.get("files") or [])
+
+    def _housekeeping(self, term: _Term) -> None:
+        now = self._clock()
+        if now < self._next_backlog:
+            return
+        self._next_backlog = now + _BACKLOG_EVERY_S
+        layout = self._layout
+        if self._config.file_source:
+            self._archive_committed(term)
+            empty = empty_landing_files(layout, _EMPTY_FILE_MIN_AGE_S)
+            if empty:
+                with self._archive_lock:
+                    archive_files(layout, empty)
+            if now >= self._next_sweep:
+                self._next_sweep = now + _SWEEP_EVERY_S
+                swept = sweep_archive(layout, self._config.archive_retention_s)
+                if swept:
+                    term.log.info("archive_swept", files=swept)
+            pending = set((term.last_record or {}).get("files") or [])
+            self._observer.backlog(len([n for n in landing_files(layout) if n not in pending]))
+
+    def _warm_up(self) -> None:
+        """Run the real pipeline — parse, dedup, order, Parquet, commit — once over a scratch sample."""
+        session = self._ensure_session()
+        scratch = Path(tempfile.mkdtemp(prefix="tenure-warmup-"))
+        try:
+            layout = Layout(scratch)
+            layout.landing.mkdir(parents=True)
+            lines = [
+                f'{{"id":"w{i}","key":"k{i % 4}","seq":{i},"ts":{i},"payload":{{"n":{i}}}}}' for i in range(64)
+            ] + ['{"id":"w1","key":"k1","seq":1,"ts":1,"payload":null}', "not json", ""]
+            sample = layout.landing / ".sample.jsonl"
+            sample.write_text("\n".join(lines) + "\n")
+            sample.rename(layout.landing / "sample.jsonl")
+            fence = _ScratchFence()
+            ctx = CareerContext(epoch=0, fence=fence, still_leading=lambda: True, previous_handover=None)
+            term = _Term(ctx=ctx, log=self._log.bind(warmup=True))
+            config = replace(self._config, fail_after=None)
+            writer = _BatchWriter(term, layout, config, _NullObserver(), self._replica_id)
+            query = (
+                self._stream(session, layout, sample=True)
+                .writeStream.foreachBatch(writer)
+                .option("checkpointLocation", str(layout.checkpoint))
+                .trigger(availableNow=True)
+                .start()
+            )
+            finished = query.awaitTermination(int(self._config.warmup_timeout_s))
+            if not finished:
+                query.stop()
+            if term.error is not None or query.exception() is not None:
+                self._log.warning("warmup_failed", error=repr(term.error or query.exception())[:1000])
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,116 @@
+"""The Spark career's settings: one frozen dataclass, validated at construction."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from career.spark._pipeline import BINARY_FILE, DEFAULT_MAX_LINE_BYTES
+
+__all__ = ["FAULT_POINTS", "SparkCareerConfig"]
+
+FAULT_POINTS: tuple[str, ...] = ("staged", "committed", "published")
+"""Where ``fail_after`` can raise inside a batch (test and drill fault injection)."""
+
+_WINDOW = re.compile(r"^\s*\d+\s+(second|minute|hour|day|week)s?\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class SparkCareerConfig:
+    """Settings of :class:`SparkCareer`; durations carry their unit in the name.
+
+    Example::
+
+        SparkCareerConfig(data_root=Path("/srv/tenure"), standby="warm", max_files_per_trigger=5)
+
+    Attributes:
+        data_root: holds ``landing/``, ``archive/``, ``table/``, ``quarantine/``, ``checkpoint/``. Must be on a
+            filesystem with atomic rename (local, HDFS mount); not plain S3.
+        spark_master: ``local[2]`` (default), ``spark://host:7077``, ``k8s://…``. Ignored when a SparkSession
+            already exists in the process (its master wins).
+        standby: ``warm`` (default): ``prepare`` starts Spark and runs the real pipeline once on a scratch sample,
+            so a new leader's first batch runs hot (costs about 1 GB per follower). ``cold``: Spark starts at
+            inauguration (7–9 s here) and stops at hand-over when this career started it.
+        max_files_per_trigger: flow control, files per batch (default 5). Ignored when
+            ``max_bytes_per_trigger`` is set (Spark refuses both at once).
+        max_bytes_per_trigger: flow control, bytes per batch (default None: off); at least one file per batch.
+        trigger_interval_s: processing-time trigger (default 0.5). Lower means lower latency, more planning
+            overhead per row.
+        max_line_bytes: longer lines are quarantined as ``oversized`` (default 1 MiB; ``tenure verify`` must use
+            the same value).
+        dedup_window: how long a message id is remembered, as a Spark interval (default ``24 hours``). Hazard:
+            a repeat arriving later than this after the first copy is written again; a longer window costs state.
+        archive_retention_s: archived queue files are deleted this long after archiving (default 7 days).
+            Hazard: ``tenure verify`` needs the queue files to audit; after deletion their ids count as
+            unexpected.
+        shuffle_partitions: partitions of each batch's output, by key (default 2: one part file per partition).
+        handover_timeout_s: a clean hand-over waits this long for the batch in flight before stopping the query
+            (default 5). Keep it below the ZooKeeper session timeout.
+        source_format: Spark source format (default ``binaryFile`` over ``landing/``). Any other format is read
+            as one line per row from its ``value`` column (e.g. ``kafka``; its connector must be on the classpath).
+        source_path: the source's path (default: ``<data_root>/landing`` for ``binaryFile``, none otherwise).
+        source_options: options for the source (e.g. ``kafka.bootstrap.servers``, ``subscribe``).
+        source_schema: a DDL schema for sources that need one (``binaryFile``'s is built in).
+        source_file_expr: for a non-file source, the SQL expression naming where a row came from
+            (quarantine's ``source_file``; default ``'stream'``; Kafka: ``concat(topic, '-', partition)``).
+        line_expr: for a non-file source, the SQL expression for quarantine's ``line`` (default ``0``; Kafka:
+            ``offset``).
+        spark_conf: extra Spark settings (static ones apply only when this career starts Spark).
+        app_name: the Spark application name (default ``tenure``).
+        warmup_timeout_s: bound on the warm-up run in ``prepare`` (default 120).
+        fail_after: fault injection for tests and drills: raise inside the batch right after ``staged``,
+            ``committed`` or ``published`` (default None: never). Never set it in production.
+    """
+
+    data_root: Path
+    spark_master: str = "local[2]"
+    standby: Literal["warm", "cold"] = "warm"
+    max_files_per_trigger: int | None = 5
+    max_bytes_per_trigger: int | None = None
+    trigger_interval_s: float = 0.5
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    dedup_window: str = "24 hours"
+    archive_retention_s: float = 7 * 24 * 3600.0
+    shuffle_partitions: int = 2
+    handover_timeout_s: float = 5.0
+    source_format: str = BINARY_FILE
+    source_path: str | None = None
+    source_options: Mapping[str, str] = field(default_factory=dict)
+    source_schema: str | None = None
+    source_file_expr: str = "'stream'"
+    line_expr: str = "0"
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    app_name: str = "tenure"
+    warmup_timeout_s: float = 120.0
+    fail_after: Literal["staged", "committed", "published"] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_root", Path(self.data_root))
+        if self.standby not in ("warm", "cold"):
+            raise ValueError(f"standby={self.standby!r} is not a standby mode; use 'warm' or 'cold'")
+        for name in ("max_files_per_trigger", "max_bytes_per_trigger"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name}={value} must be at least 1 (or None to leave it unbounded)")
+        for name in ("trigger_interval_s", "handover_timeout_s", "archive_retention_s", "warmup_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be above 0 seconds")
+        if self.max_line_bytes < 1:
+            raise ValueError(f"max_line_bytes={self.max_line_bytes} must be at least 1")
+        if self.shuffle_partitions < 1:
+            raise ValueError(f"shuffle_partitions={self.shuffle_partitions} must be at least 1")
+        if not _WINDOW.match(self.dedup_window):
+            raise ValueError(f"dedup_window={self.dedup_window!r} is not a Spark interval; use e.g. '24 hours'")
+        if any(key.lower() == "cleansource" for key in self.source_options):
+            raise ValueError("source_options sets cleanSource: the career archives consumed files itself, "
+                             "once no re-run can need them; Spark's cleanSource is unsafe with two drivers")
+        if self.fail_after is not None and self.fail_after not in FAULT_POINTS:
+            raise ValueError(f"fail_after={self.fail_after!r} is not a fault point; use one of {FAULT_POINTS}")
+
+    @property
+    def file_source(self) -> bool:
+        """Whether the source is the landing directory's files (so consumed files are archived)."""
+        return self.source_format == BINARY_FILE

@@ -1,0 +1,323 @@
+"""The consumer's pure DataFrame functions: queue lines → classified rows → deduplicated → ordered output."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
+
+__all__ = [
+    "BINARY_FILE",
+    "BINARY_FILE_SCHEMA",
+    "CLASSIFIED_SCHEMA",
+    "DEFAULT_MAX_LINE_BYTES",
+    "FIELDS",
+    "KIND_BAD",
+    "KIND_FILE",
+    "KIND_ROW",
+    "QUARANTINE_COLUMNS",
+    "REASONS",
+    "TABLE_COLUMNS",
+    "classified_batch",
+    "classified_stream",
+    "classify_line",
+    "deduplicated",
+    "quarantine_rows",
+    "split_lines",
+    "table_rows",
+]
+
+DEFAULT_MAX_LINE_BYTES = 1 << 20
+"""A line of more bytes than this (its ``\\n`` not counted) is ``oversized``."""
+
+BINARY_FILE = "binaryFile"
+"""The default source format: whole files, so lines keep their file and 1-based line number."""
+
+BINARY_FILE_SCHEMA = "path STRING, modificationTime TIMESTAMP, length BIGINT, content BINARY"
+"""The ``binaryFile`` source's fixed schema (a streaming file source must be given one)."""
+
+FIELDS: tuple[str, ...] = ("id", "key", "seq", "ts", "payload")
+_TYPED = ("id", "key", "seq", "ts")
+_FIELD_SET = frozenset(FIELDS)
+
+REASONS: tuple[str, ...] = (
+    "oversized",
+    "empty_line",
+    "not_utf8",
+    "bad_json",
+    "not_object",
+    *(f"missing_field:{name}" for name in FIELDS),
+    *(f"bad_type:{name}" for name in _TYPED),
+)
+"""The quarantine ``reason`` vocabulary (the same strings and rules as ``tenure verify``)."""
+
+KIND_ROW = "row"  # a valid record
+KIND_BAD = "bad"  # a bad line, bound for quarantine
+KIND_FILE = "file"  # one marker per source file (or per chunk of a record source): the batch's file list
+
+CLASSIFIED_SCHEMA = (
+    "kind STRING, dedup_key STRING, source_file STRING, line BIGINT, value STRING, reason STRING, "
+    "id STRING, key STRING, seq BIGINT, ts BIGINT, payload STRING, valid_lines BIGINT"
+)
+"""What :func:`split_lines` yields: one row per line plus one ``file`` marker per source file.
+
+``dedup_key`` is ``i<id>`` for a record, ``b<file>:<mtime>:<line>`` for a bad line and ``f<file>:<mtime>``
+for a marker: only records can ever collide, yet bad lines and markers pass through the same (single)
+deduplication operator, so one streaming branch carries everything (two branches would read the source twice).
+"""
+
+TABLE_COLUMNS: tuple[str, ...] = ("id", "key", "seq", "ts", "payload", "_epoch", "_batch")
+QUARANTINE_COLUMNS: tuple[str, ...] = ("value", "reason", "source_file", "line", "_epoch", "_batch")
+
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+_CHUNK_ROWS = 8192  # rows per Arrow batch handed back to Spark
+
+
+def _reject_constant(name: str) -> Any:
+    # Python's json accepts NaN/Infinity; RFC 8259 does not (and verify rejects them the same way).
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+# One decoder and one encoder for the process: ``json.loads``/``json.dumps`` with keyword arguments build a new
+# one on every call, which costs more than the parsing of a short line.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def classify_line(raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> tuple[dict[str, Any] | None, str | None]:
+    """Validate one queue line; the rules and reasons of ``service._verify.classify_line``, checked in order.
+
+    ``oversized`` (more than ``max_line_bytes``, never parsed), ``empty_line`` (ASCII whitespace only),
+    ``not_utf8``, ``bad_json`` (RFC 8259: no NaN/Infinity, no BOM), ``not_object``, ``missing_field:<f>``
+    (``id``, ``key``, ``seq``, ``ts``, ``payload``, first missing), ``bad_type:<f>`` (``id``/``key`` not a
+    string; ``seq``/``ts`` not an int64 integer — booleans, floats like ``5.0`` and numeric strings are not).
+    ``payload`` may be any JSON, ``null`` included. Kept apart from verify on purpose (career does not import
+    service; the auditor stays independent); ``tests/test_pipeline.py`` checks both agree case by case.
+
+    Args:
+        raw: the line's bytes without its ``\\n``.
+        max_line_bytes: the longest acceptable line, in bytes.
+
+    Returns:
+        ``(record, None)`` for a good line, ``(None, reason)`` for a bad one.
+
+    Example:
+        >>> classify_line(b'{"id":"a","key":"k","seq":true,"ts":2,"payload":null}')
+        (None, 'bad_type:seq')
+    """
+    if len(raw) > max_line_bytes:
+        return None, "oversized"
+    if not raw.strip():
+        return None, "empty_line"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "not_utf8"
+    try:
+        value = _DECODER.decode(text)
+    except (ValueError, RecursionError):
+        return None, "bad_json"
+    if type(value) is not dict:
+        return None, "not_object"
+    if not value.keys() >= _FIELD_SET:
+        return None, next(f"missing_field:{name}" for name in FIELDS if name not in value)
+    # Unrolled: this runs once per line. type(...) is int, not isinstance: bool is an int subclass.
+    if type(value["id"]) is not str:
+        return None, "bad_type:id"
+    if type(value["key"]) is not str:
+        return None, "bad_type:key"
+    seq, ts = value["seq"], value["ts"]
+    if type(seq) is not int or not _INT64_MIN <= seq <= _INT64_MAX:
+        return None, "bad_type:seq"
+    if type(ts) is not int or not _INT64_MIN <= ts <= _INT64_MAX:
+        return None, "bad_type:ts"
+    return value, None
+
+
+def _payload_text(payload: Any) -> str:
+    # Compact, key order kept. A number that overflows a double (1e400) re-encodes as "Infinity": a known limit.
+    return _ENCODER.encode(payload)
+
+
+_ARROW_SCHEMA = pa.schema([
+    ("kind", pa.string()), ("dedup_key", pa.string()), ("source_file", pa.string()), ("line", pa.int64()),
+    ("value", pa.string()), ("reason", pa.string()), ("id", pa.string()), ("key", pa.string()),
+    ("seq", pa.int64()), ("ts", pa.int64()), ("payload", pa.string()), ("valid_lines", pa.int64()),
+])
+
+
+class _Columns:
+    """Rows of :data:`CLASSIFIED_SCHEMA` gathered as tuples, turned into one Arrow batch at a time."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, ...]] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, *row: Any) -> None:
+        self.rows.append(row)
+
+    def flush(self) -> pa.RecordBatch:
+        columns = list(zip(*self.rows, strict=True))  # one transposition in C, not twelve appends per row
+        self.rows = []
+        arrays = [pa.array(col, type=f.type) for col, f in zip(columns, _ARROW_SCHEMA, strict=True)]
+        return pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA)
+
+
+def _add_line(out: _Columns, raw: bytes, source: str, stamp: str, number: int, max_line_bytes: int) -> bool:
+    record, reason = classify_line(raw, max_line_bytes)
+    if record is None:
+        out.add(KIND_BAD, f"b{source}:{stamp}:{number}", source, number,
+                raw.decode("utf-8", errors="replace"), reason, None, None, None, None, None, None)
+        return False
+    out.add(KIND_ROW, "i" + record["id"], source, number, None, None, record["id"], record["key"],
+            record["seq"], record["ts"], _payload_text(record["payload"]), None)
+    return True
+
+
+def split_lines(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function over ``binaryFile`` rows (``path``, ``modificationTime``, ``content``).
+
+    Lines are split on ``\\n`` only (a ``\\r`` stays in the line); a final ``\\n`` makes no extra empty
+    line; an empty file yields no line. Each file also yields one ``file`` marker with its count of valid
+    lines, so the batch knows every file it read — empty and all-duplicate files included.
+    """
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        out = _Columns()
+        for batch in batches:
+            paths = batch.column("path").to_pylist()
+            stamps = batch.column("modificationTime").cast(pa.int64()).to_pylist()
+            contents = batch.column("content").to_pylist()
+            for path, stamp, content in zip(paths, stamps, contents, strict=True):
+                stamp_text = str(stamp)
+                lines = content.split(b"\n") if content else []
+                if lines and lines[-1] == b"":
+                    lines.pop()  # the file's final newline ends the last line, it does not start one
+                valid = 0
+                for number, raw in enumerate(lines, start=1):
+                    valid += _add_line(out, raw, path, stamp_text, number, max_line_bytes)
+                    if len(out) >= _CHUNK_ROWS:
+                        yield out.flush()
+                out.add(KIND_FILE, f"f{path}:{stamp_text}", path, None, None, None, None, None, None, None,
+                        None, valid)
+        if len(out):
+            yield out.flush()
+
+    return run
+
+
+def split_records(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function over a record source (``value`` binary, ``source_file``, ``line``).
+
+    Each row is one line. One ``file`` marker per Arrow batch (``source_file`` null: nothing to archive)
+    carries the count of valid lines, keyed by the chunk's first (source, line) so it never collides.
+    """
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            out = _Columns()
+            values = batch.column("value").to_pylist()
+            sources = batch.column("source_file").to_pylist()
+            numbers = batch.column("line").to_pylist()
+            valid = 0
+            for raw, source, number in zip(values, sources, numbers, strict=True):
+                data = raw if isinstance(raw, bytes) else (raw or "").encode("utf-8")
+                valid += _add_line(out, data, str(source), "0", int(number), max_line_bytes)
+            out.add(KIND_FILE, f"c{sources[0]}:{numbers[0]}", None, None, None, None, None, None, None, None,
+                    None, valid)
+            yield out.flush()
+
+    return run
+
+
+def classified_batch(raw: DataFrame, max_line_bytes: int, *, file_source: bool = True) -> DataFrame:
+    """Classify a source DataFrame (batch or streaming) into :data:`CLASSIFIED_SCHEMA` rows.
+
+    Args:
+        raw: ``binaryFile`` rows when ``file_source``, else rows with ``value``, ``source_file``, ``line``.
+        max_line_bytes: the ``oversized`` limit.
+        file_source: whether ``raw`` holds whole files (split into lines) or one line per row.
+    """
+    if file_source:
+        return raw.select("path", "modificationTime", "content").mapInArrow(
+            split_lines(max_line_bytes), CLASSIFIED_SCHEMA)
+    return raw.select(F.col("value").cast("binary").alias("value"), "source_file", "line").mapInArrow(
+        split_records(max_line_bytes), CLASSIFIED_SCHEMA)
+
+
+def deduplicated(classified: DataFrame, window: str) -> DataFrame:
+    """Drop repeated record ids with Spark state that lives in the checkpoint (so it survives failover).
+
+    The event time is the ingestion time (``current_timestamp()``: the micro-batch's timestamp, which Spark
+    stores in its offset log, so a re-run of a batch sees the same value). No row is ever late — each batch's
+    timestamp is past the watermark — so nothing is dropped as late; an id is remembered for ``window``
+    after it was first seen: a repeat arriving later than that is written again (the documented limit).
+    """
+    return (
+        classified.withColumn("_ingested", F.current_timestamp())
+        .withWatermark("_ingested", window)
+        .dropDuplicatesWithinWatermark(["dedup_key"])
+    )
+
+
+def classified_stream(
+    spark: SparkSession,
+    *,
+    source_format: str,
+    path: str | None,
+    options: Mapping[str, str],
+    schema: str | None,
+    max_line_bytes: int,
+    dedup_window: str,
+    source_file_expr: str,
+    line_expr: str,
+) -> DataFrame:
+    """The streaming side of the pipeline: source → classified lines → deduplicated (not yet ordered).
+
+    With ``binaryFile`` (the default) ``path`` is the landing directory and each file is split into lines;
+    with any other format each row is one line: its ``value`` column, ``source_file_expr`` and ``line_expr``
+    (SQL expressions, e.g. ``concat(topic, '-', partition)`` and ``offset`` for Kafka) name where it came from.
+    """
+    reader = spark.readStream.format(source_format).options(**dict(options))
+    if schema is None and source_format == BINARY_FILE:
+        schema = BINARY_FILE_SCHEMA
+    if schema:
+        reader = reader.schema(schema)
+    raw = reader.load(path) if path is not None else reader.load()
+    file_source = source_format == BINARY_FILE
+    if not file_source:
+        raw = raw.select(F.col("value"), F.expr(source_file_expr).cast("string").alias("source_file"),
+                         F.expr(line_expr).cast("long").alias("line"))
+    return deduplicated(classified_batch(raw, max_line_bytes, file_source=file_source), dedup_window)
+
+
+def table_rows(classified: DataFrame, *, epoch: int, batch_id: int, partitions: int) -> DataFrame:
+    """The batch's records in output shape, each key's rows in one partition in (key, seq) order."""
+    return (
+        classified.where(F.col("kind") == KIND_ROW)
+        .select("id", "key", "seq", "ts", "payload",
+                F.lit(epoch).cast("long").alias("_epoch"), F.lit(batch_id).cast("long").alias("_batch"))
+        .repartition(partitions, "key")
+        .sortWithinPartitions("key", "seq")
+    )
+
+
+def quarantine_rows(classified: DataFrame, *, epoch: int, batch_id: int) -> DataFrame:
+    """The batch's bad lines in quarantine shape (one partition: bad lines are few)."""
+    return (
+        classified.where(F.col("kind") == KIND_BAD)
+        .select("value", "reason", "source_file", "line",
+                F.lit(epoch).cast("long").alias("_epoch"), F.lit(batch_id).cast("long").alias("_batch"))
+        .coalesce(1)
+    )

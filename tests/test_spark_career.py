@@ -1,0 +1,344 @@
+"""SparkCareer driven directly (no runner) with a real Election fence on the shared ZooKeeper and SparkSession."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+from kazoo.client import KazooClient
+
+from career import CareerContext, Outcome
+from career.spark import InjectedFaultError, SparkCareer, SparkCareerConfig, SparkCareerError
+from election import Elected, Election, Fenced, Identity
+from service._verify import VerifyReport, verify
+
+# Spark's start-up (and, here, the warm-up) counts toward the first test: under a loaded CI machine it can
+# take minutes, more than the suite-wide 300 s default.
+pytestmark = pytest.mark.timeout(900)
+
+MAX_LINE = 200
+
+
+@dataclass
+class Recorder:
+    """A CareerObserver that keeps everything it is told."""
+
+    batches: list[tuple[str, dict[str, int]]] = field(default_factory=list)
+    commits: list[float] = field(default_factory=list)
+    backlogs: list[int] = field(default_factory=list)
+
+    def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int]) -> None:
+        self.batches.append((outcome, dict(records)))
+
+    def commit_finished(self, duration_s: float, committed_at: float) -> None:
+        self.commits.append(committed_at)
+
+    def backlog(self, files: int) -> None:
+        self.backlogs.append(files)
+
+    def outcomes(self) -> list[str]:
+        return [outcome for outcome, _ in self.batches]
+
+    def total(self, name: str) -> int:
+        return sum(records.get(name, 0) for outcome, records in self.batches if outcome == "committed")
+
+
+class Queue:
+    """Queue files for a data root: complete files renamed into landing/, with rising modification times."""
+
+    def __init__(self, root: Path) -> None:
+        self.landing = root / "landing"
+        self.landing.mkdir(parents=True, exist_ok=True)
+        self.files = 0
+        self.seq: dict[str, int] = {}
+        self.written: list[bytes] = []
+
+    def record(self, i: int, key: str) -> bytes:
+        self.seq[key] = self.seq.get(key, 0) + 1
+        body = {"id": f"id-{i}", "key": key, "seq": self.seq[key], "ts": 1_700_000_000_000 + i, "payload": {"i": i}}
+        line = json.dumps(body).encode()
+        self.written.append(line)
+        return line
+
+    def put(self, lines: list[bytes]) -> str:
+        """Write one file atomically (hidden name, then rename); files sort by mtime in writing order."""
+        self.files += 1
+        name = f"q-{self.files:05d}.jsonl"
+        hidden = self.landing / f".{name}"
+        hidden.write_bytes(b"".join(line + b"\n" for line in lines))
+        stamp = time.time() - 1000 + self.files  # distinct, rising: the file source reads oldest first
+        os.utime(hidden, (stamp, stamp))
+        os.replace(hidden, self.landing / name)
+        return name
+
+    def standard(self, files: int, per_file: int = 20, keys: int = 4, start: int = 0) -> None:
+        """``files`` files of valid records over ``keys`` keys, each after the first repeating two earlier
+        lines, plus one bad line of a different reason each."""
+        bad = [b"{not json", b"[1]", b'{"id":"x","key":"k","seq":1.5,"ts":1,"payload":1}', b"", b"z" * 300]
+        n = start
+        for f in range(files):
+            lines = []
+            for _ in range(per_file):
+                lines.append(self.record(n, f"key-{n % keys}"))
+                n += 1
+            if f:
+                lines.extend(self.written[-per_file - 2:-per_file])  # repeats from the previous file
+            lines.append(bad[f % len(bad)])
+            self.put(lines)
+
+
+def landing_names(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "landing").glob("*.jsonl"))
+
+
+@contextmanager
+def leadership(client: KazooClient, group: str, replica: str) -> Iterator[tuple[Election, CareerContext]]:
+    """A real term: join the group's election, wait for Elected, hand out the fence; release at exit."""
+    events: queue.Queue[Any] = queue.Queue()
+    election = Election(client, group=group, identity=Identity.local(replica), on_event=events.put)
+    election.start()
+    deadline = time.monotonic() + 30
+    while True:
+        event = events.get(timeout=max(0.1, deadline - time.monotonic()))
+        if isinstance(event, Elected):
+            break
+    fence = election.fence()
+    ctx = CareerContext(epoch=fence.epoch, fence=fence, still_leading=election.is_leader, previous_handover=None)
+    try:
+        yield election, ctx
+    finally:
+        election.close()
+
+
+def make_config(root: Path, **overrides: Any) -> SparkCareerConfig:
+    settings: dict[str, Any] = {"data_root": root, "standby": "cold", "max_files_per_trigger": 2,
+                                "trigger_interval_s": 0.2, "max_line_bytes": MAX_LINE, "handover_timeout_s": 30.0}
+    settings.update(overrides)
+    return SparkCareerConfig(**settings)
+
+
+def audit(root: Path) -> VerifyReport:
+    return verify(root, max_line_bytes=MAX_LINE)
+
+
+def run_until(career: SparkCareer, done: Callable[[], bool], timeout_s: float = 180.0) -> None:
+    """Call execute() as a runner would until ``done()``; fail past the deadline."""
+    deadline = time.monotonic() + timeout_s
+    next_check = 0.0
+    while time.monotonic() < deadline:
+        if not career.execute():
+            time.sleep(0.05)
+        if time.monotonic() >= next_check:
+            next_check = time.monotonic() + 0.5
+            if done():
+                return
+    raise AssertionError(f"not done within {timeout_s} s")
+
+
+def drained(root: Path) -> Callable[[], bool]:
+    """Done when nothing is lost or unquarantined and landing/ is empty (everything consumed and archived)."""
+
+    def check() -> bool:
+        report = audit(root)
+        return report.lost == 0 and report.unquarantined == 0 and not landing_names(root)
+
+    return check
+
+
+def assert_exactly_once(root: Path) -> VerifyReport:
+    report = audit(root)
+    assert report.ok, report.render()
+    assert report.ids_written == report.ids_in == report.rows_written
+    assert report.quarantined == report.bad_lines_in == report.quarantine_rows
+    return report
+
+
+def test_exactly_once_warm_then_second_term_reads_only_new_files(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
+) -> None:
+    """Warm standby, one term over 5 files (repeats, bad lines) and an empty one: every id written once, every
+    bad line quarantined once, per-key order kept, landing/ drained into archive/. A second term (a new epoch) on the
+    same data root reads only the new file: archived files are never re-read."""
+    root = tmp_path / "data"
+    q = Queue(root)
+    q.standard(files=5)
+    q.put([])  # an empty file: Spark hands it to no batch; the career archives it all the same
+    observer = Recorder()
+    career = SparkCareer(make_config(root, standby="warm"), observer, replica_id="r1")
+    started = time.monotonic()
+    career.prepare()
+    assert career.ready()
+    warm_s = time.monotonic() - started
+    with leadership(zk_client, zk_group, "r1") as (_, ctx):
+        career.inaugurate(ctx)
+        t0 = time.monotonic()
+        run_until(career, lambda: bool(observer.commits))
+        first_commit_s = time.monotonic() - t0
+        run_until(career, drained(root))
+        last = career.hand_over(Outcome.CLEAN)
+        record, _ = ctx.fence.read_commit()
+    print(f"warm-up {warm_s:.1f} s; first commit {first_commit_s:.2f} s after the first execute()")
+    assert record is not None and last == record["batch_id"]
+    report = assert_exactly_once(root)
+    assert report.ids_in == 100 and report.repeated_lines_in == 8 and report.bad_lines_in == 5
+    assert set(observer.outcomes()) <= {"committed"}
+    assert observer.total("written") == 100 and observer.total("duplicate") == 8
+    assert observer.total("quarantined") == 5
+    assert sorted(p.name for p in (root / "archive").iterdir()) == [f"q-{i:05d}.jsonl" for i in range(1, 7)]
+    assert landing_names(root) == []
+    assert not list((root / "table").glob("_staging/*"))
+    assert ds.dataset(root / "table").count_rows() == 100
+    assert observer.backlogs and observer.backlogs[-1] == 0
+    assert spark.read.parquet(str(root / "table")).count() == 100
+
+    # A second term, new epoch: one new file (with a repeat of an old id); archived files are not read again.
+    q.put([q.record(1000, "key-0"), q.written[0]])
+    observer2 = Recorder()
+    career2 = SparkCareer(make_config(root), observer2, replica_id="r2")
+    with leadership(zk_client, zk_group, "r2") as (_, ctx2):
+        assert ctx2.epoch > ctx.epoch
+        career2.inaugurate(ctx2)
+        run_until(career2, drained(root))
+        career2.hand_over(Outcome.CLEAN)
+    report = assert_exactly_once(root)
+    assert report.ids_in == 101
+    assert observer2.total("written") == 1 and observer2.total("duplicate") == 1
+    epochs = ds.dataset(root / "table").to_table(columns=["_epoch"]).column("_epoch").to_pylist()
+    assert epochs.count(ctx2.epoch) == 1 and epochs.count(ctx.epoch) == 100
+    career.close()
+    career2.close()
+
+
+@pytest.mark.parametrize("point", ["staged", "committed", "published"])
+def test_crash_window_then_new_leader_exactly_once(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path, point: str
+) -> None:
+    """A crash forced inside a batch — after staging, after the fenced commit, or after publishing — then a
+    new leader (new epoch) on the same data root: output ends exactly once. After 'committed' the new
+    leader's inaugurate rolls the publish forward; after 'staged' it deletes the dead staging; after
+    'published' Spark re-runs the batch and the career skips it."""
+    root = tmp_path / "data"
+    q = Queue(root)
+    q.standard(files=3)
+    first = Recorder()
+    career = SparkCareer(make_config(root, fail_after=point, max_files_per_trigger=3), first, replica_id="r1")
+    with leadership(zk_client, zk_group, "r1") as (_, ctx):
+        career.inaugurate(ctx)
+        with pytest.raises(InjectedFaultError):
+            run_until(career, lambda: False)
+        career.hand_over(Outcome.FAILED)
+        record, _ = ctx.fence.read_commit()
+    table_files = sorted(p.name for p in (root / "table").glob("*.parquet"))
+    staged = list((root / "table").glob("_staging/*/*"))
+    if point == "staged":
+        assert record is None and not table_files and staged
+    elif point == "committed":
+        assert record is not None and record["batch_id"] == 0 and not table_files and staged
+    else:
+        assert record is not None and table_files and not staged
+    assert landing_names(root) == [f"q-{i:05d}.jsonl" for i in range(1, 4)]  # nothing archived yet
+
+    second = Recorder()
+    career2 = SparkCareer(make_config(root), second, replica_id="r2")
+    with leadership(zk_client, zk_group, "r2") as (_, ctx2):
+        career2.inaugurate(ctx2)
+        assert not list((root / "table").glob("_staging/*")), "dead staging survived inauguration"
+        if point == "committed":
+            assert list((root / "table").glob("batch-000000000000-*.parquet")), "not rolled forward"
+        run_until(career2, drained(root))
+        career2.hand_over(Outcome.CLEAN)
+    assert_exactly_once(root)
+    assert second.outcomes()[0] == ("committed" if point == "staged" else "skipped")
+    career.close()
+    career2.close()
+
+
+def test_fenced_commit_never_publishes(spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path) -> None:
+    """A zombie — it believes it leads, but its election node is gone and a newer leader committed — has its
+    commit rejected by the fence: nothing it staged is published, and the new leader writes everything once."""
+    root = tmp_path / "data"
+    q = Queue(root)
+    q.standard(files=1)
+    zombie_obs = Recorder()
+    zombie = SparkCareer(make_config(root), zombie_obs, replica_id="zombie")
+    with leadership(zk_client, zk_group, "zombie") as (_, ctx):
+        zombie_ctx = CareerContext(epoch=ctx.epoch, fence=ctx.fence, still_leading=lambda: True,
+                                   previous_handover=None)
+        zombie.inaugurate(zombie_ctx)
+        run_until(zombie, drained(root))
+    # The zombie's election is closed (its node deleted), yet its career runs on, believing it leads.
+    assert_exactly_once(root)
+    q.standard(files=1, start=500)
+    with pytest.raises(Fenced):
+        run_until(zombie, lambda: False, timeout_s=120)
+    assert zombie_obs.outcomes()[-1] == "fenced"
+    assert len(list((root / "table").glob("batch-000000000001-*"))) == 0
+    zombie.hand_over(Outcome.REVOKED)
+
+    leader = SparkCareer(make_config(root), Recorder(), replica_id="new")
+    with leadership(zk_client, zk_group, "new") as (_, ctx2):
+        leader.inaugurate(ctx2)
+        assert not list((root / "table").glob("_staging/*"))
+        run_until(leader, drained(root))
+        leader.hand_over(Outcome.CLEAN)
+    report = assert_exactly_once(root)
+    assert report.ids_in == 40
+    zombie.close()
+    leader.close()
+
+
+def test_suspension_defers_the_batch_and_the_query_resumes(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
+) -> None:
+    """While the leader is suspended a batch refuses to start (nothing staged, nothing committed) and execute()
+    reports no work; once leadership is back the query restarts and the batch is written exactly once."""
+    root = tmp_path / "data"
+    q = Queue(root)
+    leading = {"now": False}
+    observer = Recorder()
+    career = SparkCareer(make_config(root), observer, replica_id="r1")
+    with leadership(zk_client, zk_group, "r1") as (election, ctx):
+        paused = CareerContext(epoch=ctx.epoch, fence=ctx.fence, previous_handover=None,
+                               still_leading=lambda: leading["now"] and election.is_leader())
+        career.inaugurate(paused)
+        q.standard(files=2)
+        term = career._term  # white-box: watch the query die of the deferred batch
+        assert term is not None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert career.execute() is False
+            if term.query is not None and not term.query.isActive:
+                break
+            time.sleep(0.05)
+        assert term.query is not None and not term.query.isActive, "the batch did not refuse to start"
+        assert career.execute() is False  # still suspended: no restart, no error
+        assert not observer.commits and not list((root / "table").rglob("*.parquet"))
+        leading["now"] = True
+        run_until(career, drained(root))
+        career.hand_over(Outcome.CLEAN)
+    assert_exactly_once(root)
+    assert set(observer.outcomes()) == {"committed"}
+    career.close()
+
+
+def test_inaugurate_refuses_a_checkpoint_that_never_saw_the_committed_batch(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
+) -> None:
+    """If ZooKeeper says batch 5 is committed but the checkpoint never planned it (deleted or foreign), Spark
+    would restart at batch 0 and every batch up to 5 would be skipped as a re-run: inaugurate refuses."""
+    career = SparkCareer(make_config(tmp_path / "data"), Recorder(), replica_id="r1")
+    with leadership(zk_client, zk_group, "r1") as (_, ctx):
+        _, version = ctx.fence.read_commit()
+        ctx.fence.commit({"batch_id": 5, "staged": {}, "files": []}, version)
+        with pytest.raises(SparkCareerError, match=r"checkpoint .* has no such batch"):
+            career.inaugurate(ctx)
+    career.close()
