@@ -38,6 +38,7 @@ class CounterCareer:
         self._ctx: CareerContext | None = None
         self._version = -1
         self._last_n: int | None = None
+        self._last_line = ""
         self._published_n = 0
         self._due = 0.0
 
@@ -52,6 +53,7 @@ class CounterCareer:
         record, self._version = ctx.fence.read_commit()
         self._published_n = self._read_published_n()
         self._last_n = None if record is None else int(record["n"])
+        self._last_line = "" if record is None else str(record["line"])
         if record is not None and self._published_n < int(record["n"]):
             # The previous leader committed n but died before publishing it: roll it forward.
             self._publish(int(record["n"]), str(record["line"]))
@@ -64,6 +66,9 @@ class CounterCareer:
         if ctx is None or self._clock() < self._due or not ctx.still_leading():
             return False
         self._due = self._clock() + self._interval_s
+        if self._last_n is not None and self._published_n < self._last_n:
+            # Committed while suspended mid-publish: publish it before committing anything new.
+            self._publish(self._last_n, f"{self._last_line}")
         n = (self._last_n or 0) + 1
         line = f"{ctx.epoch},{n}"
         started = self._clock()
@@ -73,12 +78,14 @@ class CounterCareer:
             self._observer.batch_finished("fenced", self._clock() - started, {})
             raise
         self._observer.commit_finished(self._clock() - started, time.time())
-        self._last_n = n
+        self._last_n, self._last_line = n, line
         self._publish(n, line)
         self._observer.batch_finished("committed", self._clock() - started, {"written": 1})
         return True
 
     def hand_over(self, outcome: Outcome) -> int | None:
+        if outcome is Outcome.CLEAN and self._last_n is not None and self._published_n < self._last_n:
+            self._publish(self._last_n, self._last_line)
         _log.info("counter_handed_over", outcome=outcome.value, last_n=self._last_n)
         self._ctx = None
         return self._last_n

@@ -27,7 +27,8 @@ def _drained(data_root: Path) -> bool:
 
 
 def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, keys: int = 50,
-             career: str = "spark", session_timeout_s: float = 6.0, settle_timeout_s: float = 240.0) -> int:
+             career: str = "spark", session_timeout_s: float = 6.0, settle_timeout_s: float = 240.0,
+             warmup_timeout_s: float = 600.0) -> int:
     """Run the scripted demonstration; returns 0 when the audit finds every message exactly once, in order."""
     console = Console(soft_wrap=True)  # long lines stay whole in logs and pipes
     if directory.exists():
@@ -39,7 +40,7 @@ def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, key
     try:
         _say(console, f"starting a 3-server ZooKeeper ensemble and 3 {career} replicas under {directory}")
         topology.start()
-        first = topology.wait_for_leader(180)
+        first = topology.wait_for_leader(warmup_timeout_s)
         _say(console, f"[green]{first.replica_id}[/] leads with epoch {first.epoch}; the others follow, warm")
         _say(console, f"producing {records} records over {keys} keys at {rate:g}/s, with 5% repeats and 1% bad lines")
         producer = topology.start_producer(["--records", str(records), "--keys", str(keys), "--rate", f"{rate:g}",
@@ -51,12 +52,15 @@ def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, key
                       f"{killed.status().records} records")
         killed_at = time.monotonic()
         killed.signal(signal.SIGKILL)
-        second = topology.wait_for_leader(session_timeout_s + 60)
+        second = topology.wait_for_leader(session_timeout_s + 120)
         _say(console, f"[green]{second.replica_id}[/] took over with epoch {second.epoch} after "
                       f"{time.monotonic() - killed_at:.1f} s (session timeout {session_timeout_s:g} s)")
         topology.wait_for(lambda: producer.poll() is not None, settle_timeout_s, "the producer to finish")
         _say(console, "producer done; waiting for the new leader to drain the queue")
         topology.wait_for(lambda: _drained(topology.data_root), settle_timeout_s, "the queue to drain", interval_s=2.0)
+    except TimeoutError as exc:
+        _say(console, f"[red]{exc}[/]: see the logs under {topology.logs}")
+        return 1
     finally:
         _say(console, "stopping every process (followers, then the leader with a graceful handover)")
         topology.stop()

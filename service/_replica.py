@@ -98,7 +98,9 @@ def _make_career(config: ReplicaConfig, metrics: Metrics) -> Career:
             standby=config.standby,
             max_files_per_trigger=config.max_files_per_trigger,
             max_bytes_per_trigger=config.max_bytes_per_trigger,
-            handover_timeout_s=config.handover_timeout_s,
+            # The runner's watchdog allows handover_timeout_s for everything (stop the query, write the
+            # handover record, release the node): the batch in flight gets 80 % of it.
+            handover_timeout_s=0.8 * config.handover_timeout_s,
             trigger_interval_s=config.trigger_interval_s,
             max_line_bytes=config.max_line_bytes,
             dedup_window=config.dedup_window,
@@ -143,8 +145,12 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
     credential = _credential(config)
 
     def election_factory(on_event: Callable[[ElectionEvent], None]) -> Election:
+        # Bound every recipe call by the safe-until window, so a commit stuck on a dead link cannot hold the
+        # control thread for a whole session timeout.
         return Election(client, group=config.group, identity=identity, on_event=on_event,
-                        safe_fraction=config.safe_fraction, credential=credential)
+                        safe_fraction=config.safe_fraction, credential=credential,
+                        session_timeout_s=config.session_timeout_s,
+                        op_timeout_s=config.safe_fraction * config.session_timeout_s)
 
     runner = Runner(
         election_factory,

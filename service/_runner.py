@@ -23,6 +23,7 @@ from election import (
     ConnectionChanged,
     Elected,
     Election,
+    ElectionError,
     ElectionEvent,
     Fenced,
     Following,
@@ -133,6 +134,11 @@ class Runner:
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._stop_signals += 1
+        if self._state is RunnerState.STARTING:
+            # Still warming up, not in the election: nothing to hand over, and prepare() cannot be interrupted.
+            # Spark's JVM exits with us (its gateway watches our stdin).
+            self._log.info("stopped_while_starting", signal=signal.Signals(signum).name)
+            os._exit(0)
         if self._stop_signals > 1:
             self._log.warning("second_signal_exit", signal=signal.Signals(signum).name)
             os._exit(128 + signum)
@@ -290,6 +296,13 @@ class Runner:
         except Fenced as exc:
             self._log.warning("fenced", epoch=self._epoch, reason=str(exc))
             self._end_term(Outcome.REVOKED, "fenced")
+            self._release_and_rejoin()
+            return False
+        except ElectionError as exc:
+            # ZooKeeper, not the career, failed (e.g. a commit's outcome is unknown after a connection loss):
+            # end the term without a failure back-off; the next leader's inauguration recovers.
+            self._log.warning("commit_outcome_unknown", epoch=self._epoch, reason=str(exc))
+            self._end_term(Outcome.REVOKED, "commit outcome unknown")
             self._release_and_rejoin()
             return False
         except Exception as exc:

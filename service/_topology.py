@@ -169,12 +169,13 @@ class Topology:
     def __init__(self, directory: Path, *, replicas: int = 3, group: str = "default", career: str = "spark",
                  session_timeout_s: float = 6.0, handover_timeout_s: float = 3.0, zk_tick_ms: int = 1000,
                  replica_args: list[str] | None = None, zk_servers: int = 3, zk_client_address: str = "127.0.0.1",
-                 replica_launch: dict[str, ReplicaLaunch] | None = None) -> None:
+                 replica_launch: dict[str, ReplicaLaunch] | None = None, zk_port: int | None = None) -> None:
         self.directory = directory
         self.data_root = directory / "data"
         self.logs = directory / "logs"
         self.group = group
-        self.ensemble = Ensemble(servers=zk_servers, port=_free_zk_base(zk_servers), directory=directory / "zk",
+        port = zk_port if zk_port is not None else _free_zk_base(zk_servers)
+        self.ensemble = Ensemble(servers=zk_servers, port=port, directory=directory / "zk",
                                  tick_ms=zk_tick_ms, client_address=zk_client_address)
         self.replica_launch = dict(replica_launch or {})
         self.handover_timeout_s = handover_timeout_s

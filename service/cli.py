@@ -218,3 +218,34 @@ def demo(directory: Path, records: int, rate: float, career: str) -> None:
         sys.exit(run_demo(directory, records=records, rate=rate, career=career))
     except TenureError as exc:
         _fail(exc)
+
+
+@main.command()
+@click.argument("scenarios", nargs=-1, required=True)
+@click.option("--json", "json_out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also write every result (figures, criteria, timeline) as JSON to this file.")
+@click.option("--plot", "plot_out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also draw a PNG timeline: leadership per replica, commits, fault and heal markers.")
+@click.option("--records", type=click.IntRange(min=100), default=None,
+              help="Records the producer writes per scenario (Spark career). [default: 20000; 6000 with --short]")
+@click.option("--career", type=click.Choice(["spark", "counter"]), default="spark", envvar="TENURE_DRILL_CAREER",
+              show_default=True, help="The replicas' career; the audit is `verify` (spark) or the counter check.")
+@click.option("--short", is_flag=True, help="The shortened timeline of the tests: session timeout 4 s, tickTime "
+              "500 ms, fewer records.")
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=Path(".tenure/drill"),
+              show_default=True, help="One folder per scenario, wiped first: ZooKeeper data, data root, logs.")
+def drill(scenarios: tuple[str, ...], json_out: Path | None, plot_out: Path | None, records: int | None,
+          career: str, short: bool, directory: Path) -> None:
+    """Failover drills: SCENARIO … or `all`; prints figures and PASS/FAIL per criterion, exits 1 on any FAIL.
+
+    Scenarios: handover, crash, zombie, partition, short-partition, zk-follower-loss, zk-leader-loss,
+    quorum-loss, flaky-link, spark-death, cold-start, rolling-restart. Network drills need root and `ip netns`.
+    """
+    from service._drill import run_drills
+
+    try:
+        code = run_drills(list(scenarios), directory=directory, records=records, json_out=json_out,
+                          plot_out=plot_out, short=short, career=career, echo=click.echo)
+    except TenureError as exc:
+        _fail(exc)
+    sys.exit(code)
