@@ -19,7 +19,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -35,7 +34,7 @@ import structlog
 from kazoo.client import KazooClient
 
 from election import TenureError
-from service._ensemble import EnsembleError
+from service._ensemble import EnsembleError, free_base_port
 from service._netns import NetNamespace, NetnsError, netns_unavailable
 from service._topology import ReplicaLaunch, ReplicaProcess, Topology, scrape
 from service._verify import verify
@@ -459,7 +458,7 @@ class Drill:
                                  session_timeout_s=settings.session_timeout_s,
                                  handover_timeout_s=settings.handover_timeout_s, zk_tick_ms=settings.zk_tick_ms,
                                  replica_args=extra, zk_client_address=ns.host_address if ns else "127.0.0.1",
-                                 replica_launch=launch, zk_port=_random_zk_base())
+                                 replica_launch=launch, zk_port=free_base_port())
         self.monitor: Monitor | None = None
         self.markers: list[Marker] = []
         self.m = Measurements(scenario=name)
@@ -588,29 +587,6 @@ class Drill:
             self.wait(self.drained, self.settings.settle_timeout_s, "the queue to drain")
         else:
             self.wait_more_commits(3)
-
-
-def _random_zk_base(servers: int = 3) -> int:
-    """A client port P, below the ephemeral range, with P+i, P+1000+i and P+2000+i free on loopback.
-
-    Random rather than the first free range: a drill restarts killed servers on their old ports, and
-    another topology scanning from the bottom could take a dead server's port in the meantime.
-    """
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(10000, 20000)
-        if all(_port_free(base + off + i) for off in (0, 1000, 2000) for i in range(servers)):
-            return base
-    raise EnsembleError("no free port range for the drill's ensemble in 10000–22000: free some ports")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _is_leader(replica: ReplicaProcess) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import re
 import shutil
 import signal
@@ -26,6 +27,7 @@ __all__ = [
     "find_java",
     "find_zk_classpath",
     "four_letter_word",
+    "free_base_port",
 ]
 
 _log = structlog.get_logger("tenure.zk")
@@ -100,6 +102,21 @@ def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, sig)
 
     return _set
+
+
+def free_base_port(servers: int = 3, *, low: int = 10000, high: int = 20000) -> int:
+    """A random client port P in [low, high) with P+i, P+1000+i and P+2000+i free (the ensemble's layout).
+
+    Random rather than the first free range: a drill restarts a killed server on its old port, and another
+    ensemble scanning from the bottom could take it meanwhile. The default range stays below Linux's
+    ephemeral ports (32768+), which outgoing connections take.
+    """
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(low, high)
+        if all(_port_free(base + off + i) for off in (0, _QUORUM_OFFSET, _ELECTION_OFFSET) for i in range(servers)):
+            return base
+    raise EnsembleError(f"no free port range for an ensemble in {low}–{high + _ELECTION_OFFSET}: free some ports")
 
 
 def _port_free(port: int, host: str = "127.0.0.1") -> bool:

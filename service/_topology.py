@@ -18,7 +18,7 @@ from pathlib import Path
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from service._ensemble import Ensemble, EnsembleError, die_with_parent
+from service._ensemble import Ensemble, die_with_parent, free_base_port
 
 __all__ = ["ReplicaLaunch", "ReplicaProcess", "ReplicaStatus", "Topology", "free_port", "scrape"]
 
@@ -30,21 +30,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _free_zk_base(servers: int = 3) -> int:
-    """A base port whose client, quorum and election ports (see ``Ensemble``) are all free."""
-    for base in range(22181, 40000, 10):
-        ports = [base + off + i for off in (0, 1000, 2000) for i in range(servers)]
-        with contextlib.ExitStack() as stack:
-            try:
-                for port in ports:
-                    sock = stack.enter_context(socket.socket())
-                    sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return base
-    raise EnsembleError("no free port range for the embedded ensemble: free some ports in 22181–40000")
 
 
 def scrape(port: int, timeout_s: float = 1.0, host: str = "127.0.0.1") -> dict[str, float]:
@@ -174,7 +159,7 @@ class Topology:
         self.data_root = directory / "data"
         self.logs = directory / "logs"
         self.group = group
-        port = zk_port if zk_port is not None else _free_zk_base(zk_servers)
+        port = zk_port if zk_port is not None else free_base_port(zk_servers)
         self.ensemble = Ensemble(servers=zk_servers, port=port, directory=directory / "zk",
                                  tick_ms=zk_tick_ms, client_address=zk_client_address)
         self.replica_launch = dict(replica_launch or {})
@@ -255,7 +240,8 @@ class Topology:
         with (self.logs / "producer.log").open("ab") as log:
             self.producer = subprocess.Popen(
                 [sys.executable, "-m", "service", "produce", "--data-root", str(self.data_root), *args],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=die_with_parent(signal.SIGTERM))  # noqa: PLW1509 - prctl only
         return self.producer
 
     def stop(self) -> None:

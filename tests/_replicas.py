@@ -43,6 +43,27 @@ def http_get(url: str, timeout_s: float = 2.0) -> tuple[int, str]:
         return 0, str(exc)
 
 
+def descendants(pid: int) -> set[int]:
+    """Every live descendant of ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
 class Replica(ReplicaProcess):
     """A `tenure run` process (see service._topology) with the assertions tests need."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 import re
 import shutil
 import socket
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from service._ensemble import Ensemble
+from service._ensemble import Ensemble, free_base_port
 
 # Spark's Python workers must run this interpreter (with pyarrow), not whatever python3 PATH finds first.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -32,22 +31,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def free_zk_base_port(servers: int = 3) -> int:
-    """A client port P such that P+i, P+1000+i and P+2000+i are all free (the ensemble's layout)."""
-    for _ in range(200):
-        base = random.randrange(20000, 40000)
-        if all(_port_free(base + off + i) for off in (0, 1000, 2000) for i in range(servers)):
-            return base
-    raise RuntimeError("no free port range for a ZooKeeper ensemble")
+    """A client port range free for an ensemble of ``servers`` (see ``Ensemble`` for the layout)."""
+    return free_base_port(servers)
 
 
 def start_ensemble(directory: Path, servers: int = 3) -> Ensemble:

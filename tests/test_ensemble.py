@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from service._ensemble import Ensemble, EnsembleError, find_java
+from tests._replicas import descendants, wait_for
 from tests.conftest import free_zk_base_port
 
 TENURE = [sys.executable, "-m", "service"]
@@ -30,11 +30,6 @@ def _write(hosts: str, path: str, timeout_s: float = 5.0) -> None:
     finally:
         client.stop()
         client.close()
-
-
-def _java_pids() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "QuorumPeerMain"], capture_output=True, text=True, check=False).stdout
-    return {int(p) for p in out.split()}
 
 
 def test_shared_ensemble_serves_reads_and_writes(zk_client: KazooClient, zk_group: str) -> None:
@@ -109,7 +104,6 @@ def test_old_java_is_rejected(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
 
 def test_cli_prints_connect_string_and_stops_clean_on_sigterm(tmp_path: Path) -> None:
     """`tenure zk` prints the connect string once serving, and SIGTERM leaves no java process behind."""
-    before = _java_pids()
     base = free_zk_base_port()
     proc = subprocess.Popen([*TENURE, "zk", "--servers", "3", "--port", str(base), "--dir", str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -118,14 +112,11 @@ def test_cli_prints_connect_string_and_stops_clean_on_sigterm(tmp_path: Path) ->
         line = proc.stdout.readline().strip()
         assert line == f"127.0.0.1:{base},127.0.0.1:{base + 1},127.0.0.1:{base + 2}"
         _write(line, "/cli/probe")
-        ours = _java_pids() - before
-        assert len(ours) == 3
+        ours = descendants(proc.pid)
+        assert len(ours) == 3  # one java per server
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-        deadline = time.monotonic() + 10
-        while _java_pids() & ours and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _java_pids() & ours
+        wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in ours), 10, "every java to be gone")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -14,31 +14,10 @@ import pytest
 
 from service._topology import Topology
 from tests._prometheus import alerts, prometheus_binary, query, running_prometheus, wait_until
-from tests._replicas import REPO, wait_for
+from tests._replicas import REPO, descendants, wait_for
 from tests.conftest import free_port
 
 ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
-
-
-def _children_of(pid: int) -> set[int]:
-    """Every live descendant of ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def test_up_elects_one_leader_and_stops_clean(tmp_path: Path) -> None:
@@ -58,11 +37,11 @@ def test_up_elects_one_leader_and_stops_clean(tmp_path: Path) -> None:
         line = wait_for(lambda: next((ln for ln in iter(proc.stdout.readline, "") if "LEADER" in ln), None),
                         60, "a status line naming the leader")
         assert line.count("LEADER") == 1 and line.count("follower") == 2
-        descendants = _children_of(proc.pid)
-        assert len(descendants) >= 6  # 3 ZooKeeper servers and 3 replicas
+        children = descendants(proc.pid)
+        assert len(children) >= 6  # 3 ZooKeeper servers and 3 replicas
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-        wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in descendants), 15,
+        wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in children), 15,
                  "every child process to be gone")
     finally:
         if proc.poll() is None:

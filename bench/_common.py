@@ -1,0 +1,213 @@
+"""What every benchmark shares: results (JSON + markdown), percentiles, the machine, an embedded ensemble."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from service._ensemble import Ensemble, EnsembleError, Server, free_base_port
+
+__all__ = [
+    "BenchContext",
+    "Result",
+    "Target",
+    "embedded_ensemble",
+    "machine",
+    "markdown_table",
+    "percentiles",
+    "process_tree_rss",
+    "write_result",
+]
+
+
+@dataclass(frozen=True)
+class BenchContext:
+    """What ``bench.run`` hands each benchmark: sizes (``quick``), a scratch folder, the output folder."""
+
+    quick: bool
+    work: Path
+    out: Path
+    budget_s: float | None = None  # stop starting new rounds past this (a busy machine); None: no limit
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target of issue 9: what was measured against what was asked."""
+
+    name: str
+    measured: float | None
+    target: str
+    met: bool | None  # None: could not be measured
+
+    def row(self) -> dict[str, Any]:
+        verdict = "n/a" if self.met is None else ("met" if self.met else "MISSED")
+        measured = "—" if self.measured is None else f"{self.measured:.4g}"
+        return {"target": self.name, "measured": measured, "asked": self.target, "verdict": verdict}
+
+
+@dataclass
+class Result:
+    """One benchmark's outcome: parameters, figures, a table for humans, targets and notes."""
+
+    name: str
+    title: str
+    command: str
+    params: dict[str, Any] = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)
+    table: list[dict[str, Any]] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["targets"] = [asdict(t) for t in self.targets]
+        return body
+
+    def to_markdown(self) -> str:
+        out = [f"### {self.title}", "", f"`{self.command}` — {self.seconds:.0f} s", ""]
+        if self.error:
+            out += [f"**Failed:** {self.error}", ""]
+        if self.table:
+            out += [markdown_table(self.table), ""]
+        if self.targets:
+            out += [markdown_table([t.row() for t in self.targets]), ""]
+        out += [f"- {note}" for note in self.notes]
+        return "\n".join(out).rstrip() + "\n"
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A GitHub markdown table from dicts (columns from the first row, then any new keys in order)."""
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(_cell(row.get(c)) for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def write_result(out: Path, result: Result) -> tuple[Path, Path]:
+    """Write ``<out>/<name>.json`` and ``<out>/<name>.md``; return both paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / f"{result.name}.json", out / f"{result.name}.md"
+    json_path.write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n")  # key order kept: table columns
+    md_path.write_text(result.to_markdown())
+    return json_path, md_path
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float | int | None]:
+    """n, p50, p90, p99, max, mean of ``values`` (nearest-rank percentiles; ``None`` when empty)."""
+    data = sorted(values)
+    if not data:
+        return {"n": 0, "p50": None, "p90": None, "p99": None, "max": None, "mean": None}
+
+    def rank(p: float) -> float:
+        return data[max(0, math.ceil(p / 100 * len(data)) - 1)]
+
+    return {"n": len(data), "p50": rank(50), "p90": rank(90), "p99": rank(99), "max": data[-1],
+            "mean": sum(data) / len(data)}
+
+
+def machine() -> dict[str, Any]:
+    """The machine the figures came from: cores, memory, CPU model, Python and Java versions."""
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        match = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
+        cpu = match.group(1).strip() if match else cpu
+    mem_kb = 0
+    with contextlib.suppress(OSError):
+        match = re.search(r"^MemTotal:\s*(\d+)", Path("/proc/meminfo").read_text(), re.M)
+        mem_kb = int(match.group(1)) if match else 0
+    java = "unknown"
+    with contextlib.suppress(OSError):
+        reply = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
+        java = (reply.stderr or reply.stdout).splitlines()[0] if (reply.stderr or reply.stdout) else java
+    try:
+        import pyspark
+
+        spark_version = pyspark.__version__
+    except ImportError:
+        spark_version = "not installed"
+    return {"cores": os.cpu_count(), "memory_gib": round(mem_kb / 2**20, 1), "cpu": cpu,
+            "python": platform.python_version(), "java": java, "pyspark": spark_version,
+            "kernel": platform.release()}
+
+
+class _BenchEnsemble(Ensemble):
+    """The embedded ensemble with ZooKeeper's per-address connection cap lifted (``maxClientCnxns=0``).
+
+    The herd benchmark opens one session per contender, up to 200, all from 127.0.0.1; ZooKeeper's default
+    cap of 60 connections per address per server would refuse most of them.
+    """
+
+    def __init__(self, *, max_client_cnxns: int | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._max_client_cnxns = max_client_cnxns
+
+    def _write_config(self, s: Server) -> Path:
+        cfg = super()._write_config(s)
+        if self._max_client_cnxns is not None:
+            with cfg.open("a") as f:
+                f.write(f"maxClientCnxns={self._max_client_cnxns}\n")
+        return cfg
+
+
+@contextlib.contextmanager
+def embedded_ensemble(directory: Path, *, servers: int = 3, tick_ms: int = 1000,
+                      max_client_cnxns: int | None = None) -> Iterator[Ensemble]:
+    """A real ZooKeeper ensemble from the PySpark jars on free ports, stopped on exit."""
+    for attempt in range(1, 6):
+        ensemble = _BenchEnsemble(servers=servers, port=free_base_port(servers), directory=directory,
+                                  tick_ms=tick_ms, max_client_cnxns=max_client_cnxns)
+        try:
+            ensemble.start(timeout_s=180.0)  # a loaded 2-core machine has taken over 60 s here
+            break
+        except EnsembleError as exc:
+            ensemble.stop()
+            # Other work on this machine takes ports too: between the probe and the launch one may go.
+            if "already in use" not in str(exc) or attempt == 5:
+                raise
+    try:
+        yield ensemble
+    finally:
+        ensemble.stop()
+
+
+def process_tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and all its descendants, summed from ``/proc`` (0 if it is gone)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = (entry / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    total, todo = 0, [pid]
+    page = os.sysconf("SC_PAGE_SIZE")
+    while todo:
+        current = todo.pop()
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int((Path("/proc") / str(current) / "statm").read_text().split()[1]) * page
+        todo += children.get(current, [])
+    return total
+

@@ -1,0 +1,63 @@
+"""The consumer's Structured Streaming query without tenure's lifecycle: what the baselines run.
+
+The same pipeline functions as ``career/spark`` (classify → deduplicate → order by key and seq → Parquet), the
+same session settings (``career.spark.build_session``) and the same flow control, but no election, no fence,
+no staging or publish: each batch appends its Parquet straight into ``table/``. The naive baseline and the
+bare throughput run both use it, so a difference against tenure is the lifecycle's, not the query's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
+from pyspark.sql.streaming.query import StreamingQuery
+
+from career.spark import SparkCareerConfig, build_session
+from career.spark._pipeline import KIND_BAD, KIND_ROW, classified_stream, quarantine_rows, table_rows
+
+__all__ = ["BatchInfo", "session", "start_query"]
+
+BatchInfo = dict[str, Any]
+
+
+def session(config: SparkCareerConfig, app_name: str) -> SparkSession:
+    """A SparkSession with the career's settings (local master, UI off, RocksDB state, few partitions)."""
+    spark, _owned = build_session(config.spark_master, app_name=app_name,
+                                  shuffle_partitions=config.shuffle_partitions, extra_conf=config.spark_conf)
+    return spark
+
+
+def start_query(spark: SparkSession, config: SparkCareerConfig, *, checkpoint: Path, table: Path,
+                quarantine: Path, on_batch: Callable[[BatchInfo], None], epoch: int = 0) -> StreamingQuery:
+    """Start the bare query over ``<data_root>/landing``; ``on_batch`` gets each batch's figures after its write."""
+    options = {"maxFilesPerTrigger": str(config.max_files_per_trigger)} if config.max_files_per_trigger else {}
+    stream = classified_stream(
+        spark, source_format=config.source_format, path=str(Path(config.data_root, "landing").resolve()),
+        options=options, schema=config.source_schema, max_line_bytes=config.max_line_bytes,
+        dedup_window=config.dedup_window, source_file_expr=config.source_file_expr, line_expr=config.line_expr)
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        started = time.time()
+        df.persist()
+        try:
+            by_kind = {r["kind"]: int(r["n"]) for r in df.groupBy("kind").agg(F.count(F.lit(1)).alias("n")).collect()}
+            if by_kind.get(KIND_ROW):
+                table_rows(df, epoch=epoch, batch_id=batch_id, partitions=config.shuffle_partitions) \
+                    .write.mode("append").parquet(table.resolve().as_uri())
+            if by_kind.get(KIND_BAD):
+                quarantine_rows(df, epoch=epoch, batch_id=batch_id).write.mode("append") \
+                    .parquet(quarantine.resolve().as_uri())
+        finally:
+            df.unpersist()
+        on_batch({"batch_id": batch_id, "started_at": started, "committed_at": time.time(),
+                  "written": by_kind.get(KIND_ROW, 0), "quarantined": by_kind.get(KIND_BAD, 0)})
+
+    return (stream.writeStream.foreachBatch(write)
+            .option("checkpointLocation", checkpoint.resolve().as_uri())
+            .trigger(processingTime=f"{int(config.trigger_interval_s * 1000)} milliseconds")
+            .start())

@@ -1,0 +1,136 @@
+"""Throughput: records/s through tenure's pipeline on the leader vs the same query run bare, alternating."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._cluster import CommitTimeline, TenureCluster
+from bench._common import BenchContext, Result, Target, percentiles
+from service._producer import produce
+
+__all__ = ["run_throughput"]
+
+_SKIP_BATCHES = 3  # warm-up batches left out of the steady state (class loading, JIT, first state store)
+_RECORDS_PER_FILE = 10_000  # 5 files per trigger (the career's default) → 50 000 records per batch
+_TIMEOUT_S = 900.0
+
+
+def _steady_rate(batches: list[dict[str, Any]]) -> dict[str, Any]:
+    """records/s from the end of batch ``_SKIP_BATCHES`` to the end of the last batch, plus per-batch figures."""
+    batches = sorted(batches, key=lambda b: b["batch_id"])
+    data = [b for b in batches if b["written"] > 0]
+    ids = [b["batch_id"] for b in batches]
+    contiguous = ids == list(range(ids[0], ids[0] + len(ids))) if ids else False
+    if len(data) <= _SKIP_BATCHES + 1:
+        return {"records_per_s": None, "batches": len(data), "contiguous": contiguous}
+    steady = data[_SKIP_BATCHES:]
+    span = steady[-1]["committed_at"] - data[_SKIP_BATCHES - 1]["committed_at"]
+    records = sum(b["written"] for b in steady)
+    intervals = [b["committed_at"] - a["committed_at"] for a, b in zip(data[_SKIP_BATCHES - 1:], steady, strict=False)]
+    return {"records_per_s": round(records / span, 1) if span > 0 else None, "steady_records": records,
+            "steady_batches": len(steady), "batches": len(data), "contiguous": contiguous,
+            "batch_interval_s": {k: (round(v, 3) if isinstance(v, float) else v)
+                                 for k, v in percentiles(intervals).items()},
+            "total_records": sum(b["written"] for b in data)}
+
+
+def _fill_landing(source: Path, data_root: Path) -> None:
+    """Hard-link the produced files into a fresh landing folder (same names and mtimes, no copy)."""
+    landing = data_root / "landing"
+    landing.mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.iterdir()):
+        os.link(path, landing / path.name)
+
+
+def _run_bare(work: Path, source: Path, records: int) -> dict[str, Any]:
+    data_root = work / "data"
+    _fill_landing(source, data_root)
+    out = work / "batches.json"
+    with (work / "bare.log").open("ab") as log:
+        subprocess.run([sys.executable, "-m", "bench._bare", "--data-root", str(data_root), "--records",
+                        str(records), "--out", str(out), "--timeout-s", f"{_TIMEOUT_S:g}"],
+                       stdout=log, stderr=subprocess.STDOUT, check=True, timeout=_TIMEOUT_S + 120)
+    body = json.loads(out.read_text())
+    return _steady_rate(body["batches"])
+
+
+def _run_tenure(work: Path, source: Path, records: int) -> dict[str, Any]:
+    """One replica (the leader, nothing else competing for the 2 cores) of `tenure run --career spark`."""
+    cluster = TenureCluster(work, standby="warm", rate=0.0, replicas=1)
+    cluster.start()
+    try:
+        # Linked once the replica runs: its warm-up (a minute or more) dwarfs the milliseconds this takes.
+        _fill_landing(source, cluster.data_root)
+        with CommitTimeline(cluster.connect_string, cluster.group) as timeline:
+            deadline = time.monotonic() + _TIMEOUT_S
+            while sum(c.written for c in timeline.snapshot()) < records:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"tenure wrote {sum(c.written for c in timeline.snapshot())} of {records} "
+                                       f"records in {_TIMEOUT_S:g} s; see {cluster.topology.logs}")
+                if cluster.pid("replica-1") is None:
+                    raise RuntimeError(f"the tenure replica exited; see {cluster.topology.logs}")
+                time.sleep(0.2)
+            batches = [{"batch_id": c.batch_id, "committed_at": c.committed_at, "written": c.written}
+                       for c in timeline.snapshot()]
+    finally:
+        cluster.stop()
+    return _steady_rate(batches)
+
+
+def run_throughput(ctx: BenchContext) -> Result:
+    """Alternate bare and tenure runs over the same produced records; compare steady-state records/s."""
+    records = 60_000 if ctx.quick else 1_000_000
+    per_file = 2_000 if ctx.quick else _RECORDS_PER_FILE  # quick: still enough batches for a steady state
+    rounds = 1 if ctx.quick else 2
+    result = Result(
+        name="throughput", title="Throughput: tenure's leader vs the bare query, and the ratio",
+        command="python -m bench.run --only throughput",
+        params={"records": records, "keys": 100, "records_per_file": per_file, "rounds": rounds,
+                "steady_state": f"batches after the first {_SKIP_BATCHES} with data",
+                "spark": "career defaults: local[2], 2 shuffle partitions, UI off, RocksDB state, "
+                         "5 files per trigger, 0.5 s trigger"},
+    )
+    source = ctx.work / "source"
+    # Files of exactly ``per_file`` records: no size or time limit cuts them short.
+    summary = produce(source, records=records, keys=100, seed=4, progress=False,
+                      batch_records=per_file, batch_bytes=1 << 30, flush_interval_s=3600.0)
+    result.params["bytes"] = summary.bytes
+    runs: list[dict[str, Any]] = []
+    started = time.monotonic()
+    for index in range(rounds):
+        if ctx.budget_s is not None and index > 0 and time.monotonic() - started > ctx.budget_s:
+            result.notes.append(f"Only {index} of {rounds} rounds within the time budget (--budget-min).")
+            break
+        order = ["bare", "tenure"] if index % 2 == 0 else ["tenure", "bare"]
+        for kind in order:
+            work = ctx.work / f"{kind}-{index}"
+            work.mkdir(parents=True)
+            figures = (_run_bare if kind == "bare" else _run_tenure)(work, source / "landing", records)
+            runs.append({"run": kind, "round": index + 1, **figures})
+    result.table = [{"run": r["run"], "round": r["round"], "records/s": r["records_per_s"],
+                     "steady batches": r.get("steady_batches"),
+                     "batch interval p50 s": (r.get("batch_interval_s") or {}).get("p50")} for r in runs]
+
+    def mean(kind: str) -> float | None:
+        rates = [r["records_per_s"] for r in runs if r["run"] == kind and r["records_per_s"]]
+        return sum(rates) / len(rates) if rates else None
+
+    bare, tenure = mean("bare"), mean("tenure")
+    ratio = round(tenure / bare, 3) if bare and tenure else None
+    result.figures = {"runs": runs, "bare_records_per_s": bare, "tenure_records_per_s": tenure, "ratio": ratio}
+    result.targets.append(Target("throughput ratio tenure / bare", ratio, "≥ 0.9", ratio is not None and ratio >= 0.9))
+    result.notes += [
+        "Both read the same files (hard links of one produced set), use the same pipeline functions "
+        "(`career/spark/_pipeline.py`) and the same session settings (`career.spark.build_session`). The bare "
+        "query (`bench/_bare.py`, `bench/_query.py`) appends Parquet straight into `table/`; tenure stages, "
+        "commits through the fence, publishes (renames) and archives consumed files.",
+        "tenure runs as one `tenure run --career spark` replica (the leader; no followers competing for the 2 "
+        "cores); its batch times come from the commit records, the bare query's from `foreachBatch`.",
+    ]
+    return result
