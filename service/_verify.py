@@ -313,18 +313,28 @@ def _scan_queue(data_root: Path, max_line_bytes: int) -> _QueueScan:
     scan = _QueueScan()
     ids = scan.ids
     bad = scan.bad
+    seen: set[str] = set()
     for path in iter_queue_files(data_root):
+        # A running leader moves consumed files from landing/ to archive/ while we read: a file read in
+        # landing/ shows up again in archive/ (skip it), and one gone before we opened it is found there later,
+        # because archive/ is walked after landing/.
+        if path.name in seen:
+            continue
+        try:
+            lines = list(enumerate(_iter_lines(path), start=1))
+        except FileNotFoundError:
+            continue
+        seen.add(path.name)
         scan.files += 1
         name = path.name
-        number = 0
-        for number, raw in enumerate(_iter_lines(path), start=1):
+        for number, raw in lines:
             record, reason = classify_line(raw, max_line_bytes)
             if record is None:
                 bad[(name, number)] = reason or "?"
             else:
                 scan.valid_lines += 1
                 ids.add(record["id"])
-        scan.lines += number
+        scan.lines += len(lines)
     return scan
 
 

@@ -368,3 +368,13 @@ def test_max_line_bytes_must_be_positive(tmp_path: Path) -> None:
     """A non-positive line limit is rejected with the value in the message."""
     with pytest.raises(ValueError, match="max_line_bytes=0"):
         verify(tmp_path, max_line_bytes=0)
+
+
+def test_a_file_being_archived_is_counted_once(root: Path) -> None:
+    """A leader archiving while verify runs: a file seen in landing/ and again in archive/ counts once."""
+    name = sorted((root / "landing").glob("*.jsonl"))[0].name
+    (root / "archive").mkdir()
+    shutil.copy2(root / "landing" / name, root / "archive" / name)
+    report = verify(root)
+    assert report.ok, report.render()
+    assert report.queue_files == 5 and report.ids_in == 60
