@@ -71,7 +71,8 @@ class CareerObserver(Protocol):
     """Where a career reports what it did; ``service`` turns these into Prometheus metrics.
 
     Batch outcomes: ``committed``, ``skipped`` (already committed: a re-run), ``fenced``, ``failed``.
-    Record outcomes: ``written``, ``duplicate``, ``quarantined``.
+    Record outcomes: ``written``, ``duplicate``, ``quarantined``, and with a row function ``retried`` (an
+    attempt failed; the record waits in the retry store) and ``dead_lettered``.
     """
 
     def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int]) -> None: ...
@@ -79,6 +80,8 @@ class CareerObserver(Protocol):
     def commit_finished(self, duration_s: float, committed_at: float) -> None: ...
 
     def backlog(self, files: int) -> None: ...
+
+    def retry_waiting(self, records: int) -> None: ...
 
 
 @dataclass

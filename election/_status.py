@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -38,7 +38,9 @@ class Contender:
 @dataclass(frozen=True)
 class GroupStatus:
     """A snapshot of one group. ``leader`` is the lowest live node (it leads, or will within milliseconds
-    once it has verified ownership); ``contenders`` are in line order, leader first.
+    once it has verified ownership); ``contenders`` are in line order, leader first. ``queues`` lists the
+    queues the group is registered on with every group sharing each and its lag (``{"queue_dir", "groups":
+    [{"group", "data_root", "registered_at", "lag"}]}``); ``tenure status`` fills it (``service/_groups.py``).
 
     Example::
 
@@ -52,6 +54,7 @@ class GroupStatus:
     handover: dict[str, Any] | None
     group: str = ""
     commit_version: int | None = None
+    queues: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +65,7 @@ class GroupStatus:
             "commit": self.commit,
             "commit_version": self.commit_version,
             "handover": self.handover,
+            "queues": self.queues,
         }
 
 

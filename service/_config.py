@@ -34,6 +34,8 @@ class ReplicaConfig(BaseModel):
     zk: str = Field(description="ZooKeeper connect string, host:port[,host:port…][/chroot].")
     group: str = Field(default="default", description="Consumer group: its own election, commit and output.")
     data_root: Path = Field(default=Path(".tenure/data"), description="Holds landing/, table/, checkpoint/ …")
+    queue_dir: Path | None = Field(default=None, description="Holds the queue (landing/, archive/) when several "
+                                   "groups share it, each with its own --data-root; default: the data root.")
     replica_id: str = Field(default_factory=socket.gethostname, description="Unique per replica.")
     metrics_host: str = Field(default="0.0.0.0", description="Address for /metrics and health.")
     metrics_port: int = Field(default=9400, description="Port for /metrics and health.")
@@ -65,6 +67,15 @@ class ReplicaConfig(BaseModel):
     liveness_timeout_s: float = Field(default=30.0, description="/livez fails when the loop stalls this long.")
     zk_auth: str | None = Field(default=None, description="Digest credential user:password for the znodes.")
     counter_interval_s: float = Field(default=0.2, description="Counter career: one commit per interval.")
+    transform: str | None = Field(default=None, description="package.module:function applied to each batch's "
+                                  "records (a DataFrame) before the write; must keep id, key, seq.")
+    row_function: str | None = Field(default=None, description="package.module:function called per record; "
+                                     "a raise sends the record (and its key's later ones) to the retry store.")
+    retry_attempts: int = Field(default=5, description="Attempts of a failing record before it is "
+                                "dead-lettered (1: no retry).")
+    retry_backoff_s: float = Field(default=1.0, description="Delay after a record's first failure; doubles "
+                                   "with each attempt.")
+    retry_backoff_max_s: float = Field(default=300.0, description="Cap of the retry delay.")
 
     @field_validator("zk")
     @classmethod
@@ -109,7 +120,14 @@ class ReplicaConfig(BaseModel):
             raise ValueError("must be between 0.1 and 0.9 of the session timeout (0.5 is a good default)")
         return value
 
-    @field_validator("max_files_per_trigger", "max_line_bytes", "shuffle_partitions")
+    @field_validator("transform", "row_function")
+    @classmethod
+    def _hook_format(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", value):
+            raise ValueError("is not package.module:function (e.g. career.examples:enrich)")
+        return value
+
+    @field_validator("max_files_per_trigger", "max_line_bytes", "shuffle_partitions", "retry_attempts")
     @classmethod
     def _at_least_one(cls, value: int) -> int:
         if value < 1:
@@ -118,7 +136,7 @@ class ReplicaConfig(BaseModel):
 
     @field_validator("handover_timeout_s", "connect_timeout_s", "idle_backoff_s", "failure_backoff_s",
                      "failure_backoff_max_s", "liveness_timeout_s", "counter_interval_s", "trigger_interval_s",
-                     "archive_retention_s")
+                     "archive_retention_s", "retry_backoff_s", "retry_backoff_max_s")
     @classmethod
     def _positive(cls, value: float) -> float:
         if value <= 0:
@@ -138,6 +156,9 @@ class ReplicaConfig(BaseModel):
             raise ValueError(f"handover_timeout_s={self.handover_timeout_s:g} is not below session_timeout_s="
                              f"{self.session_timeout_s:g}: lower handover_timeout_s or raise session_timeout_s, "
                              "or a stuck leader outlives its lease")
+        if self.retry_backoff_max_s < self.retry_backoff_s:
+            raise ValueError(f"retry_backoff_max_s={self.retry_backoff_max_s:g} is below retry_backoff_s="
+                             f"{self.retry_backoff_s:g}: raise retry_backoff_max_s")
         if self.failure_backoff_max_s < self.failure_backoff_s:
             raise ValueError(f"failure_backoff_max_s={self.failure_backoff_max_s:g} is below failure_backoff_s="
                              f"{self.failure_backoff_s:g}: raise failure_backoff_max_s")

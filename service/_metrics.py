@@ -19,7 +19,7 @@ from service import __version__
 __all__ = ["BATCH_OUTCOMES", "RECORD_OUTCOMES", "Metrics"]
 
 BATCH_OUTCOMES = ("committed", "skipped", "fenced", "failed")
-RECORD_OUTCOMES = ("written", "duplicate", "quarantined")
+RECORD_OUTCOMES = ("written", "duplicate", "quarantined", "retried", "dead_lettered")
 
 # Failover-scale buckets: handovers and inaugurations range from milliseconds (warm) to tens of seconds (cold).
 _LIFECYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60)
@@ -71,6 +71,9 @@ class Metrics:
                                          buckets=_COMMIT_BUCKETS, registry=registry)
         self.backlog_files = Gauge("tenure_source_backlog_files", "Landing files not yet consumed.",
                                    registry=registry)
+        self.retry_waiting_records = Gauge("tenure_retry_waiting_records",
+                                           "Records held in the retry store (failed, or behind a failed one).",
+                                           registry=registry)
         self.last_commit = Gauge("tenure_last_commit_timestamp_seconds",
                                  "Unix time of this replica's last fenced commit.", registry=registry)
         self.zk_connected = Gauge("tenure_zk_connected", "1 while the ZooKeeper session is connected.",
@@ -96,3 +99,6 @@ class Metrics:
 
     def backlog(self, files: int) -> None:
         self.backlog_files.set(files)
+
+    def retry_waiting(self, records: int) -> None:
+        self.retry_waiting_records.set(records)

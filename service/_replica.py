@@ -7,10 +7,11 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import structlog
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import CollectorRegistry
 
@@ -19,6 +20,7 @@ from career._counter import CounterCareer
 from election import DigestCredential, Election, ElectionEvent, Identity
 from service._config import ConfigError, ReplicaConfig
 from service._ensemble import four_letter_word
+from service._groups import register_group, registered_groups
 from service._http import HealthServer
 from service._metrics import Metrics
 from service._runner import Runner, RunnerSettings
@@ -76,7 +78,28 @@ def _connect(config: ReplicaConfig) -> KazooClient:
     return client
 
 
-def _make_career(config: ReplicaConfig, metrics: Metrics) -> Career:
+def _queue_groups(config: ReplicaConfig, client: KazooClient) -> Callable[[], Collection[str]]:
+    """The registry read the Spark career's archiving waits on: the groups registered on its queue."""
+    queue_dir = config.queue_dir or config.data_root
+    timeout_s = config.safe_fraction * config.session_timeout_s
+    return lambda: registered_groups(client, queue_dir, timeout_s=timeout_s)
+
+
+def _register_group(config: ReplicaConfig, client: KazooClient) -> None:
+    """Register the group as a consumer of its queue (idempotent)."""
+    queue_dir = config.queue_dir or config.data_root
+    queue_dir.mkdir(parents=True, exist_ok=True)
+    credential = _credential(config)
+    try:
+        register_group(client, queue_dir, config.group, config.data_root,
+                       acl=credential.acls() if credential else None)
+    except KazooException as exc:
+        raise ConfigError(f"group={config.group!r} cannot be registered on queue_dir={str(queue_dir)!r} in "
+                          f"ZooKeeper ({exc!r}): check --zk-auth and the ACLs of /tenure/_queues") from exc
+
+
+def _make_career(config: ReplicaConfig, metrics: Metrics,
+                 registered: Callable[[], Collection[str]] | None = None) -> Career:
     if ":" in config.career:
         module_name, _, attr = config.career.partition(":")
         try:
@@ -89,11 +112,12 @@ def _make_career(config: ReplicaConfig, metrics: Metrics) -> Career:
     if config.career == "counter":
         return CounterCareer(config.data_root / "counter.log", interval_s=config.counter_interval_s,
                              observer=metrics)
-    from career.spark import SparkCareer, SparkCareerConfig  # Spark is imported only when it is the career
+    from career.spark import HookError, SparkCareer, SparkCareerConfig  # imported only when Spark is the career
 
     try:
         spark_config = SparkCareerConfig(
             data_root=config.data_root,
+            queue_dir=config.queue_dir,
             spark_master=config.spark_master,
             standby=config.standby,
             max_files_per_trigger=config.max_files_per_trigger,
@@ -106,10 +130,16 @@ def _make_career(config: ReplicaConfig, metrics: Metrics) -> Career:
             dedup_window=config.dedup_window,
             archive_retention_s=config.archive_retention_s,
             shuffle_partitions=config.shuffle_partitions,
+            transform=config.transform,
+            row_function=config.row_function,
+            retry_attempts=config.retry_attempts,
+            retry_backoff_s=config.retry_backoff_s,
+            retry_backoff_max_s=config.retry_backoff_max_s,
         )
-    except ValueError as exc:  # the career validates what only it knows (e.g. the dedup interval)
+        return SparkCareer(spark_config, metrics, replica_id=config.replica_id, group=config.group,
+                           registered_groups=registered)
+    except (ValueError, HookError) as exc:  # what only the career can check: the dedup interval, the hooks
         raise ConfigError(str(exc)) from exc
-    return SparkCareer(spark_config, metrics, replica_id=config.replica_id)
 
 
 def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = None) -> int:
@@ -133,7 +163,18 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
     except BaseException:
         server.stop()
         raise
-    career = _make_career(config, metrics)
+    try:
+        # The Spark career reads a queue other groups may share: archiving waits for every registered group.
+        # Its settings are checked first, so a bad value registers nothing.
+        spark = config.career == "spark"
+        career = _make_career(config, metrics, _queue_groups(config, client) if spark else None)
+        if spark:
+            _register_group(config, client)
+    except BaseException:
+        server.stop()
+        client.stop()
+        client.close()
+        raise
     advertised = socket.gethostname() if config.metrics_host in ("0.0.0.0", "::") else config.metrics_host
     identity = Identity(
         replica_id=config.replica_id,

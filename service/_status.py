@@ -1,4 +1,4 @@
-"""``tenure status``: a group's leader, epoch, contenders and last commit, as a table or as JSON."""
+"""``tenure status``: a group's leader, epoch, contenders, last commit and queue groups, as a table or JSON."""
 
 from __future__ import annotations
 
@@ -7,41 +7,32 @@ import json
 import shutil
 import sys
 import time
+from dataclasses import replace
 from typing import Any, TextIO
 
-from kazoo.client import KazooClient
-from kazoo.handlers.threading import KazooTimeoutError
 from rich.console import Console
 from rich.table import Table
 
-from election import ElectionError, GroupStatus, group_status
+from election import GroupStatus, group_status
+from service._groups import connected, format_groups, group_queues, queue_report
 
 __all__ = ["fetch_status", "format_status_json", "format_status_table", "show_status"]
 
 
 def fetch_status(zk_hosts: str, group: str, *, timeout_s: float = 10.0,
                  auth_data: list[tuple[str, str]] | None = None) -> GroupStatus:
-    """Connect, read the group's status, disconnect.
+    """Connect, read the group's status and the groups sharing its queue (with their lag), disconnect.
 
     Raises:
         ElectionError: ZooKeeper cannot be reached within ``timeout_s`` (the message names the hosts).
     """
-    client = KazooClient(hosts=zk_hosts, timeout=timeout_s, auth_data=auth_data, read_only=True,
-                         connection_retry={"max_tries": 3})
-    try:
-        try:
-            client.start(timeout=timeout_s)
-        except KazooTimeoutError as exc:
-            raise ElectionError(f"cannot reach ZooKeeper at {zk_hosts} within {timeout_s:g} s: check --zk "
-                                "(a comma-separated host:port list) and that a quorum is up") from exc
-        return group_status(client, group)
-    finally:
-        client.stop()
-        client.close()
+    with connected(zk_hosts, timeout_s=timeout_s, auth_data=auth_data, read_only=True) as client:
+        status = group_status(client, group)
+        return replace(status, queues=[queue_report(client, queue) for queue in group_queues(client, group)])
 
 
 def format_status_json(status: GroupStatus) -> str:
-    """Indented JSON: group, leader, epoch, contenders (line order), commit, commit_version, handover."""
+    """Indented JSON: group, leader, epoch, contenders (line order), commit, commit_version, handover, queues."""
     return json.dumps(status.to_json(), indent=2, sort_keys=True)
 
 
@@ -85,7 +76,10 @@ def format_status_table(status: GroupStatus, *, width: int = 120, now: float | N
         console.print(table)
     console.print(f"last commit (version {status.commit_version}): {_record_line(status.commit)}")
     console.print(f"handover: {_record_line(status.handover)}")
-    return buffer.getvalue()
+    text = buffer.getvalue()
+    if not status.queues:
+        return text + "queue: not registered (a Spark replica registers its group at start-up)\n"
+    return text + "".join(format_groups(report) for report in status.queues)
 
 
 def show_status(zk_hosts: str, group: str, *, as_json: bool = False, timeout_s: float = 10.0,

@@ -232,6 +232,8 @@ class VerifyReport:
     inversions: int
     reason_mismatches: int
     seconds: float
+    ids_dead_lettered: int = 0
+    ids_waiting: int = 0
     bad_by_reason: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[Any]] = field(default_factory=dict)
 
@@ -253,8 +255,10 @@ class VerifyReport:
     def summary_line(self) -> str:
         """The one-line verdict, e.g. ``verify: OK — 100 ids in, 100 written, 0 lost, …``."""
         verdict = "OK" if self.ok else "FAILED"
+        retry = (f"{self.ids_dead_lettered} dead-lettered, {self.ids_waiting} waiting for retry, "
+                 if self.ids_dead_lettered or self.ids_waiting else "")
         return (
-            f"verify: {verdict} — {self.ids_in} ids in, {self.ids_written} written, {self.lost} lost, "
+            f"verify: {verdict} — {self.ids_in} ids in, {self.ids_written} written, {retry}{self.lost} lost, "
             f"{self.duplicated} duplicated, {self.inversions} inversions; "
             f"{self.bad_lines_in} bad lines, {self.quarantined} quarantined"
         )
@@ -266,6 +270,7 @@ class VerifyReport:
             ("distinct valid ids in", str(self.ids_in)),
             ("repeated valid lines in", str(self.repeated_lines_in)),
             ("ids written / rows", f"{self.ids_written} / {self.rows_written}"),
+            ("ids dead-lettered / waiting", f"{self.ids_dead_lettered} / {self.ids_waiting}"),
             ("bad lines in", str(self.bad_lines_in)),
             ("quarantined / rows", f"{self.quarantined} / {self.quarantine_rows}"),
             ("lost", str(self.lost)),
@@ -432,10 +437,26 @@ def _scan_quarantine(folder: Path) -> tuple[int, Counter[tuple[str, int]], dict[
     return rows, seen, reasons
 
 
+def _scan_retry_store(root: Path) -> tuple[Counter[str], set[str]]:
+    """Ids dead-lettered (with their row counts) and ids held in the newest published retry snapshot."""
+    dead: Counter[str] = Counter()
+    for path in _parquet_files(root / "dead-letter"):
+        dead.update(str(i) for i in _read_columns(path, ["id"]).column("id").to_pylist())
+    snapshots = sorted((root / "retry").glob("batch-*.parquet")) if (root / "retry").is_dir() else []
+    waiting = set(str(i) for i in _read_columns(snapshots[-1], ["id"]).column("id").to_pylist()) if snapshots \
+        else set()
+    return dead, waiting
+
+
 def verify(
-    data_root: str | os.PathLike[str], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    data_root: str | os.PathLike[str], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    queue_dir: str | os.PathLike[str] | None = None,
 ) -> VerifyReport:
     """Audit a data root: each valid queue id written exactly once, each bad line quarantined once, in order.
+
+    With a row function, an id may instead be dead-lettered (``dead-letter/``) or still waiting for a retry
+    (the newest snapshot in ``retry/``): each id is accounted for in exactly one of written, dead-lettered or
+    waiting — never none (lost), never two (duplicated).
 
     Reads ``landing/`` and ``archive/`` (recursively) with :func:`classify_line`, independently of the
     pipeline, and ``table/`` and ``quarantine/`` with pyarrow (``_``- and ``.``-prefixed folders and files
@@ -446,6 +467,8 @@ def verify(
     Args:
         data_root: the data root (``landing/``, ``archive/``, ``table/``, ``quarantine/``).
         max_line_bytes: the pipeline's line size limit; must match it or oversized lines disagree.
+        queue_dir: the folder holding ``landing/`` and ``archive/`` when the group reads a queue shared with
+            other groups (``--queue-dir``); default: the data root.
 
     Returns:
         The report; ``report.ok`` is False on any loss, duplicate, unexpected row, unquarantined bad line or
@@ -455,24 +478,31 @@ def verify(
         raise ValueError(f"max_line_bytes={max_line_bytes} must be at least 1")
     started = time.monotonic()
     root = Path(data_root)
-    queue = _scan_queue(root, max_line_bytes)
+    queue = _scan_queue(root if queue_dir is None else Path(queue_dir), max_line_bytes)
     table = _scan_table(root / "table")
     quarantine_rows, quarantined, q_reasons = _scan_quarantine(root / "quarantine")
 
-    lost_ids = queue.ids - table.written
-    unexpected = table.written - queue.ids
+    def few(items: set[Any] | list[Any]) -> list[Any]:
+        return sorted(items, key=str)[:_EXAMPLES]
+
+    dead, waiting = _scan_retry_store(root)
+    accounted = table.written | dead.keys() | waiting
+    lost_ids = queue.ids - accounted
+    unexpected = accounted - queue.ids
+    # An id in two places (written and dead-lettered, say), or dead-lettered twice, is duplicated too.
+    twice = ((table.written & dead.keys()) | (table.written & waiting) | (dead.keys() & waiting)
+             | {i for i, n in dead.items() if n > 1})
+    duplicated_examples = table.duplicated_examples + [{"id": i, "places": "more than one of table, "
+                                                        "dead-letter, retry"} for i in few(twice)]
     bad_keys = queue.bad.keys()
     unquarantined = bad_keys - quarantined.keys()
     unexpected_q = quarantined.keys() - bad_keys
     dup_bad = sorted(k for k, n in quarantined.items() if n > 1)
     mismatched = sorted(k for k in bad_keys & quarantined.keys() if q_reasons[k] != queue.bad[k])
 
-    def few(items: set[Any] | list[Any]) -> list[Any]:
-        return sorted(items, key=str)[:_EXAMPLES]
-
     examples: dict[str, list[Any]] = {
         "lost": few(lost_ids),
-        "duplicated_ids": table.duplicated_examples,
+        "duplicated_ids": duplicated_examples[:_EXAMPLES],
         "duplicated_bad_lines": [
             {"file": f, "line": n, "rows": quarantined[(f, n)]} for f, n in dup_bad[:_EXAMPLES]
         ],
@@ -497,7 +527,7 @@ def verify(
         quarantined=len(quarantined),
         quarantine_rows=quarantine_rows,
         lost=len(lost_ids),
-        duplicated_ids=table.duplicated_ids,
+        duplicated_ids=table.duplicated_ids + len(twice),
         duplicated_bad_lines=len(dup_bad),
         unexpected_ids=len(unexpected),
         unexpected_quarantined=len(unexpected_q),
@@ -505,6 +535,8 @@ def verify(
         inversions=table.inversions,
         reason_mismatches=len(mismatched),
         seconds=round(time.monotonic() - started, 3),
+        ids_dead_lettered=len(dead),
+        ids_waiting=len(waiting),
         bad_by_reason=dict(Counter(queue.bad.values())),
         examples={k: v for k, v in examples.items() if v},
     )

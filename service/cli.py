@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -180,11 +181,13 @@ def produce(data_root: Path, records: int, keys: int, rate: float | None, duplic
 @click.option("--data-root", type=click.Path(path_type=Path), required=True, envvar="TENURE_DATA_ROOT")
 @click.option("--max-line-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True,
               envvar="TENURE_MAX_LINE_BYTES", help="The pipeline's line size limit.")
+@click.option("--queue-dir", type=click.Path(path_type=Path), default=None, envvar="TENURE_QUEUE_DIR",
+              help="The shared queue (landing/, archive/) the group reads, if not the data root.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-def verify(data_root: Path, max_line_bytes: int, as_json: bool) -> None:
+def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, as_json: bool) -> None:
     """Audit exactly-once and per-key order: exit 1 on any loss, duplicate or inversion."""
     try:
-        report = verify_mod.verify(data_root, max_line_bytes=max_line_bytes)
+        report = verify_mod.verify(data_root, max_line_bytes=max_line_bytes, queue_dir=queue_dir)
     except TenureError as exc:
         _fail(exc)
     click.echo(report.to_json() if as_json else report.render())
@@ -197,13 +200,62 @@ def verify(data_root: Path, max_line_bytes: int, as_json: bool) -> None:
 @click.option("--zk-auth", default=None, envvar="TENURE_ZK_AUTH", help="user:password, if reads need it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status(zk: str, group: str, zk_auth: str | None, as_json: bool) -> None:
-    """Show the group's leader, epoch, contenders in line, and last commit."""
+    """Show the group's leader, epoch, contenders in line, last commit, and the groups on its queue with their lag."""
     from service._status import show_status
 
     try:
         show_status(zk, group, as_json=as_json, auth_data=[("digest", zk_auth)] if zk_auth else None)
     except TenureError as exc:
         _fail(exc)
+
+
+@main.group()
+def groups() -> None:
+    """Consumer groups sharing one queue: list them with their lag, or remove one."""
+
+
+def _queue_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options every `tenure groups` command takes: where ZooKeeper is, which queue, the credential."""
+    for option in reversed([
+        click.option("--zk", required=True, envvar="TENURE_ZK", help="ZooKeeper connect string."),
+        click.option("--queue-dir", type=click.Path(path_type=Path), required=True, envvar="TENURE_QUEUE_DIR",
+                     help="The shared queue folder, as the replicas see it (a single group's: its data root)."),
+        click.option("--zk-auth", default=None, envvar="TENURE_ZK_AUTH", help="user:password (the service's)."),
+    ]):
+        command = option(command)
+    return command
+
+
+@groups.command("list")
+@_queue_options
+@click.option("--json", "as_json", is_flag=True, help="Print the groups as JSON.")
+def groups_list(zk: str, queue_dir: Path, zk_auth: str | None, as_json: bool) -> None:
+    """List the groups on the queue with their data roots and lag (landing files not yet consumed)."""
+    from service._groups import connected, format_groups, queue_report
+
+    try:
+        with connected(zk, auth_data=[("digest", zk_auth)] if zk_auth else None) as client:
+            report = queue_report(client, queue_dir)
+    except TenureError as exc:
+        _fail(exc)
+    click.echo(json.dumps(report, indent=2, sort_keys=True) if as_json else format_groups(report), nl=as_json)
+
+
+@groups.command("remove")
+@click.argument("group")
+@_queue_options
+@click.option("--force", is_flag=True, help="Remove it even though replicas of the group still run.")
+def groups_remove(group: str, zk: str, queue_dir: Path, zk_auth: str | None, force: bool) -> None:
+    """Unregister GROUP from the queue and delete its consumption marks, releasing what it held back."""
+    from service._groups import connected, remove_group
+
+    try:
+        with connected(zk, auth_data=[("digest", zk_auth)] if zk_auth else None) as client:
+            entry, marks = remove_group(client, queue_dir, group, force=force)
+    except TenureError as exc:
+        _fail(exc)
+    click.echo(f"removed group {group} from queue {queue_dir} (data root {entry.data_root}; {marks} marks "
+               "deleted): the other groups' leaders archive what it held back")
 
 
 @main.command()

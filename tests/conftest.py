@@ -20,6 +20,9 @@ from service._ensemble import Ensemble, free_base_port
 
 # Spark's Python workers must run this interpreter (with pyarrow), not whatever python3 PATH finds first.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# Spark's Python workers import user pipeline code (tests.pipelines) from the repository, whatever the cwd.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")) if p)
 
 ZK_TICK_MS = 500  # sessions may then last 1–10 s, and expire within half a second of their timeout
 

@@ -53,6 +53,7 @@ EXPORTED_METRICS = frozenset(
         "tenure_info",
         "tenure_commits_fenced_total",
         "tenure_career_failures_total",
+        "tenure_retry_waiting_records",
     }
 )
 REPLICAS = ("tenure-1", "tenure-2", "tenure-3")
@@ -422,6 +423,7 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
         "TenureCommitsStalled",
         "TenureZooKeeperDisconnected",
         "TenureSlowHandover",
+        "TenureDeadLetters",
     }
     assert fires == set(rules), f"no firing case for {set(rules) - fires}"
     assert quiet == set(rules), f"no quiet case for {set(rules) - quiet}"

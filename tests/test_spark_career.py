@@ -35,6 +35,7 @@ class Recorder:
     batches: list[tuple[str, dict[str, int]]] = field(default_factory=list)
     commits: list[float] = field(default_factory=list)
     backlogs: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
 
     def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int]) -> None:
         self.batches.append((outcome, dict(records)))
@@ -44,6 +45,9 @@ class Recorder:
 
     def backlog(self, files: int) -> None:
         self.backlogs.append(files)
+
+    def retry_waiting(self, records: int) -> None:
+        self.waiting.append(records)
 
     def outcomes(self) -> list[str]:
         return [outcome for outcome, _ in self.batches]
@@ -130,12 +134,14 @@ def audit(root: Path) -> VerifyReport:
     return verify(root, max_line_bytes=MAX_LINE)
 
 
-def run_until(career: SparkCareer, done: Callable[[], bool], timeout_s: float = 180.0) -> None:
-    """Call execute() as a runner would until ``done()``; fail past the deadline."""
+def run_until(career: SparkCareer | list[SparkCareer], done: Callable[[], bool], timeout_s: float = 180.0) -> None:
+    """Call execute() as a runner would (on each career in turn, when given several) until ``done()``; fail past
+    the deadline."""
+    careers = career if isinstance(career, list) else [career]
     deadline = time.monotonic() + timeout_s
     next_check = 0.0
     while time.monotonic() < deadline:
-        if not career.execute():
+        if not any([c.execute() for c in careers]):
             time.sleep(0.05)
         if time.monotonic() >= next_check:
             next_check = time.monotonic() + 0.5

@@ -11,13 +11,14 @@ arrives within ``dedup_window`` of its first copy. What is not: readers may brie
 batch while its part files are being renamed into place; a repeat later than the dedup window is written again.
 """
 
-from career.spark._career import HandingOverError, InjectedFaultError, SparkCareer, SparkCareerError
+from career.spark._career import HandingOverError, HookError, InjectedFaultError, SparkCareer, SparkCareerError
 from career.spark._config import FAULT_POINTS, SparkCareerConfig
 from career.spark._session import build_session
 
 __all__ = [
     "FAULT_POINTS",
     "HandingOverError",
+    "HookError",
     "InjectedFaultError",
     "SparkCareer",
     "SparkCareerConfig",

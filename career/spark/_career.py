@@ -7,7 +7,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,14 +20,30 @@ from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark a
 
 from career._protocol import CareerContext, CareerObserver, Outcome
 from career.spark._config import SparkCareerConfig
+from career.spark._hooks import HookError, Transform, check_transform, load_hook
+from career.spark._marks import ConsumptionMarks
 from career.spark._pipeline import (
     BINARY_FILE,
     KIND_BAD,
     KIND_FILE,
     KIND_ROW,
+    TICK_SUFFIX,
     classified_stream,
+    ordered_records,
     quarantine_rows,
-    table_rows,
+    with_batch,
+)
+from career.spark._retry import (
+    WRITTEN,
+    RetryPolicy,
+    RowFunction,
+    dead_letter_table,
+    identity_row,
+    next_due,
+    process_records,
+    read_snapshot,
+    snapshot_table,
+    write_parquet,
 )
 from career.spark._session import build_session, use_driver_python
 from career.spark._storage import (
@@ -37,12 +53,13 @@ from career.spark._storage import (
     finish_publish,
     is_published,
     landing_files,
+    published_name,
     remove_dead_staging,
     sweep_archive,
 )
 from election._errors import ElectionError, Fenced, NotLeader, TenureError
 
-__all__ = ["HandingOverError", "InjectedFaultError", "SparkCareer", "SparkCareerError"]
+__all__ = ["HandingOverError", "HookError", "InjectedFaultError", "SparkCareer", "SparkCareerError"]
 
 _BACKLOG_EVERY_S = 1.0
 _SWEEP_EVERY_S = 60.0
@@ -68,6 +85,7 @@ class _Term:
 
     ctx: CareerContext
     log: Any
+    marks: ConsumptionMarks  # this group's consumption marks on the queue, and the archive they gate
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     query: Any = None
@@ -85,8 +103,21 @@ class _Term:
         return self.ctx.epoch
 
 
+@dataclass(frozen=True)
+class _Hooks:
+    """The user's code in the batch path, loaded once; ``row_function`` None means no retry store unless one
+    is left over from a term that had one (then it drains through :func:`identity_row`)."""
+
+    transform: Transform | None = None
+    row_function: RowFunction | None = None
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+
+
 class _NullObserver:
     def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int]) -> None:
+        pass
+
+    def retry_waiting(self, records: int) -> None:
         pass
 
     def commit_finished(self, duration_s: float, committed_at: float) -> None:
@@ -141,7 +172,8 @@ class _BatchWriter:
     2. Read the commit record. If ``B`` is already committed (a re-run after a failover), finish its publish
        if unfinished, run the batch through the ``noop`` sink (Spark's dedup state must still advance to
        version ``B``), and return: ``skipped``. Otherwise the last committed batch is Spark-committed (Spark
-       only starts ``B`` after committing ``B-1``), so its queue files are archived now.
+       only starts ``B`` after committing ``B-1``), so its queue files are marked consumed by this group now
+       (and archived once every group on the queue has consumed them).
     3. Classify, deduplicate and order; write staged Parquet under ``_staging/epoch=<e>/batch=<B>/``.
     4. Fenced commit of a record naming the staged folders and the files read, at the version read in 2.
     5. Publish: move the staged part files into ``table/`` and ``quarantine/`` (idempotent renames).
@@ -149,12 +181,13 @@ class _BatchWriter:
     """
 
     def __init__(self, term: _Term, layout: Layout, config: SparkCareerConfig, observer: CareerObserver,
-                 replica_id: str) -> None:
+                 replica_id: str, hooks: _Hooks) -> None:
         self._term = term
         self._layout = layout
         self._config = config
         self._observer = observer
         self._replica_id = replica_id
+        self._hooks = hooks
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         term = self._term
@@ -202,7 +235,8 @@ class _BatchWriter:
         if not ctx.still_leading():
             raise NotLeader(f"batch {batch_id} not started: epoch {term.epoch} is not leading now "
                             "(suspended or past safe-until)")
-        # 2. Already committed? Otherwise archive what the last committed batch read.
+        # 2. Already committed? Otherwise mark what the last committed batch read as consumed by this group,
+        #    and archive what every group on the queue has consumed.
         record, version = ctx.fence.read_commit()
         committed = _committed_batch(record)
         if record is not None and int(record.get("epoch") or 0) > term.epoch:
@@ -216,19 +250,29 @@ class _BatchWriter:
             term.log.info("batch_skipped", batch=batch_id, committed=committed, epoch=term.epoch)
             return "skipped", {}
         if committed is not None and record is not None and config.file_source:
-            archived = archive_files(layout, record.get("files") or [])
+            archived = term.marks.consumed(record.get("files") or [])
             if archived:
                 term.log.debug("archived", batch=committed, files=archived)
-        # 3. Classify, deduplicate, order, stage.
+        # 3. Classify, deduplicate, order, run the user's code; stage the table, quarantine and retry store.
+        phase = time.monotonic()
         df.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             counts, files = self._stats(df)
+            read_s = time.monotonic() - phase
             staged: dict[str, str] = {}
-            if counts["written"]:
-                path = layout.staging(layout.table, term.epoch, batch_id)
-                table_rows(df, epoch=term.epoch, batch_id=batch_id, partitions=config.shuffle_partitions) \
-                    .write.mode("overwrite").parquet(str(path))
-                staged["table"] = layout.relative(path)
+            rows = ordered_records(df, partitions=config.shuffle_partitions)
+            retry: dict[str, Any] = {}
+            processed: DataFrame | None = None
+            held = read_snapshot(layout.resolve(record["retry"])) if record and record.get("retry") else None
+            row_function = self._hooks.row_function or (identity_row if held is not None and held.num_rows else None)
+            if row_function is not None:
+                processed, rows, retry = self._retry(df, held, row_function, counts, staged, batch_id)
+            try:
+                if counts["written"]:
+                    self._stage_table(rows, staged, batch_id)
+            finally:
+                if processed is not None:
+                    processed.unpersist()
             if counts["quarantined"]:
                 path = layout.staging(layout.quarantine, term.epoch, batch_id)
                 quarantine_rows(df, epoch=term.epoch, batch_id=batch_id) \
@@ -236,6 +280,7 @@ class _BatchWriter:
                 staged["quarantine"] = layout.relative(path)
         finally:
             df.unpersist()
+        stage_s = time.monotonic() - phase - read_s
         self._fault("staged", batch_id)
         # 4. The fenced commit: the only step that makes the batch count.
         committed_at = time.time()
@@ -248,20 +293,77 @@ class _BatchWriter:
             "staged": staged,
             "counts": counts,
             "files": files,
+            **retry,
         }
         commit_started = time.monotonic()
         ctx.fence.commit(new_record, version)
-        self._observer.commit_finished(time.monotonic() - commit_started, committed_at)
+        commit_s = time.monotonic() - commit_started
+        self._observer.commit_finished(commit_s, committed_at)
         with term.lock:
             term.last_committed = batch_id
             term.last_record = new_record
         self._fault("committed", batch_id)
         # 5. Publish (a new leader's inaugurate, or a re-run of this batch, finishes it after a crash).
         finish_publish(layout, new_record)
+        if retry:
+            self._observer.retry_waiting(int(retry["retry_waiting"]))
         term.log.info("batch_committed", batch=batch_id, epoch=term.epoch, written=counts["written"],
-                      duplicate=counts["duplicate"], quarantined=counts["quarantined"], files=len(files))
+                      read_s=round(read_s, 3), stage_s=round(stage_s, 3), commit_s=round(commit_s, 3),
+                      duplicate=counts["duplicate"], quarantined=counts["quarantined"], files=len(files),
+                      **({"retried": counts["retried"], "dead_lettered": counts["dead_lettered"],
+                          "waiting": retry["retry_waiting"]} if retry else {}))
         self._fault("published", batch_id)
         return "committed", counts
+
+    def _retry(self, df: DataFrame, held: Any, row_function: RowFunction, counts: dict[str, int],
+               staged: dict[str, str], batch_id: int) -> tuple[DataFrame, DataFrame, dict[str, Any]]:
+        """Run the row function over new and held records; stage the new retry snapshot and the dead letters.
+
+        Updates ``counts`` (``written`` becomes what is written now) and ``staged``; returns the processed
+        batch (persisted: the row function must run once per record), the rows to write, and the commit
+        record's retry fields.
+        """
+        term, layout = self._term, self._layout
+        now = time.time()
+        processed = process_records(
+            ordered_records(df, partitions=self._config.shuffle_partitions), held,
+            row_function=row_function, policy=self._hooks.policy, now=now,
+            partitions=self._config.shuffle_partitions,
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            rest = processed.where(F.col("status") != WRITTEN).toArrow()
+        except BaseException:
+            processed.unpersist()
+            raise
+        snapshot = snapshot_table(rest)
+        dead = dead_letter_table(rest, epoch=term.epoch, batch_id=batch_id)
+        held_before = held.num_rows if held is not None else 0
+        counts["written"] += held_before - snapshot.num_rows - dead.num_rows
+        counts["retried"] = sum(1 for at in snapshot.column("last_failed_at").to_pylist() if at == now)
+        counts["dead_lettered"] = dead.num_rows
+        path = layout.staging(layout.retry, term.epoch, batch_id)
+        write_parquet(snapshot, path)
+        staged["retry"] = layout.relative(path)
+        if dead.num_rows:
+            path = layout.staging(layout.dead_letter, term.epoch, batch_id)
+            write_parquet(dead, path)
+            staged["dead_letter"] = layout.relative(path)
+        fields = {
+            "retry": layout.relative(layout.retry / published_name(batch_id, "part-00000.parquet")),
+            "retry_waiting": snapshot.num_rows,
+            "retry_next_due": next_due(snapshot),
+        }
+        rows = processed.where(F.col("status") == WRITTEN).select("id", "key", "seq", "ts", "payload")
+        return processed, rows, fields
+
+    def _stage_table(self, rows: DataFrame, staged: dict[str, str], batch_id: int) -> None:
+        """Apply the transform (order re-imposed after it), add the batch columns, write the staged table."""
+        term, layout = self._term, self._layout
+        if self._hooks.transform is not None:
+            rows = self._hooks.transform(rows).sortWithinPartitions("key", "seq")
+        path = layout.staging(layout.table, term.epoch, batch_id)
+        with_batch(rows, epoch=term.epoch, batch_id=batch_id).write.mode("overwrite").parquet(str(path))
+        staged["table"] = layout.relative(path)
 
     @staticmethod
     def _stats(df: DataFrame) -> tuple[dict[str, int], list[str]]:
@@ -303,15 +405,22 @@ class SparkCareer:
         observer: receives batch, commit and backlog figures (metrics).
         replica_id: stored in commit records and bound to every log event.
         clock: monotonic clock in seconds (injectable).
+        group: the consumer group; names its consumption marks on the queue (``consumed/<group>/``).
+        registered_groups: the groups registered on the queue (``config.queue_dir``), read before each
+            archiving round; a queue file is archived only once all of them (and this group) have consumed
+            it, and not at all while this raises (registry unreachable). Default None: the only consumer.
     """
 
     def __init__(self, config: SparkCareerConfig, observer: CareerObserver, *, replica_id: str,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, group: str = "default",
+                 registered_groups: Callable[[], Collection[str]] | None = None) -> None:
         self._config = config
         self._observer = observer
         self._replica_id = replica_id
         self._clock = clock
-        self._layout = Layout(Path(config.data_root).resolve())
+        queue_root = Path(config.queue_dir).resolve() if config.queue_dir is not None else None
+        self._layout = Layout(Path(config.data_root).resolve(), queue_root)
+        self._marks = ConsumptionMarks(self._layout, group, registered_groups)
         self._log = structlog.get_logger("tenure.career.spark").bind(replica_id=replica_id)
         self._session: SparkSession | None = None
         self._owned = False
@@ -320,16 +429,35 @@ class SparkCareer:
         self._next_backlog = 0.0
         self._next_sweep = 0.0
         self._archive_lock = threading.Lock()
+        self._ticked_for: float | None = None
+        self._hooks = _Hooks(
+            transform=load_hook("transform", config.transform) if config.transform else None,
+            row_function=load_hook("row_function", config.row_function) if config.row_function else None,
+            policy=config.retry_policy,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Warm standby: start Spark and run the real pipeline once on a scratch sample; cold: nothing."""
-        if self._config.standby == "warm" and not self._prepared:
+        """Check the transform; warm standby: start Spark and run the real pipeline once on a scratch sample.
+
+        Cold standby does nothing here unless a transform is configured: then Spark starts for the check and
+        stops again.
+
+        Raises:
+            HookError: the transform fails on an empty batch or breaks the output schema.
+        """
+        if self._prepared:
+            return
+        if self._hooks.transform is not None and self._config.transform is not None:
+            check_transform(self._ensure_session(), self._config.transform, self._hooks.transform)
+        if self._config.standby == "warm":
             started = self._clock()
             self._ensure_session()
             self._warm_up()
             self._log.info("warmed_up", seconds=round(self._clock() - started, 3))
+        elif self._owned:
+            self._stop_session()
         self._prepared = True
 
     def ready(self) -> bool:
@@ -351,7 +479,7 @@ class SparkCareer:
         for folder in (layout.landing, layout.table, layout.quarantine, layout.archive):
             folder.mkdir(parents=True, exist_ok=True)
         record, _version = ctx.fence.read_commit()
-        term = _Term(ctx=ctx, log=log)
+        term = _Term(ctx=ctx, log=log, marks=self._marks)
         rolled = 0
         committed = _committed_batch(record)
         if record is not None and committed is not None:
@@ -457,7 +585,7 @@ class SparkCareer:
     def _stream(self, session: SparkSession, layout: Layout, *, sample: bool) -> DataFrame:
         config = self._config
         if sample or config.file_source:
-            options: dict[str, str] = {"pathGlobFilter": "*.jsonl"}
+            options: dict[str, str] = {"pathGlobFilter": f"*.{{jsonl,{TICK_SUFFIX[1:]}}}"}
             if config.max_bytes_per_trigger is not None:
                 options["maxBytesPerTrigger"] = str(config.max_bytes_per_trigger)
             elif config.max_files_per_trigger is not None:
@@ -476,7 +604,7 @@ class SparkCareer:
     def _start_query(self, term: _Term) -> None:
         started = self._clock()
         session = self._ensure_session()
-        writer = _BatchWriter(term, self._layout, self._config, self._observer, self._replica_id)
+        writer = _BatchWriter(term, self._layout, self._config, self._observer, self._replica_id, self._hooks)
         name = re.sub(r"[^A-Za-z0-9_]", "_", f"tenure_{self._replica_id}_{term.epoch}_{term.restarts}")
         term.error = None
         term.query = (
@@ -519,15 +647,15 @@ class SparkCareer:
         return False
 
     def _archive_committed(self, term: _Term) -> int:
-        """Archive the files of the last committed batch once Spark's checkpoint has committed it."""
+        """Mark the last committed batch's files consumed once Spark's checkpoint has committed it, then
+        archive every queue file all groups have consumed (other groups' leaders may have caught up)."""
         if not self._config.file_source:
             return 0
         record = term.last_record
         committed = _committed_batch(record)
-        if record is None or committed is None or not self._layout.spark_committed(committed):
-            return 0
-        with self._archive_lock:
-            return archive_files(self._layout, record.get("files") or [])
+        if record is not None and committed is not None and self._layout.spark_committed(committed):
+            term.marks.mark(record.get("files") or [])
+        return term.marks.archive_ready()
 
     def _housekeeping(self, term: _Term) -> None:
         now = self._clock()
@@ -546,8 +674,26 @@ class SparkCareer:
                 swept = sweep_archive(layout, self._config.archive_retention_s)
                 if swept:
                     term.log.info("archive_swept", files=swept)
-            pending = set((term.last_record or {}).get("files") or [])
+                stale = term.marks.sweep()
+                if stale:
+                    term.log.info("stale_marks_swept", marks=stale)
+            # Files this group consumed but a slower group still holds in landing/ are not this group's backlog.
+            pending = set((term.last_record or {}).get("files") or []) | term.marks.marked()
             self._observer.backlog(len([n for n in landing_files(layout) if n not in pending]))
+            self._wake_for_retries(term)
+
+    def _wake_for_retries(self, term: _Term) -> None:
+        """Drop a tick file into ``landing/`` once held records fall due: a file source runs no batch without
+        a new file, and a quiet queue must not keep a due retry waiting."""
+        due = (term.last_record or {}).get("retry_next_due")
+        if due is None or due > time.time() or due == self._ticked_for:
+            return
+        self._ticked_for = due
+        name = f"tenure-tick-{term.epoch}-{time.time_ns()}{TICK_SUFFIX}"
+        partial = self._layout.landing / f".{name}"
+        partial.write_bytes(b"tick\n")
+        partial.replace(self._layout.landing / name)
+        term.log.debug("retry_tick", due=due, file=name)
 
     def _warm_up(self) -> None:
         """Run the real pipeline — parse, dedup, order, Parquet, commit — once over a scratch sample."""
@@ -564,9 +710,12 @@ class SparkCareer:
             sample.rename(layout.landing / "sample.jsonl")
             fence = _ScratchFence()
             ctx = CareerContext(epoch=0, fence=fence, still_leading=lambda: True, previous_handover=None)
-            term = _Term(ctx=ctx, log=self._log.bind(warmup=True))
+            term = _Term(ctx=ctx, log=self._log.bind(warmup=True), marks=ConsumptionMarks(layout, "warmup"))
             config = replace(self._config, fail_after=None)
-            writer = _BatchWriter(term, layout, config, _NullObserver(), self._replica_id)
+            # The user's transform runs on the sample; their row function does not (it may have effects
+            # outside), but the retry path does, through the identity function.
+            hooks = replace(self._hooks, row_function=identity_row if self._hooks.row_function else None)
+            writer = _BatchWriter(term, layout, config, _NullObserver(), self._replica_id, hooks)
             query = (
                 self._stream(session, layout, sample=True)
                 .writeStream.foreachBatch(writer)

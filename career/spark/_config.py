@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 from career.spark._pipeline import BINARY_FILE, DEFAULT_MAX_LINE_BYTES
+from career.spark._retry import RetryPolicy
 
 __all__ = ["FAULT_POINTS", "SparkCareerConfig"]
 
@@ -29,6 +30,9 @@ class SparkCareerConfig:
     Attributes:
         data_root: holds ``landing/``, ``archive/``, ``table/``, ``quarantine/``, ``checkpoint/``. Must be on a
             filesystem with atomic rename (local, HDFS mount); not plain S3.
+        queue_dir: holds the queue — ``landing/``, ``archive/`` and the groups' ``consumed/<group>/`` marks —
+            when several consumer groups share one queue (default None: the data root, one group). Each group
+            keeps its own data root; a queue file is archived once every registered group has consumed it.
         spark_master: ``local[2]`` (default), ``spark://host:7077``, ``k8s://…``. Ignored when a SparkSession
             already exists in the process (its master wins).
         standby: ``warm`` (default): ``prepare`` starts Spark and runs the real pipeline once on a scratch sample,
@@ -61,11 +65,21 @@ class SparkCareerConfig:
         spark_conf: extra Spark settings (static ones apply only when this career starts Spark).
         app_name: the Spark application name (default ``tenure``).
         warmup_timeout_s: bound on the warm-up run in ``prepare`` (default 120).
+        transform: ``package.module:function`` taking and returning a DataFrame, applied to each batch's
+            validated, deduplicated, ordered records before the write (default None). It must keep ``id``,
+            ``key`` and ``seq`` and one row per record; it is checked at ``prepare``.
+        row_function: ``package.module:function`` called with each record (a dict: ``id``, ``key``, ``seq``,
+            ``ts``, ``payload``), returning the record (its ``payload`` may change) or None (default None).
+            A raise holds the record, and its key's later records, in the retry store.
+        retry_attempts: attempts of a failing record before it is dead-lettered (default 5).
+        retry_backoff_s: delay after the first failure; doubles per attempt (default 1).
+        retry_backoff_max_s: cap of the retry delay (default 300).
         fail_after: fault injection for tests and drills: raise inside the batch right after ``staged``,
             ``committed`` or ``published`` (default None: never). Never set it in production.
     """
 
     data_root: Path
+    queue_dir: Path | None = None
     spark_master: str = "local[2]"
     standby: Literal["warm", "cold"] = "warm"
     max_files_per_trigger: int | None = 5
@@ -85,10 +99,17 @@ class SparkCareerConfig:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     app_name: str = "tenure"
     warmup_timeout_s: float = 120.0
+    transform: str | None = None
+    row_function: str | None = None
+    retry_attempts: int = 5
+    retry_backoff_s: float = 1.0
+    retry_backoff_max_s: float = 300.0
     fail_after: Literal["staged", "committed", "published"] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_root", Path(self.data_root))
+        if self.queue_dir is not None:
+            object.__setattr__(self, "queue_dir", Path(self.queue_dir))
         if self.standby not in ("warm", "cold"):
             raise ValueError(f"standby={self.standby!r} is not a standby mode; use 'warm' or 'cold'")
         for name in ("max_files_per_trigger", "max_bytes_per_trigger"):
@@ -107,8 +128,13 @@ class SparkCareerConfig:
         if any(key.lower() == "cleansource" for key in self.source_options):
             raise ValueError("source_options sets cleanSource: the career archives consumed files itself, "
                              "once no re-run can need them; Spark's cleanSource is unsafe with two drivers")
+        RetryPolicy(self.retry_attempts, self.retry_backoff_s, self.retry_backoff_max_s)  # raises if unusable
         if self.fail_after is not None and self.fail_after not in FAULT_POINTS:
             raise ValueError(f"fail_after={self.fail_after!r} is not a fault point; use one of {FAULT_POINTS}")
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(self.retry_attempts, self.retry_backoff_s, self.retry_backoff_max_s)
 
     @property
     def file_source(self) -> bool:

@@ -22,13 +22,16 @@ __all__ = [
     "QUARANTINE_COLUMNS",
     "REASONS",
     "TABLE_COLUMNS",
+    "TICK_SUFFIX",
     "classified_batch",
     "classified_stream",
     "classify_line",
     "deduplicated",
+    "ordered_records",
     "quarantine_rows",
     "split_lines",
     "table_rows",
+    "with_batch",
 ]
 
 DEFAULT_MAX_LINE_BYTES = 1 << 20
@@ -54,6 +57,13 @@ REASONS: tuple[str, ...] = (
     *(f"bad_type:{name}" for name in _TYPED),
 )
 """The quarantine ``reason`` vocabulary (the same strings and rules as ``tenure verify``)."""
+
+TICK_SUFFIX = ".tick"
+"""A queue file with this suffix is a wake-up, not data: it yields only its ``file`` marker (no line is read).
+
+The career drops one into ``landing/`` when held records fall due and no data is arriving, because a
+file-source streaming query runs a batch only when a new file appears.
+"""
 
 KIND_ROW = "row"  # a valid record
 KIND_BAD = "bad"  # a bad line, bound for quarantine
@@ -199,7 +209,7 @@ def split_lines(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], Ite
             contents = batch.column("content").to_pylist()
             for path, stamp, content in zip(paths, stamps, contents, strict=True):
                 stamp_text = str(stamp)
-                lines = content.split(b"\n") if content else []
+                lines = content.split(b"\n") if content and not path.endswith(TICK_SUFFIX) else []
                 if lines and lines[-1] == b"":
                     lines.pop()  # the file's final newline ends the last line, it does not start one
                 valid = 0
@@ -302,15 +312,24 @@ def classified_stream(
     return deduplicated(classified_batch(raw, max_line_bytes, file_source=file_source), dedup_window)
 
 
-def table_rows(classified: DataFrame, *, epoch: int, batch_id: int, partitions: int) -> DataFrame:
-    """The batch's records in output shape, each key's rows in one partition in (key, seq) order."""
+def ordered_records(classified: DataFrame, *, partitions: int) -> DataFrame:
+    """The batch's records (``id``, ``key``, ``seq``, ``ts``, ``payload``), each key in one partition by ``seq``."""
     return (
         classified.where(F.col("kind") == KIND_ROW)
-        .select("id", "key", "seq", "ts", "payload",
-                F.lit(epoch).cast("long").alias("_epoch"), F.lit(batch_id).cast("long").alias("_batch"))
+        .select("id", "key", "seq", "ts", "payload")
         .repartition(partitions, "key")
         .sortWithinPartitions("key", "seq")
     )
+
+
+def with_batch(rows: DataFrame, *, epoch: int, batch_id: int) -> DataFrame:
+    """``rows`` with the ``_epoch`` and ``_batch`` columns every output row carries (a narrow step: order kept)."""
+    return rows.select("*", F.lit(epoch).cast("long").alias("_epoch"), F.lit(batch_id).cast("long").alias("_batch"))
+
+
+def table_rows(classified: DataFrame, *, epoch: int, batch_id: int, partitions: int) -> DataFrame:
+    """The batch's records in output shape, each key's rows in one partition in (key, seq) order."""
+    return with_batch(ordered_records(classified, partitions=partitions), epoch=epoch, batch_id=batch_id)
 
 
 def quarantine_rows(classified: DataFrame, *, epoch: int, batch_id: int) -> DataFrame:

@@ -41,17 +41,31 @@ class Layout:
     ``table/`` and ``quarantine/`` hold flat part files named ``batch-<B, 12 digits>-part-….parquet``, so
     ``spark.read.parquet`` and ``pyarrow.dataset`` read them without options; staging sits under
     ``_staging/epoch=<e>/batch=<B>/``, which both readers skip (a leading ``_``).
+
+    The queue — ``landing/``, ``archive/`` and the groups' consumption marks ``consumed/<group>/`` — lives
+    under ``queue_root``, which several consumer groups may share; it defaults to the data root.
     """
 
     root: Path
+    queue_root: Path | None = None
+
+    @property
+    def queue(self) -> Path:
+        """The queue folder: ``queue_root``, or the data root when no shared queue is configured."""
+        return self.root if self.queue_root is None else self.queue_root
 
     @property
     def landing(self) -> Path:
-        return self.root / "landing"
+        return self.queue / "landing"
 
     @property
     def archive(self) -> Path:
-        return self.root / "archive"
+        return self.queue / "archive"
+
+    @property
+    def consumed(self) -> Path:
+        """``consumed/<group>/<file name>``: empty marks, one per queue file a group no longer needs."""
+        return self.queue / "consumed"
 
     @property
     def table(self) -> Path:
@@ -64,6 +78,19 @@ class Layout:
     @property
     def checkpoint(self) -> Path:
         return self.root / "checkpoint"
+
+    @property
+    def retry(self) -> Path:
+        return self.root / "retry"
+
+    @property
+    def dead_letter(self) -> Path:
+        return self.root / "dead-letter"
+
+    def outputs(self) -> dict[str, Path]:
+        """The folders a commit record's ``staged`` entries publish into, by entry name."""
+        return {"table": self.table, "quarantine": self.quarantine, "retry": self.retry,
+                "dead_letter": self.dead_letter}
 
     def staging(self, output: Path, epoch: int, batch_id: int) -> Path:
         """``<output>/_staging/epoch=<e>/batch=<B>``."""
@@ -124,11 +151,21 @@ def finish_publish(layout: Layout, record: Mapping[str, Any]) -> int:
     batch_id = int(record["batch_id"])
     staged = record.get("staged") or {}
     moved = 0
-    for name, output in (("table", layout.table), ("quarantine", layout.quarantine)):
+    for name, output in layout.outputs().items():
         if name in staged:
             output.mkdir(parents=True, exist_ok=True)
             moved += _publish_folder(layout.resolve(staged[name]), output, batch_id)
+    if "retry" in staged:
+        _drop_older_snapshots(layout.retry, batch_id)
     return moved
+
+
+def _drop_older_snapshots(folder: Path, batch_id: int) -> None:
+    """Delete retry snapshots of batches before ``batch_id``: the committed batch's snapshot supersedes them."""
+    for entry in folder.glob("batch-*.parquet"):
+        if int(entry.name.split("-", 2)[1]) < batch_id:
+            with contextlib.suppress(FileNotFoundError):
+                entry.unlink()
 
 
 def remove_dead_staging(layout: Layout, live_epoch: int) -> list[str]:
@@ -137,7 +174,7 @@ def remove_dead_staging(layout: Layout, live_epoch: int) -> list[str]:
     Call only after the committed batch has been rolled forward: its staging belongs to a dead epoch too.
     """
     removed: list[str] = []
-    for output in (layout.table, layout.quarantine):
+    for output in layout.outputs().values():
         base = output / "_staging"
         if not base.is_dir():
             continue

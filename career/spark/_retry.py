@@ -1,0 +1,218 @@
+"""Per-record failure isolation: a row function that raises sends its record to a retry store, not the batch down.
+
+Seed 002's retry queue (one failing message never stops the offset) with seed 003's per-key order: when a
+record fails, it is held with a due time (exponential back-off), and every later record of its key is held
+behind it. When the head is due it re-enters a batch with its waiters, in ``seq`` order; after its last
+attempt it is dead-lettered and its key moves on.
+
+The retry store is a snapshot: each committed batch names one Parquet file ``retry/batch-<B>-part-00000.parquet``
+with every record held after that batch. It is staged, committed (the commit record names it) and published like
+the table, so a new leader — or a re-run of a batch — starts from exactly the committed store.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
+
+__all__ = [
+    "DEAD",
+    "HELD",
+    "RETRY_COLUMNS",
+    "WRITTEN",
+    "RetryPolicy",
+    "RowFunction",
+    "dead_letter_table",
+    "identity_row",
+    "next_due",
+    "process_records",
+    "read_snapshot",
+    "snapshot_table",
+    "write_parquet",
+]
+
+WRITTEN = "written"
+HELD = "held"  # failed and due later, or waiting behind its key's failed record
+DEAD = "dead"  # out of attempts: dead-lettered
+
+RETRY_COLUMNS: tuple[str, ...] = (
+    "id", "key", "seq", "ts", "payload", "attempts", "first_failed_at", "last_failed_at", "due_at", "error",
+)
+"""The retry snapshot's columns; a waiter behind its key's failed record has 0 attempts and no due time."""
+
+_RETRY_SCHEMA = pa.schema([
+    ("id", pa.string()), ("key", pa.string()), ("seq", pa.int64()), ("ts", pa.int64()), ("payload", pa.string()),
+    ("attempts", pa.int32()), ("first_failed_at", pa.float64()), ("last_failed_at", pa.float64()),
+    ("due_at", pa.float64()), ("error", pa.string()),
+])
+_PROCESSED_SCHEMA = _RETRY_SCHEMA.append(pa.field("status", pa.string()))
+_PROCESSED_DDL = (
+    "id STRING, key STRING, seq BIGINT, ts BIGINT, payload STRING, attempts INT, first_failed_at DOUBLE, "
+    "last_failed_at DOUBLE, due_at DOUBLE, error STRING, status STRING"
+)
+_MAX_ERROR = 2000
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+RowFunction = Callable[[dict[str, Any]], Any]
+"""``function(record) -> record | None``: a raise is that record's failure; only the ``payload`` may change."""
+
+
+def identity_row(record: dict[str, Any]) -> None:
+    """A row function that accepts every record unchanged (used to drain the store when none is configured)."""
+    return None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how late a failed record is tried again.
+
+    Attempt ``n`` (1-based) that fails is retried ``min(backoff_s × 2^(n-1), backoff_max_s)`` later; the
+    ``attempts``-th failure dead-letters the record.
+    """
+
+    attempts: int = 5
+    backoff_s: float = 1.0
+    backoff_max_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"retry_attempts={self.attempts} must be at least 1 (1: dead-letter on first failure)")
+        if self.backoff_s <= 0 or self.backoff_max_s < self.backoff_s:
+            raise ValueError(f"retry back-off {self.backoff_s:g}–{self.backoff_max_s:g} s is not a range: "
+                             "use 0 < retry_backoff_s <= retry_backoff_max_s")
+
+    def delay(self, attempts: int) -> float:
+        return min(self.backoff_s * math.pow(2, attempts - 1), self.backoff_max_s)
+
+
+def _apply(row_function: RowFunction, key: str, rid: str, seq: int, ts: int, payload: str) -> str:
+    """Run the row function on one record; returns the payload to write (raises what the function raises)."""
+    record = {"id": rid, "key": key, "seq": seq, "ts": ts, "payload": json.loads(payload)}
+    result = row_function(record)
+    if result is None:
+        return payload
+    if not isinstance(result, dict):
+        raise TypeError(f"row function returned {type(result).__name__}; return the record (a dict) or None")
+    for name in ("id", "key", "seq"):
+        if result.get(name, record[name]) != record[name]:
+            raise ValueError(f"row function changed {name!r}; only the payload may change")
+    return _ENCODER.encode(result.get("payload"))
+
+
+def _processor(row_function: RowFunction, policy: RetryPolicy, now: float
+               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` body over rows sorted by (key, seq) within each key's one partition."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        current_key: str | None = None
+        blocked = False
+        for batch in batches:
+            cols = batch.to_pydict()
+            out: dict[str, list[Any]] = {name: [] for name in _PROCESSED_SCHEMA.names}
+            for i in range(batch.num_rows):
+                row = {name: cols[name][i] for name in _RETRY_SCHEMA.names}
+                if row["key"] != current_key:
+                    current_key, blocked = row["key"], False
+                status = HELD
+                due = row["due_at"]
+                if blocked or (due is not None and due > now):
+                    blocked = True  # this record, and every later one of its key in this batch, waits
+                else:
+                    try:
+                        row["payload"] = _apply(row_function, row["key"], row["id"], row["seq"], row["ts"],
+                                                row["payload"])
+                        status = WRITTEN
+                    except Exception as exc:  # the record's failure, whatever it is, must not fail the batch
+                        row["attempts"] = (row["attempts"] or 0) + 1
+                        row["first_failed_at"] = row["first_failed_at"] or now
+                        row["last_failed_at"] = now
+                        row["error"] = f"{type(exc).__name__}: {exc}"[:_MAX_ERROR]
+                        if row["attempts"] >= policy.attempts:
+                            status, row["due_at"] = DEAD, None
+                        else:
+                            row["due_at"] = now + policy.delay(row["attempts"])
+                            blocked = True
+                for name in _RETRY_SCHEMA.names:
+                    out[name].append(row[name])
+                out["status"].append(status)
+            yield pa.RecordBatch.from_pydict(out, schema=_PROCESSED_SCHEMA)
+
+    return run
+
+
+def process_records(new_rows: DataFrame, held: pa.Table | None, *, row_function: RowFunction,
+                    policy: RetryPolicy, now: float, partitions: int) -> DataFrame:
+    """The batch's new records plus the held ones, through the row function, each key in ``seq`` order.
+
+    Returns rows of the retry columns plus ``status`` (``written``, ``held`` or ``dead``), each key's rows in
+    one of ``partitions`` partitions in (key, seq) order — ready for the table without another shuffle.
+
+    Args:
+        new_rows: this batch's deduplicated records (``id``, ``key``, ``seq``, ``ts``, ``payload``).
+        held: the committed retry snapshot (``None`` or empty: nothing held).
+        row_function: ``function(record) -> record | None``; a raise is that record's failure.
+        policy: attempts and back-off.
+        now: the batch's time (Unix seconds): what is due, and when failures are due again.
+        partitions: output partitions, by key.
+    """
+    rows = new_rows.select(
+        "id", "key", "seq", "ts", "payload",
+        F.lit(0).cast("int").alias("attempts"), *(F.lit(None).cast("double").alias(name) for name in
+                                                  ("first_failed_at", "last_failed_at", "due_at")),
+        F.lit(None).cast("string").alias("error"),
+    )
+    if held is not None and held.num_rows:
+        rows = rows.unionByName(new_rows.sparkSession.createDataFrame(held.select(list(RETRY_COLUMNS))))
+    return (
+        rows.repartition(partitions, "key")
+        .sortWithinPartitions("key", "seq")
+        .mapInArrow(_processor(row_function, policy, now), _PROCESSED_DDL)
+    )
+
+
+def read_snapshot(path: Path | None) -> pa.Table | None:
+    """The retry snapshot a commit record names (``None`` when it names none)."""
+    if path is None:
+        return None
+    return pq.read_table(path, schema=_RETRY_SCHEMA)
+
+
+def write_parquet(table: pa.Table, folder: Path) -> None:
+    """Write ``table`` as the single part file ``part-00000.parquet`` of a staging folder (replacing any)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / ".part-00000.parquet"
+    pq.write_table(table, partial)
+    partial.replace(folder / "part-00000.parquet")
+
+
+def snapshot_table(processed: pa.Table) -> pa.Table:
+    """The held rows of a processed batch (collected to the driver) in snapshot shape."""
+    held = processed.filter(pc.equal(processed.column("status"), HELD))
+    return held.select(list(RETRY_COLUMNS)).cast(_RETRY_SCHEMA)
+
+
+def dead_letter_table(processed: pa.Table, *, epoch: int, batch_id: int) -> pa.Table:
+    """The dead rows of a processed batch in dead-letter shape: the retry columns plus ``_epoch``, ``_batch``."""
+    dead = processed.filter(pc.equal(processed.column("status"), DEAD)).select(list(RETRY_COLUMNS))
+    dead = dead.cast(_RETRY_SCHEMA)
+    n = dead.num_rows
+    return dead.append_column("_epoch", pa.array([epoch] * n, pa.int64())) \
+        .append_column("_batch", pa.array([batch_id] * n, pa.int64()))
+
+
+def next_due(snapshot: pa.Table) -> float | None:
+    """The earliest due time in a snapshot (``None``: nothing is due ever, or nothing is held)."""
+    if snapshot.num_rows == 0:
+        return None
+    value = pc.min(snapshot.column("due_at")).as_py()
+    return None if value is None else float(value)

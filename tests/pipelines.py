@@ -1,0 +1,36 @@
+"""Pipeline code for the tests: the failure rule travels in each record, so every Spark worker agrees on it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F  # noqa: N812
+
+
+def flaky(record: dict[str, Any]) -> None:
+    """Raise while the file ``payload.fail_while`` exists, and always for ``payload.poison``."""
+    payload = record["payload"]
+    if isinstance(payload, dict):
+        if payload.get("poison"):
+            raise RuntimeError(f"poison {record['id']}")
+        if payload.get("fail_while") and os.path.exists(payload["fail_while"]):
+            raise RuntimeError(f"not yet {record['id']}")
+
+
+def drops_seq(records: DataFrame) -> DataFrame:
+    """A broken transform: it loses a column the output must keep."""
+    return records.drop("seq")
+
+
+def not_a_dataframe(records: DataFrame) -> int:
+    return 1
+
+
+def shouts(records: DataFrame) -> DataFrame:
+    """An enriching transform: the key in capitals."""
+    return records.withColumn("loud_key", F.upper("key"))
+
+
+NOT_CALLABLE = 42

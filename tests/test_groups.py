@@ -1,0 +1,348 @@
+"""Consumer groups on one shared queue: the registry, consumption marks, `tenure groups`, status, and two
+Spark groups each writing every message exactly once while archiving waits for the slower one."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+from kazoo.security import make_digest_acl
+
+from career import Outcome
+from career.spark import SparkCareer
+from career.spark._marks import ConsumptionMarks
+from career.spark._storage import Layout
+from election import DigestCredential, ElectionError
+from service._config import ConfigError
+from service._groups import (
+    GroupError,
+    connected,
+    list_groups,
+    queue_lag,
+    queue_path,
+    register_group,
+    registered_groups,
+    remove_group,
+)
+from service._status import show_status
+from service._verify import verify
+from tests._replicas import REPO, Replica, wait_for
+from tests.conftest import free_port
+from tests.test_spark_career import MAX_LINE, Queue, Recorder, leadership, make_config, run_until
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def tenure(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the `tenure` CLI as a real process."""
+    return subprocess.run([sys.executable, "-m", "service", *args], capture_output=True, text=True,
+                          timeout=timeout_s, cwd=REPO, check=False)
+
+
+def one_error(result: subprocess.CompletedProcess[str]) -> str:
+    """The single `tenure: error:` line of a run that exited 2."""
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("tenure: error:")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
+
+
+def put_files(landing: Path, names: list[str]) -> None:
+    landing.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (landing / name).write_text('{"id":"x","key":"k","seq":1,"ts":1,"payload":null}\n')
+
+
+def names_in(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob("*.jsonl")) if folder.is_dir() else []
+
+
+def registry(client: KazooClient, queue: Path) -> Callable[[], list[str]]:
+    return lambda: registered_groups(client, queue, timeout_s=5.0)
+
+
+# --------------------------------------------------------------------------------------------- registry
+
+
+def test_register_is_idempotent_and_lists_the_queue_groups(zk_client: KazooClient, zk_group: str,
+                                                           tmp_path: Path) -> None:
+    """A group registers once however often it starts; the queue's node is one quoted name under _queues."""
+    queue = tmp_path / "queue"
+    a, b = f"{zk_group}-a", f"{zk_group}-b"
+    first = register_group(zk_client, queue, a, tmp_path / "a")
+    again = register_group(zk_client, queue, a, tmp_path / "a")
+    register_group(zk_client, queue, b, tmp_path / "b")
+    assert again == first and first.data_root == str((tmp_path / "a").resolve())
+    assert queue_path(queue) == "/tenure/_queues/" + str(queue.resolve()).replace("/", "%2F")
+    assert [g.group for g in list_groups(zk_client, queue)] == sorted([a, b])
+    assert registered_groups(zk_client, queue, timeout_s=5) == sorted([a, b])
+    assert registered_groups(zk_client, tmp_path / "nobody", timeout_s=5) == []
+    data = json.loads(zk_client.get(f"{queue_path(queue)}/{a}")[0])
+    assert set(data) == {"group", "data_root", "registered_at"} and data["group"] == a
+
+
+def test_two_groups_on_one_data_root_are_refused(zk_client: KazooClient, zk_group: str, tmp_path: Path) -> None:
+    """Two groups sharing a data root would mix checkpoints and output: the second is refused with one line."""
+    register_group(zk_client, tmp_path / "q1", f"{zk_group}-a", tmp_path / "shared")
+    with pytest.raises(ConfigError, match=r"is already the data root of group '.*-a' .*own --data-root"):
+        register_group(zk_client, tmp_path / "q2", f"{zk_group}-b", tmp_path / "shared")
+
+
+def test_registry_nodes_carry_the_digest_acl(zk_hosts: str, zk_client: KazooClient, zk_group: str,
+                                             tmp_path: Path) -> None:
+    """With a credential, the queue's node and the group's entry are writable by the credential only."""
+    cred = DigestCredential("tenure", "s3cret")
+    zk_client.ensure_path("/tenure/_queues")  # shared by every test's queues: keep it open on this ensemble
+    authed = KazooClient(hosts=zk_hosts, timeout=10.0, auth_data=cred.auth_data())
+    authed.start(timeout=15)
+    try:
+        queue = tmp_path / "queue"
+        register_group(authed, queue, zk_group, tmp_path / "a", acl=cred.acls())
+        node = f"{queue_path(queue)}/{zk_group}"
+        assert make_digest_acl("tenure", "s3cret", all=True) in authed.get_acls(node)[0]
+        assert json.loads(zk_client.get(node)[0])["group"] == zk_group  # world-readable: status works
+        with pytest.raises(NoAuthError):
+            zk_client.delete(node)
+        with pytest.raises(NoAuthError):
+            zk_client.create(f"{queue_path(queue)}/intruder", b"{}")
+        remove_group(authed, queue, zk_group)
+        assert list_groups(zk_client, queue) == []
+    finally:
+        authed.stop()
+        authed.close()
+
+
+# --------------------------------------------------------------------------------------------- marks
+
+
+def test_archiving_waits_for_every_registered_group(zk_hosts: str, zk_client: KazooClient, zk_group: str,
+                                                    tmp_path: Path) -> None:
+    """A file is archived only once every registered group marked it; its marks then go. Re-runs are harmless,
+    stale marks are swept, an unreadable registry archives nothing, and removing a group releases its files."""
+    queue = tmp_path / "queue"
+    a, b = f"{zk_group}-a", f"{zk_group}-b"
+    register_group(zk_client, queue, a, tmp_path / "a")
+    register_group(zk_client, queue, b, tmp_path / "b")
+    layout_a, layout_b = Layout(tmp_path / "a", queue), Layout(tmp_path / "b", queue)
+    marks_a = ConsumptionMarks(layout_a, a, registry(zk_client, queue))
+    marks_b = ConsumptionMarks(layout_b, b, registry(zk_client, queue))
+    put_files(queue / "landing", ["f1.jsonl", "f2.jsonl", "f3.jsonl"])
+
+    assert marks_a.consumed(["f1.jsonl", "f2.jsonl"]) == 0, "b has consumed nothing yet"
+    assert names_in(queue / "landing") == ["f1.jsonl", "f2.jsonl", "f3.jsonl"]
+    assert queue_lag(queue, a) == 1 and queue_lag(queue, b) == 3
+    assert marks_b.consumed(["f1.jsonl"]) == 1
+    assert names_in(queue / "archive") == ["f1.jsonl"]
+    assert marks_a.marked() == {"f2.jsonl"} and marks_b.marked() == set(), "marks of an archived file stay"
+    assert marks_a.consumed(["f1.jsonl", "f2.jsonl"]) == 0, "a re-run after a crash must be harmless"
+    assert marks_a.marked() == {"f2.jsonl"}
+
+    # A crash between archiving and unmarking leaves a mark whose file is gone: swept as stale.
+    (queue / "consumed" / b / "f1.jsonl").touch()
+    assert marks_a.sweep() == 1 and marks_b.marked() == set()
+
+    # The registry cannot be read: nothing is archived, even what every group has marked.
+    down = KazooClient(hosts=zk_hosts)  # never started: not connected
+    blind = ConsumptionMarks(layout_b, b, lambda: registered_groups(down, queue, timeout_s=1))
+    assert blind.consumed(["f2.jsonl"]) == 0
+    assert names_in(queue / "landing") == ["f2.jsonl", "f3.jsonl"]
+    assert marks_b.archive_ready() == 1 and names_in(queue / "landing") == ["f3.jsonl"]
+
+    # A group that never consumes holds files back until it is removed.
+    marks_a.consumed(["f3.jsonl"])
+    assert names_in(queue / "landing") == ["f3.jsonl"]
+    entry, deleted = remove_group(zk_client, queue, b)
+    assert entry.group == b and deleted == 0
+    assert marks_a.archive_ready() == 1
+    assert names_in(queue / "landing") == [] and names_in(queue / "archive") == ["f1.jsonl", "f2.jsonl", "f3.jsonl"]
+    assert not (queue / "consumed" / b).exists() and marks_a.marked() == set()
+
+
+# --------------------------------------------------------------------------------------------- the command
+
+
+def test_groups_remove_refuses_live_groups_and_unknown_names(zk_hosts: str, zk_client: KazooClient,
+                                                             zk_group: str, tmp_path: Path) -> None:
+    """`tenure groups remove`: an unknown group and a group whose replicas still run (without --force) are each
+    one error line and exit 2, as is an unreachable ensemble; a forced removal deletes the entry and its marks."""
+    queue = tmp_path / "queue"
+    register_group(zk_client, queue, zk_group, tmp_path / "a")
+    put_files(queue / "landing", ["f1.jsonl"])
+    ConsumptionMarks(Layout(tmp_path / "a", queue), zk_group).mark(["f1.jsonl"])
+    common = ["--zk", zk_hosts, "--queue-dir", str(queue)]
+
+    line = one_error(tenure("groups", "remove", "no-such-group", *common))
+    assert f"'no-such-group' is not registered on queue {queue.resolve()} (registered: {zk_group})" in line
+    dead = f"127.0.0.1:{free_port()}"
+    with pytest.raises(ElectionError, match=f"cannot reach ZooKeeper at {dead} within 1 s"), \
+            connected(dead, timeout_s=1):
+        pass
+
+    with leadership(zk_client, zk_group, "r1"):
+        line = one_error(tenure("groups", "remove", zk_group, *common))
+        assert "still has 1 live election contender(s): stop its replicas first" in line and "--force" in line
+        assert [g.group for g in list_groups(zk_client, queue)] == [zk_group]
+        result = tenure("groups", "remove", zk_group, *common, "--force")
+    assert result.returncode == 0, result.stderr
+    assert f"removed group {zk_group}" in result.stdout and "1 marks deleted" in result.stdout
+    assert list_groups(zk_client, queue) == [] and not (queue / "consumed" / zk_group).exists()
+    with pytest.raises(GroupError, match="is not registered"):
+        remove_group(zk_client, queue, zk_group)
+
+
+def test_status_and_groups_list_show_each_group_with_its_lag(zk_hosts: str, zk_client: KazooClient,
+                                                            zk_group: str, tmp_path: Path) -> None:
+    """`tenure status` of one group lists every group on its queue with its lag (landing files it has not
+    consumed), as text and JSON; `tenure groups list` shows the same; a queue not on this machine is unknown."""
+    queue = tmp_path / "queue"
+    a, b = f"{zk_group}-a", f"{zk_group}-b"
+    register_group(zk_client, queue, a, tmp_path / "a")
+    register_group(zk_client, queue, b, tmp_path / "b")
+    put_files(queue / "landing", ["f1.jsonl", "f2.jsonl", "f3.jsonl"])
+    ConsumptionMarks(Layout(tmp_path / "a", queue), a).mark(["f1.jsonl", "f2.jsonl", "f3.jsonl"])
+    ConsumptionMarks(Layout(tmp_path / "b", queue), b).mark(["f1.jsonl"])
+
+    out = io.StringIO()
+    show_status(zk_hosts, a, out=out)
+    text = out.getvalue()
+    print(text)
+    assert f"queue {queue.resolve()}: 2 groups" in text
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.strip().startswith(zk_group)}
+    assert rows[a][-1] == "0" and rows[b][-1] == "2"
+    assert rows[a][1] == str((tmp_path / "a").resolve())
+    out = io.StringIO()
+    show_status(zk_hosts, b, as_json=True, out=out)
+    queues = json.loads(out.getvalue())["queues"]
+    assert [q["queue_dir"] for q in queues] == [str(queue.resolve())]
+    assert {g["group"]: g["lag"] for g in queues[0]["groups"]} == {a: 0, b: 2}
+
+    listed = tenure("groups", "list", "--zk", zk_hosts, "--queue-dir", str(queue), "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {g["group"]: g["lag"] for g in json.loads(listed.stdout)["groups"]} == {a: 0, b: 2}
+
+    elsewhere = Path("/nonexistent-tenure-queue") / zk_group
+    register_group(zk_client, elsewhere, f"{zk_group}-c", tmp_path / "c")
+    out = io.StringIO()
+    show_status(zk_hosts, f"{zk_group}-c", out=out)
+    assert f"queue {elsewhere}: 1 group" in out.getvalue() and "unknown" in out.getvalue()
+    out = io.StringIO()
+    show_status(zk_hosts, f"{zk_group}-none", out=out)
+    assert "queue: not registered" in out.getvalue()
+
+
+@pytest.mark.timeout(180)
+def test_a_spark_replica_registers_its_group_and_a_shared_data_root_is_refused(
+    zk_hosts: str, zk_client: KazooClient, zk_group: str, tmp_path: Path
+) -> None:
+    """`tenure run --queue-dir` registers the group at start-up (here as a cold follower: no Spark starts);
+    a second group on the same data root exits 2 with one line; SIGTERM still exits 0."""
+    queue = tmp_path / "queue"
+    args = ["--zk", zk_hosts, "--group", zk_group, "--data-root", str(tmp_path / "a"), "--queue-dir", str(queue),
+            "--career", "spark", "--standby", "cold", "--session-timeout-s", "4", "--handover-timeout-s", "2"]
+    with leadership(zk_client, zk_group, "holder"):  # someone else leads: the replica follows
+        replica = Replica("r1", args, tmp_path)
+        try:
+            replica.start()
+            wait_for(lambda: [g.group for g in list_groups(zk_client, queue)] == [zk_group], 60,
+                     "the replica to register its group")
+            wait_for(lambda: replica.get("/readyz")[0] == 200, 60, "the follower to be ready")
+            line = one_error(tenure("run", "--zk", zk_hosts, "--group", f"{zk_group}-b", "--data-root",
+                                    str(tmp_path / "a"), "--queue-dir", str(queue), "--career", "spark",
+                                    "--metrics-port", str(free_port())))
+            assert f"is already the data root of group '{zk_group}'" in line
+            replica.signal(signal.SIGTERM)
+            assert replica.wait(60) == 0
+        finally:
+            replica.reap()
+    assert [g.group for g in list_groups(zk_client, queue)] == [zk_group], "registration outlives the process"
+
+
+# --------------------------------------------------------------------------------------------- Spark, end to end
+
+
+def caught_up(root: Path, queue: Path, group: str) -> Callable[[], bool]:
+    """Done when the group wrote every id and quarantined every bad line, and marked every landing file."""
+
+    def check() -> bool:
+        report = verify(root, max_line_bytes=MAX_LINE, queue_dir=queue)
+        return report.lost == 0 and report.unquarantined == 0 and queue_lag(queue, group) == 0
+
+    return check
+
+
+def exactly_once(root: Path, queue: Path) -> Any:
+    report = verify(root, max_line_bytes=MAX_LINE, queue_dir=queue)
+    assert report.ok, report.render()
+    assert report.ids_written == report.ids_in == report.rows_written
+    assert report.quarantined == report.bad_lines_in == report.quarantine_rows
+    return report
+
+
+@pytest.mark.timeout(900)
+def test_two_groups_each_write_every_message_once_and_archiving_waits_for_the_slower(
+    spark: Any, zk_hosts: str, zk_client: KazooClient, zk_group: str, tmp_path: Path
+) -> None:
+    """Groups A and B read one queue, each into its own data root. A consumes first while B is not leading:
+    the files stay in landing/. Once B has consumed them they are archived. Then a third group C registers
+    and never runs; A and B, running together, consume new files exactly once, which stay in landing/ until
+    C is removed with `tenure groups remove`. verify is clean for each group."""
+    queue = tmp_path / "queue"
+    a, b, c = f"{zk_group}-a", f"{zk_group}-b", f"{zk_group}-c"
+    register_group(zk_client, queue, a, tmp_path / "a")
+    register_group(zk_client, queue, b, tmp_path / "b")
+    q = Queue(queue)
+    q.standard(files=3)
+    reg = registry(zk_client, queue)
+    career_a = SparkCareer(make_config(tmp_path / "a", queue_dir=queue), Recorder(), replica_id="a1", group=a,
+                           registered_groups=reg)
+    career_b = SparkCareer(make_config(tmp_path / "b", queue_dir=queue), Recorder(), replica_id="b1", group=b,
+                           registered_groups=reg)
+    try:
+        with leadership(zk_client, a, "a1") as (_, ctx):
+            career_a.inaugurate(ctx)
+            run_until([career_a], caught_up(tmp_path / "a", queue, a))
+            career_a.hand_over(Outcome.CLEAN)
+        exactly_once(tmp_path / "a", queue)
+        assert names_in(queue / "landing") == [f"q-{i:05d}.jsonl" for i in range(1, 4)], "B still needs them"
+        assert names_in(queue / "archive") == []
+        assert not list((tmp_path / "a").glob("landing")), "the queue lives in the queue dir, not the data root"
+
+        with leadership(zk_client, b, "b1") as (_, ctx):
+            career_b.inaugurate(ctx)
+            run_until([career_b], lambda: caught_up(tmp_path / "b", queue, b)() and not names_in(queue / "landing"))
+            career_b.hand_over(Outcome.CLEAN)
+        exactly_once(tmp_path / "b", queue)
+        assert names_in(queue / "archive") == [f"q-{i:05d}.jsonl" for i in range(1, 4)]
+        assert not any((queue / "consumed").rglob("*.jsonl")), "marks of archived files are removed"
+
+        # C registers but never runs: A and B, together, consume two new files, which C holds back.
+        register_group(zk_client, queue, c, tmp_path / "c")
+        q.standard(files=2, start=1000)
+        with leadership(zk_client, a, "a1") as (_, ctx_a), leadership(zk_client, b, "b1") as (_, ctx_b):
+            career_a.inaugurate(ctx_a)
+            career_b.inaugurate(ctx_b)
+            run_until([career_a, career_b], lambda: caught_up(tmp_path / "a", queue, a)()
+                    and caught_up(tmp_path / "b", queue, b)())
+            assert names_in(queue / "landing") == ["q-00004.jsonl", "q-00005.jsonl"], "C still needs them"
+            assert queue_lag(queue, c) == 2
+            result = tenure("groups", "remove", c, "--zk", zk_hosts, "--queue-dir", str(queue))
+            assert result.returncode == 0, result.stderr
+            run_until([career_a, career_b], lambda: not names_in(queue / "landing"), timeout_s=60)
+            career_a.hand_over(Outcome.CLEAN)
+            career_b.hand_over(Outcome.CLEAN)
+    finally:
+        career_a.close()
+        career_b.close()
+    for root in (tmp_path / "a", tmp_path / "b"):
+        report = exactly_once(root, queue)
+        assert report.ids_in == 100 and report.bad_lines_in == 5
+    assert names_in(queue / "archive") == [f"q-{i:05d}.jsonl" for i in range(1, 6)]

@@ -1,0 +1,163 @@
+"""User pipelines in the Spark career: the transform hook, and the row function's retry store and dead letter.
+
+Real ZooKeeper fences and the shared local[2] SparkSession; the failure rule travels in each record's payload
+(tests/pipelines.py), so the Python workers and the driver agree on it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from kazoo.client import KazooClient
+
+from career import Outcome
+from career.spark import HookError, SparkCareer
+from tests.test_spark_career import (
+    Queue,
+    Recorder,
+    assert_exactly_once,
+    audit,
+    landing_names,
+    leadership,
+    make_config,
+    run_until,
+)
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def put_records(q: Queue, records: list[dict[str, Any]]) -> str:
+    return q.put([json.dumps(r).encode() for r in records])
+
+
+def record(i: int, key: str, seq: int, **payload: Any) -> dict[str, Any]:
+    return {"id": f"id-{i}", "key": key, "seq": seq, "ts": 1_700_000_000_000 + i, "payload": {"i": i, **payload}}
+
+
+def commit_record(client: KazooClient, group: str) -> dict[str, Any]:
+    data, _ = client.get(f"/tenure/{group}/commit")
+    return dict(json.loads(data))
+
+
+def test_transform_enriches_every_written_row(spark: Any, zk_client: KazooClient, zk_group: str,
+                                              tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    q = Queue(root)
+    q.standard(files=3)
+    observer = Recorder()
+    career = SparkCareer(make_config(root, transform="tests.pipelines:shouts"), observer, replica_id="r1")
+    career.prepare()
+    with leadership(zk_client, zk_group, "r1") as (_, ctx):
+        career.inaugurate(ctx)
+        run_until(career, lambda: not landing_names(root) and audit(root).lost == 0)
+        career.hand_over(Outcome.CLEAN)
+    career.close()
+    assert_exactly_once(root)
+    table = ds.dataset(root / "table").to_table(columns=["key", "loud_key"]).to_pylist()
+    assert len(table) == 60
+    assert all(row["loud_key"] == row["key"].upper() for row in table)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("tests.pipelines:drops_seq", "drops column 'seq'"),
+    ("tests.pipelines:not_a_dataframe", "returned int, not a DataFrame"),
+])
+def test_transform_that_breaks_the_output_is_refused_at_prepare(spark: Any, tmp_path: Path, spec: str,
+                                                                 message: str) -> None:
+    career = SparkCareer(make_config(tmp_path, transform=spec), Recorder(), replica_id="r1")
+    with pytest.raises(HookError, match=message):
+        career.prepare()
+    assert not career.ready()
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("no_such_module_xyz:f", "module 'no_such_module_xyz' cannot be imported"),
+    ("tests.pipelines:missing", "has no attribute 'missing'"),
+    ("tests.pipelines:NOT_CALLABLE", "is a int, not a function"),
+])
+def test_unloadable_hooks_are_refused_at_construction(tmp_path: Path, spec: str, message: str) -> None:
+    for setting in ("transform", "row_function"):
+        with pytest.raises(HookError, match=message):
+            SparkCareer(make_config(tmp_path, **{setting: spec}), Recorder(), replica_id="r1")
+
+
+def test_tenure_run_with_a_bad_transform_exits_2_with_one_line(zk_hosts: str, tmp_path: Path) -> None:
+    """The whole path: flags → config → career construction, before the replica ever joins the election."""
+    for spec, expected in (("not-a-spec", "transform='not-a-spec' is not package.module:function"),
+                           ("no_such_module_xyz:f", "module 'no_such_module_xyz' cannot be imported")):
+        done = subprocess.run(
+            [sys.executable, "-m", "service", "run", "--zk", zk_hosts, "--data-root", str(tmp_path),
+             "--metrics-port", "0", "--transform", spec],
+            capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert lines[-1].startswith("tenure: error: ") and expected in lines[-1], done.stderr
+
+
+def test_failing_records_are_retried_in_key_order_then_written_or_dead_lettered_across_a_failover(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
+) -> None:
+    """Key ``slow`` has a record that fails until the test clears its flag: it and the later records of its
+    key wait in the retry store, then are written in seq order. Key ``bad`` has a poison record: tried 3 times
+    on the back-off schedule (2 s, then 4 s), then dead-lettered, and the key's later record is written after
+    it. Other keys flow on. The leader changes (a new epoch) while records are held; the new leader resumes
+    from the committed retry store.
+    """
+    root = tmp_path / "data"
+    flag = tmp_path / "slow-fails"
+    flag.touch()
+    q = Queue(root)
+    put_records(q, [record(1, "slow", 1), record(2, "slow", 2, fail_while=str(flag)), record(3, "slow", 3),
+                    record(4, "bad", 1, poison=True), record(5, "fine", 1)])
+    put_records(q, [record(6, "slow", 4), record(7, "bad", 2), record(8, "fine", 2)])
+    settings = {"row_function": "tests.pipelines:flaky", "retry_attempts": 3, "retry_backoff_s": 2.0,
+                "retry_backoff_max_s": 4.0}
+    first = Recorder()
+    career = SparkCareer(make_config(root, **settings), first, replica_id="r1")
+    with leadership(zk_client, zk_group, "r1") as (_, ctx):
+        career.inaugurate(ctx)
+        run_until(career, lambda: not landing_names(root) and first.waiting and first.waiting[-1] >= 5)
+        career.hand_over(Outcome.REVOKED)
+        held = commit_record(zk_client, zk_group)
+    career.close()
+    # id-2 failed with id-3 and id-6 behind it; id-4 failed with id-7 behind it.
+    assert held["retry_waiting"] == 5 and first.total("retried") == 2, held
+    assert first.total("written") == 3  # id-1, id-5, id-8
+    mid = audit(root)
+    assert mid.ok and mid.ids_waiting == 5, mid.render()
+    flag.unlink()
+
+    second = Recorder()
+    career2 = SparkCareer(make_config(root, **settings), second, replica_id="r2")
+    with leadership(zk_client, zk_group, "r2") as (_, ctx2):
+        assert ctx2.epoch > ctx.epoch
+        career2.inaugurate(ctx2)
+        run_until(career2, lambda: commit_record(zk_client, zk_group)["retry_waiting"] == 0, timeout_s=240)
+        career2.hand_over(Outcome.CLEAN)
+    career2.close()
+
+    report = audit(root)
+    assert report.ok, report.render()
+    assert (report.ids_in, report.ids_written, report.ids_dead_lettered, report.ids_waiting) == (8, 7, 1, 0)
+    rows = ds.dataset(root / "table").to_table(columns=["id", "key", "seq", "_batch"]).to_pylist()
+    batch_of = {row["id"]: row["_batch"] for row in rows}
+    # Behind the failing id-2, the slow key's later records waited: written in the same batch or later.
+    assert batch_of["id-2"] > batch_of["id-1"]
+    assert batch_of["id-3"] >= batch_of["id-2"] and batch_of["id-6"] >= batch_of["id-2"]
+    dead = pq.read_table(next((root / "dead-letter").glob("batch-*.parquet"))).to_pylist()
+    assert len(dead) == 1 and dead[0]["id"] == "id-4" and dead[0]["attempts"] == 3
+    assert "RuntimeError: poison id-4" in dead[0]["error"]
+    assert batch_of["id-7"] == dead[0]["_batch"]  # the key moved on once its head was dead-lettered
+    # On schedule: 2 s, then 4 s between the three attempts.
+    assert dead[0]["last_failed_at"] - dead[0]["first_failed_at"] >= 6.0
+    assert second.total("dead_lettered") + first.total("dead_lettered") == 1
+    assert second.waiting[-1] == 0
+    snapshots = list((root / "retry").glob("batch-*.parquet"))
+    assert len(snapshots) == 1 and pq.read_table(snapshots[0]).num_rows == 0
