@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -64,6 +65,8 @@ __all__ = ["HandingOverError", "HookError", "InjectedFaultError", "SparkCareer",
 _BACKLOG_EVERY_S = 1.0
 _SWEEP_EVERY_S = 60.0
 _EMPTY_FILE_MIN_AGE_S = 2.0
+_WARMUP_FILES = 10  # two batches at the default 5 files per trigger
+_WARMUP_RECORDS_PER_FILE = 1000
 _POLL_S = 0.02
 
 
@@ -702,12 +705,17 @@ class SparkCareer:
         try:
             layout = Layout(scratch)
             layout.landing.mkdir(parents=True)
-            lines = [
-                f'{{"id":"w{i}","key":"k{i % 4}","seq":{i},"ts":{i},"payload":{{"n":{i}}}}}' for i in range(64)
-            ] + ['{"id":"w1","key":"k1","seq":1,"ts":1,"payload":null}', "not json", ""]
-            sample = layout.landing / ".sample.jsonl"
-            sample.write_text("\n".join(lines) + "\n")
-            sample.rename(layout.landing / "sample.jsonl")
+            # Batches of a realistic size, not a token one: the JVM compiles the hot paths of a 5 000-record
+            # batch only when it has run some, and a new leader's first batch is otherwise twice as slow.
+            for f in range(_WARMUP_FILES):
+                lines = [f'{{"id":"w{f}-{i}","key":"k{i % 100}","seq":{i},"ts":{i},"payload":{{"n":{i}}}}}'
+                         for i in range(_WARMUP_RECORDS_PER_FILE)]
+                if f == 0:
+                    lines += ['{"id":"w0-1","key":"k1","seq":1,"ts":1,"payload":null}', "not json", ""]
+                sample = layout.landing / f".sample-{f:02d}.jsonl"
+                sample.write_text("\n".join(lines) + "\n")
+                os.utime(sample, (time.time() - 100 + f, time.time() - 100 + f))
+                sample.rename(layout.landing / f"sample-{f:02d}.jsonl")
             fence = _ScratchFence()
             ctx = CareerContext(epoch=0, fence=fence, still_leading=lambda: True, previous_handover=None)
             term = _Term(ctx=ctx, log=self._log.bind(warmup=True), marks=ConsumptionMarks(layout, "warmup"))
