@@ -18,7 +18,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from career import Outcome
-from career.spark import HookError, SparkCareer
+from career.spark import HookError, InjectedFaultError, SparkCareer
 from tests.test_spark_career import (
     Queue,
     Recorder,
@@ -161,3 +161,42 @@ def test_failing_records_are_retried_in_key_order_then_written_or_dead_lettered_
     assert second.waiting[-1] == 0
     snapshots = list((root / "retry").glob("batch-*.parquet"))
     assert len(snapshots) == 1 and pq.read_table(snapshots[0]).num_rows == 0
+
+
+def test_crash_after_the_commit_rolls_the_retry_store_and_dead_letter_forward(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
+) -> None:
+    """The leader dies right after committing a batch that held records, before publishing: the new leader's
+    inauguration publishes the retry store from staging, and the held records are retried from it."""
+    root = tmp_path / "data"
+    flag = tmp_path / "held-fails"
+    flag.touch()
+    q = Queue(root)
+    put_records(q, [record(1, "held", 1, fail_while=str(flag)), record(2, "held", 2),
+                    record(3, "bad", 1, poison=True), record(4, "fine", 1)])
+    settings = {"row_function": "tests.pipelines:flaky", "retry_attempts": 2, "retry_backoff_s": 0.5,
+                "retry_backoff_max_s": 0.5}
+    career = SparkCareer(make_config(root, fail_after="committed", **settings), Recorder(), replica_id="r1")
+    with leadership(zk_client, zk_group, "r1") as (_, ctx):
+        career.inaugurate(ctx)
+        with pytest.raises(InjectedFaultError):
+            run_until(career, lambda: False)
+        career.hand_over(Outcome.FAILED)
+    career.close()
+    committed = commit_record(zk_client, zk_group)
+    assert committed["retry_waiting"] == 3 and "retry" in committed["staged"]  # id-1, id-2 behind it, id-3
+    assert not list((root / "retry").glob("batch-*.parquet")), "published before the crash"
+
+    second = Recorder()
+    career2 = SparkCareer(make_config(root, **settings), second, replica_id="r2")
+    with leadership(zk_client, zk_group, "r2") as (_, ctx2):
+        career2.inaugurate(ctx2)
+        rolled = audit(root)
+        assert rolled.ok and (rolled.ids_waiting, rolled.ids_dead_lettered) == (3, 0), rolled.render()
+        flag.unlink()
+        run_until(career2, lambda: commit_record(zk_client, zk_group)["retry_waiting"] == 0)
+        career2.hand_over(Outcome.CLEAN)
+    career2.close()
+    report = audit(root)
+    assert report.ok, report.render()
+    assert (report.ids_written, report.ids_dead_lettered, report.ids_waiting) == (3, 1, 0)

@@ -32,6 +32,7 @@ from career.spark._pipeline import (
     classified_stream,
     ordered_records,
     quarantine_rows,
+    records,
     with_batch,
 )
 from career.spark._retry import (
@@ -177,9 +178,11 @@ class _BatchWriter:
        version ``B``), and return: ``skipped``. Otherwise the last committed batch is Spark-committed (Spark
        only starts ``B`` after committing ``B-1``), so its queue files are marked consumed by this group now
        (and archived once every group on the queue has consumed them).
-    3. Classify, deduplicate and order; write staged Parquet under ``_staging/epoch=<e>/batch=<B>/``.
+    3. Classify, deduplicate and order (through the row function and retry store, when there is one; then the
+       transform); write staged Parquet under ``_staging/epoch=<e>/batch=<B>/`` of each output.
     4. Fenced commit of a record naming the staged folders and the files read, at the version read in 2.
-    5. Publish: move the staged part files into ``table/`` and ``quarantine/`` (idempotent renames).
+    5. Publish: move the staged part files into ``table/``, ``quarantine/``, ``retry/`` and ``dead-letter/``
+       (idempotent renames).
     6. Return: Spark then commits the batch to its checkpoint.
     """
 
@@ -263,13 +266,14 @@ class _BatchWriter:
             counts, files = self._stats(df)
             read_s = time.monotonic() - phase
             staged: dict[str, str] = {}
-            rows = ordered_records(df, partitions=config.shuffle_partitions)
             retry: dict[str, Any] = {}
             processed: DataFrame | None = None
             held = read_snapshot(layout.resolve(record["retry"])) if record and record.get("retry") else None
             row_function = self._hooks.row_function or (identity_row if held is not None and held.num_rows else None)
             if row_function is not None:
                 processed, rows, retry = self._retry(df, held, row_function, counts, staged, batch_id)
+            else:
+                rows = ordered_records(df, partitions=config.shuffle_partitions)
             try:
                 if counts["written"]:
                     self._stage_table(rows, staged, batch_id)
@@ -328,8 +332,8 @@ class _BatchWriter:
         """
         term, layout = self._term, self._layout
         now = time.time()
-        processed = process_records(
-            ordered_records(df, partitions=self._config.shuffle_partitions), held,
+        processed = process_records(  # it orders new and held records together: one shuffle, not two
+            records(df), held,
             row_function=row_function, policy=self._hooks.policy, now=now,
             partitions=self._config.shuffle_partitions,
         ).persist(StorageLevel.MEMORY_AND_DISK)

@@ -29,6 +29,7 @@ __all__ = [
     "deduplicated",
     "ordered_records",
     "quarantine_rows",
+    "records",
     "split_lines",
     "table_rows",
     "with_batch",
@@ -312,14 +313,14 @@ def classified_stream(
     return deduplicated(classified_batch(raw, max_line_bytes, file_source=file_source), dedup_window)
 
 
+def records(classified: DataFrame) -> DataFrame:
+    """The batch's records: ``id``, ``key``, ``seq``, ``ts``, ``payload`` (in no particular order)."""
+    return classified.where(F.col("kind") == KIND_ROW).select("id", "key", "seq", "ts", "payload")
+
+
 def ordered_records(classified: DataFrame, *, partitions: int) -> DataFrame:
-    """The batch's records (``id``, ``key``, ``seq``, ``ts``, ``payload``), each key in one partition by ``seq``."""
-    return (
-        classified.where(F.col("kind") == KIND_ROW)
-        .select("id", "key", "seq", "ts", "payload")
-        .repartition(partitions, "key")
-        .sortWithinPartitions("key", "seq")
-    )
+    """The batch's records, each key in one partition by ``seq``."""
+    return records(classified).repartition(partitions, "key").sortWithinPartitions("key", "seq")
 
 
 def with_batch(rows: DataFrame, *, epoch: int, batch_id: int) -> DataFrame:
