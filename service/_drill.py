@@ -306,10 +306,12 @@ def read_events(log_path: Path, replica_id: str) -> list[LogEvent]:
     except FileNotFoundError:
         return []
     for line in text.splitlines():
-        if not line.startswith("{"):
+        # stderr (a traceback, Spark's own logging) shares the file and may leave a partial line before an event
+        start = line.find('{"')
+        if start < 0:
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line[start:])
             at = _parse_ts(str(record["timestamp"]))
         except (json.JSONDecodeError, KeyError, ValueError):
             continue

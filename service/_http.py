@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 __all__ = ["Health", "HealthServer"]
+
+_log = structlog.get_logger("tenure.http")
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,15 @@ class _Server(ThreadingHTTPServer):
         self.registry = registry
         self.health: Callable[[], Health] = lambda: Health(live=True, ready=False, leader=False, role="starting")
         super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up is not an error: a scraper times out while this process is paused (SIGSTOP, a
+        long GC) and the reply finds the socket closed. Anything else is one log event, not a traceback on
+        stderr, which would tear the JSON log line being written at that moment."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            return
+        _log.error("http_request_failed", client=str(client_address[0]), error=repr(error))
 
 
 class HealthServer:

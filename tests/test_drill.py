@@ -21,6 +21,7 @@ from service._drill import (
     career_unavailable,
     expand,
     judge,
+    read_events,
     render_report,
     run_drills,
     run_scenario,
@@ -122,6 +123,18 @@ def test_audit_counter(tmp_path: Path, case: str, lines: list[str], committed_n:
         (tmp_path / "counter.log").write_text("\n".join(lines) + "\n")
     lost, duplicated, inversions, _ = audit_counter(tmp_path, committed_n)
     assert (lost, duplicated, inversions) == expected, case
+
+
+def test_read_events_survives_a_torn_line(tmp_path: Path) -> None:
+    """stderr shares the replica's log file: an event written after a partial traceback line is still read (CI
+    once lost the zombie's ``paused -> following`` this way and timed out waiting for it)."""
+    log = tmp_path / "replica-2.log"
+    event = ('{"old": "paused", "new": "following", "event": "runner_state", '
+             '"timestamp": "2026-11-22T03:20:44.989331Z"}')
+    log.write_text("----\nException occurred during processing of request from ('127.0.0.1', 34606)" + event
+                   + "\nTraceback (most recent call last):\n{not json\n")
+    events = read_events(log, "replica-2")
+    assert [(e.event, e.fields["new"]) for e in events] == [("runner_state", "following")]
 
 
 def test_leader_intervals_from_runner_states() -> None:
