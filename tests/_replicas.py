@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import time
@@ -13,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from service._drill import read_events
 from service._topology import ReplicaProcess
 from tests.conftest import free_port
 
@@ -87,14 +87,7 @@ class Replica(ReplicaProcess):
 
     def log_events(self) -> list[dict[str, Any]]:
         """The JSON log events written so far (non-JSON lines, e.g. from the JVM, are skipped)."""
-        events = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                try:
-                    events.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-        return events
+        return [e.fields for e in read_events(self.log_path, self.replica_id)]
 
     def has_event(self, name: str, **fields: Any) -> bool:
         return any(e.get("event") == name and all(e.get(k) == v for k, v in fields.items())
