@@ -19,6 +19,7 @@ import os
 import random
 import shutil
 import signal
+import statistics
 import subprocess
 import threading
 import time
@@ -60,7 +61,9 @@ class DrillError(TenureError):
     """A drill cannot be run as asked (unknown scenario, career not available); the message says the fix."""
 
 #: "within about 1 s" (issue 8, handover) as a threshold: a second plus the commit poller's resolution and
-#: a little scheduling slack on a loaded 2-core machine.
+#: a little scheduling slack on a loaded 2-core machine. The handover criterion adds one steady commit interval
+#: of the successor: no leader commits sooner than its batch takes, so what the handover itself may cost is
+#: the second on top (the counter commits every 0.1 s; a Spark batch takes 1.5-2.5 s on 2 cores).
 ABOUT_ONE_S = 1.5
 #: The election checks the safe-until deadline once per tick; a pause may land up to this late.
 SAFE_UNTIL_SLACK_S = 0.5
@@ -147,6 +150,8 @@ class Measurements:
     commits_after_heal: int = 0
     clean_handover: bool | None = None
     handover_to_commit_s: float | None = None
+    #: The successor's median time between consecutive commits: the pipeline's own cadence in this run.
+    commit_interval_s: float | None = None
     old_committed_after_fault: int | None = None
     old_attempted_after_fault: int | None = None
     old_rejoined_as_follower: bool | None = None
@@ -181,6 +186,16 @@ def _at_most(name: str, value: float | None, limit: float, unit: str = "s") -> C
     return Criterion(name, value <= limit, f"{value:.2f} {unit} (limit {limit:g} {unit})")
 
 
+def _first_commit_criterion(m: Measurements) -> Criterion:
+    name = "successor's first commit: about 1 s after the handover, plus one batch"
+    interval = m.commit_interval_s or 0.0
+    limit = ABOUT_ONE_S + interval
+    budget = f"limit {ABOUT_ONE_S:g} s + commit interval {interval:.2f} s = {limit:.2f} s"
+    if m.handover_to_commit_s is None:
+        return Criterion(name, False, f"not observed ({budget})")
+    return Criterion(name, m.handover_to_commit_s <= limit, f"{m.handover_to_commit_s:.2f} s ({budget})")
+
+
 def judge(m: Measurements, s: DrillSettings) -> list[Criterion]:
     """The criteria of ``m.scenario`` (issue 8's table) plus the common ones, evaluated on ``m`` (pure)."""
     out = [Criterion("ran to completion", m.error is None, m.error or "ok")]
@@ -194,7 +209,7 @@ def judge(m: Measurements, s: DrillSettings) -> list[Criterion]:
     if name == "handover":
         out.append(Criterion("clean handover record", m.clean_handover is True,
                              {True: "clean=true", False: "not clean", None: "no handover_recorded"}[m.clean_handover]))
-        out.append(_at_most("successor's first commit after the handover", m.handover_to_commit_s, ABOUT_ONE_S))
+        out.append(_first_commit_criterion(m))
     elif name == "crash":
         out.append(_at_most("new leader within session timeout + 1 s", m.new_leader_s, s.session_timeout_s + 1))
         out.append(Criterion("successor commits", m.successor_committed, str(m.successor_committed).lower()))
@@ -908,6 +923,7 @@ def measure(d: Drill) -> None:
                       None)
         if handed is not None and successor:
             m.handover_to_commit_s = successor[0].committed_at - handed
+            m.commit_interval_s = _commit_interval(commits, successor[0].epoch)
         # What the old leader made visible after it should have stopped (its commit records, whose
         # committed_at is stamped before the transaction is sent), and what the fence turned away.
         resumed = m.heal_at if d.name == "zombie" and m.heal_at is not None else fault + s.safe_until_s
@@ -942,6 +958,13 @@ def measure(d: Drill) -> None:
         bounds = [t for t, _ in d.restarts] + [end]
         m.changes_per_restart = [sum(1 for e in terms if a <= e.at < b) for a, b in itertools.pairwise(bounds)]
     m.processes_exited = sum(1 for e in events if e.event == "runner_starting" and e.at >= fault)
+
+
+def _commit_interval(commits: list[CommitSample], epoch: int) -> float | None:
+    """Median time between consecutive commits of ``epoch`` (pairs the 50 ms poller saw one version apart)."""
+    ours = [c for c in commits if c.epoch == epoch]
+    gaps = [b.committed_at - a.committed_at for a, b in itertools.pairwise(ours) if b.version == a.version + 1]
+    return statistics.median(gaps) if gaps else None
 
 
 def _versions_where(commits: list[CommitSample], pred: Callable[[CommitSample], bool]) -> int:

@@ -11,11 +11,13 @@ import pytest
 
 from service._drill import (
     SCENARIOS,
+    CommitSample,
     DrillError,
     DrillSettings,
     LogEvent,
     Measurements,
     ScenarioResult,
+    _commit_interval,
     _leader_intervals,
     audit_counter,
     career_unavailable,
@@ -28,6 +30,7 @@ from service._drill import (
 )
 from service._netns import NetNamespace, netns_unavailable
 
+FIRST_COMMIT = "successor's first commit: about 1 s after the handover, plus one batch"
 SETTINGS = DrillSettings(career="counter", session_timeout_s=6.0, safe_fraction=0.5)
 
 #: The four drills CI runs for real. They run the counter career (the same runner, election and fence as the
@@ -47,7 +50,8 @@ def _healthy(scenario: str, **facts: object) -> Measurements:
     """Measurements of a scenario that went well; ``facts`` override single fields."""
     m = Measurements(scenario=scenario, fault_at=100.0, audit_ok=True, audit_lost=0, audit_duplicated=0,
                      audit_inversions=0, successor_committed=True, commits_after_fault=10, commits_after_heal=5,
-                     clean_handover=True, handover_to_commit_s=0.2, new_leader_s=6.5, old_committed_after_fault=0,
+                     clean_handover=True, handover_to_commit_s=0.2, commit_interval_s=0.1, new_leader_s=6.5,
+                     old_committed_after_fault=0,
                      old_attempted_after_fault=1, old_rejoined_as_follower=True, old_released=True,
                      suspended_s=2.9, old_commits_past_deadline=0, commits_during_outage=0, leaders_after=1,
                      max_simultaneous_leaders=1, first_leader_s=0.3, changes_per_restart=[0, 1, 0])
@@ -61,8 +65,15 @@ def _healthy(scenario: str, **facts: object) -> Measurements:
     [
         ("healthy handover", _healthy("handover"), []),
         ("unclean handover record", _healthy("handover", clean_handover=False), ["clean handover record"]),
-        ("slow first commit after handover", _healthy("handover", handover_to_commit_s=2.4),
-         ["successor's first commit after the handover"]),
+        ("slow first commit after handover", _healthy("handover", handover_to_commit_s=2.4, commit_interval_s=0.1),
+         [FIRST_COMMIT]),
+        ("first commit one slow batch after handover",
+         _healthy("handover", handover_to_commit_s=2.4, commit_interval_s=1.2), []),
+        ("first commit slower than its batches explain",
+         _healthy("handover", handover_to_commit_s=3.4, commit_interval_s=1.2), [FIRST_COMMIT]),
+        ("no commit interval observed: about 1 s alone",
+         _healthy("handover", handover_to_commit_s=1.6, commit_interval_s=None), [FIRST_COMMIT]),
+        ("handover never followed by a commit", _healthy("handover", handover_to_commit_s=None), [FIRST_COMMIT]),
         ("healthy crash", _healthy("crash"), []),
         ("crash successor too late", _healthy("crash", new_leader_s=7.2),
          ["new leader within session timeout + 1 s"]),
@@ -123,6 +134,18 @@ def test_audit_counter(tmp_path: Path, case: str, lines: list[str], committed_n:
         (tmp_path / "counter.log").write_text("\n".join(lines) + "\n")
     lost, duplicated, inversions, _ = audit_counter(tmp_path, committed_n)
     assert (lost, duplicated, inversions) == expected, case
+
+
+def test_commit_interval_is_the_median_of_one_epochs_consecutive_commits() -> None:
+    """Pairs the poller saw more than one version apart, and other epochs' commits, do not count."""
+
+    def c(version: int, epoch: int, at: float) -> CommitSample:
+        return CommitSample(observed_at=at, version=version, epoch=epoch, committed_at=at, batch=version)
+
+    commits = [c(1, 5, 0.0), c(2, 5, 0.4), c(3, 9, 1.0), c(4, 9, 3.0), c(5, 9, 5.5), c(7, 9, 20.0), c(8, 9, 22.1)]
+    assert _commit_interval(commits, 9) == pytest.approx(2.1)
+    assert _commit_interval(commits, 5) == pytest.approx(0.4)
+    assert _commit_interval([c(1, 9, 0.0)], 9) is None
 
 
 def test_read_events_survives_a_torn_line(tmp_path: Path) -> None:
