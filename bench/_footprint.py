@@ -22,7 +22,7 @@ def _sample(cluster: Cluster, samples: int, interval_s: float) -> dict[str, Any]
     cluster.start()
     try:
         with CommitTimeline(cluster.connect_string, cluster.group) as timeline:
-            leader = steady(cluster, timeline, 600.0, all_ready=True).replica_id
+            leader = steady(cluster, timeline, 600.0).replica_id
             time.sleep(interval_s * 2)  # past the warm-up's and the first batches' peaks
             leader_rss: list[float] = []
             follower_rss: list[float] = []
