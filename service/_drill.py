@@ -676,8 +676,12 @@ def _zombie(d: Drill) -> None:
 
 
 def _stepped_down(d: Drill, replica_id: str, since: float) -> bool:
-    return any(e.replica_id == replica_id and e.event == "runner_state" and e.fields.get("new") == "following"
-               and e.at >= since - 0.5 for e in d.events())
+    """The replica follows and has (re)joined the election since ``since``: it may have stepped down earlier,
+    while still cut off (a commit whose outcome was unknown), and rejoin only once it reaches ZooKeeper."""
+    fault = d.m.fault_at if d.m.fault_at is not None else since
+    events = [e for e in d.events() if e.replica_id == replica_id]
+    return any(e.event == "runner_state" and e.fields.get("new") == "following" and e.at >= fault for e in events) \
+        and any(e.event == "joined" and e.at >= since - 0.5 for e in events)
 
 
 def _partition(d: Drill) -> None:

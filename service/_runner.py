@@ -325,8 +325,13 @@ class Runner:
         return last_batch
 
     def _release_and_rejoin(self) -> None:
+        # A release that times out (cut off from ZooKeeper) leaves the node to the election's background delete
+        # or the session's end; rejoining must not depend on it, or the replica stays out of the election.
         try:
             self._election.release(self._settings.handover_timeout_s)
+        except TenureError:
+            self._log.exception("release_failed", epoch=self._epoch)
+        try:
             self._election.join()
         except TenureError:
             self._log.exception("rejoin_failed", epoch=self._epoch)
