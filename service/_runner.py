@@ -41,6 +41,8 @@ __all__ = ["EXIT_HANDOVER_OVERRUN", "Runner", "RunnerSettings", "RunnerState"]
 _log = structlog.get_logger("tenure.runner")
 
 EXIT_HANDOVER_OVERRUN = 3
+#: Past the handover budget, time for the handover record and the node's release (two ZooKeeper writes).
+_HANDOVER_GRACE_S = 2.0
 
 
 class RunnerState(enum.Enum):
@@ -142,8 +144,10 @@ class Runner:
         if self._stop_signals > 1:
             self._log.warning("second_signal_exit", signal=signal.Signals(signum).name)
             os._exit(128 + signum)
-        # The budget covers finishing the execute() in flight and the whole handover.
-        self._watchdog = threading.Timer(self._settings.handover_timeout_s, self._handover_overrun)
+        # The budget covers finishing the execute() in flight and the whole handover. The career may spend all
+        # of handover_timeout_s waiting for its batch; the grace is for what follows it (record, release).
+        self._watchdog = threading.Timer(self._settings.handover_timeout_s + _HANDOVER_GRACE_S,
+                                         self._handover_overrun)
         self._watchdog.daemon = True
         self._watchdog.start()
         self._post(_Signal(signum))
