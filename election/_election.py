@@ -124,6 +124,8 @@ class Election:
             (``maxSessionTimeout``), pass the negotiated value, or the deadline is too late.
         tick_s: period of the liveness round-trip and deadline check. Default ``session_timeout_s / 10``.
         op_timeout_s: bound on each ZooKeeper call made by the recipe. Default ``session_timeout_s``.
+        faults: a fault-injection hook for tests and drills, called with a point name (``before_transaction``:
+            a commit passed its local checks and is about to send its transaction). Default: none.
     """
 
     def __init__(
@@ -139,6 +141,7 @@ class Election:
         session_timeout_s: float | None = None,
         tick_s: float | None = None,
         op_timeout_s: float | None = None,
+        faults: Callable[[str], None] | None = None,
     ) -> None:
         if not 0.0 < safe_fraction < 1.0:
             raise ElectionError(f"safe_fraction={safe_fraction} is out of range: it must lie strictly between 0 "
@@ -159,6 +162,7 @@ class Election:
         self.session_timeout_s = timeout_s
         self.tick_s = tick_s if tick_s is not None else timeout_s / 10.0
         self.op_timeout_s = op_timeout_s if op_timeout_s is not None else timeout_s
+        self.faults = faults
         self.log = _log.bind(group=group, replica=identity.replica_id)
         self._on_event = on_event
         self._clock = clock

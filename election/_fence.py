@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
@@ -173,6 +174,8 @@ class Fence:
         context = self._context(expected_version)
         self._precheck(context)
         election = self._election
+        if election.faults is not None:
+            election.faults("before_transaction")  # a pause here is what the fence exists for
         data = encode_record(record, self._epoch)
         try:
             version = fenced_set(election.client, node=self._node, node_version=self._node_version,
@@ -190,11 +193,21 @@ class Fence:
         return version
 
     def _resolve_unknown(self, data: bytes, expected_version: int, context: str, exc: _OutcomeUnknownError) -> int:
-        """The reply was lost: read the record back once to learn whether our transaction applied."""
+        """The reply was lost: read the record back (retrying connection losses until ``op_timeout_s``) to learn
+        whether our transaction applied."""
         election = self._election
-        try:
-            raw, stat = election.client.get_async(election.paths.commit).get(timeout=election.op_timeout_s)
-        except Exception as read_exc:
+        deadline = time.monotonic() + election.op_timeout_s
+        while True:
+            try:
+                raw, stat = election.client.get_async(election.paths.commit).get(timeout=election.op_timeout_s)
+                break
+            except (SessionExpiredError, ConnectionLoss) as retry_exc:
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                read_exc: Exception = retry_exc
+            except Exception as other:
+                read_exc = other
             raise ElectionError(f"{context}: connection lost during the commit ({exc}) and the record could not "
                                 f"be read back ({type(read_exc).__name__}): outcome unknown; re-read with "
                                 "read_commit() once connected") from read_exc
@@ -205,6 +218,8 @@ class Fence:
             self._count("commits_refused")
             raise NotLeader(f"{context}: connection lost during the commit ({exc}); it did not apply")
         self._count("commits_fenced")
+        election.log.info("commit_fenced", epoch=self._epoch, expected_version=expected_version,
+                          after="connection loss")
         raise Fenced(f"{context}: connection lost during the commit and the record moved to version "
                      f"{stat.version} by someone else; fenced")
 

@@ -56,7 +56,7 @@ class ReplicaConfig(BaseModel):
     max_line_bytes: int = Field(default=1 << 20, description="Longer lines are quarantined as oversized; "
                                 "`tenure verify` must use the same value.")
     dedup_window: str = Field(default="24 hours", description="How long a message id is remembered (a Spark "
-                              "interval); a repeat arriving later is written again.")
+                              "interval); a repeat arriving later is quarantined as late.")
     archive_retention_s: float = Field(default=7 * 86400.0, description="Archived queue files are deleted "
                                        "this long after archiving; `tenure verify` needs them.")
     shuffle_partitions: int = Field(default=2, description="Output partitions (part files) per batch, by key.")
@@ -76,6 +76,8 @@ class ReplicaConfig(BaseModel):
     retry_backoff_s: float = Field(default=1.0, description="Delay after a record's first failure; doubles "
                                    "with each attempt.")
     retry_backoff_max_s: float = Field(default=300.0, description="Cap of the retry delay.")
+    fault_file: Path | None = Field(default=None, description="Tests and drills: a file that arms one fault "
+                                    "(POINT ACTION) at a named point of a term; see Fault injection.")
 
     @field_validator("zk")
     @classmethod

@@ -19,7 +19,7 @@ from service import __version__
 __all__ = ["BATCH_OUTCOMES", "RECORD_OUTCOMES", "Metrics"]
 
 BATCH_OUTCOMES = ("committed", "skipped", "fenced", "failed")
-RECORD_OUTCOMES = ("written", "duplicate", "quarantined", "retried", "dead_lettered")
+RECORD_OUTCOMES = ("written", "duplicate", "quarantined", "late", "retried", "dead_lettered")
 
 # Failover-scale buckets: handovers and inaugurations range from milliseconds (warm) to tens of seconds (cold).
 _LIFECYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60)

@@ -20,6 +20,7 @@ from career._counter import CounterCareer
 from election import DigestCredential, Election, ElectionEvent, Identity
 from service._config import ConfigError, ReplicaConfig
 from service._ensemble import four_letter_word
+from service._faults import FaultFile
 from service._groups import register_group, registered_groups
 from service._http import HealthServer
 from service._metrics import Metrics
@@ -98,6 +99,10 @@ def _register_group(config: ReplicaConfig, client: KazooClient) -> None:
                           f"ZooKeeper ({exc!r}): check --zk-auth and the ACLs of /tenure/_queues") from exc
 
 
+def _faults(config: ReplicaConfig) -> FaultFile | None:
+    return FaultFile(config.fault_file) if config.fault_file is not None else None
+
+
 def _make_career(config: ReplicaConfig, metrics: Metrics,
                  registered: Callable[[], Collection[str]] | None = None) -> Career:
     if ":" in config.career:
@@ -137,7 +142,7 @@ def _make_career(config: ReplicaConfig, metrics: Metrics,
             retry_backoff_max_s=config.retry_backoff_max_s,
         )
         return SparkCareer(spark_config, metrics, replica_id=config.replica_id, group=config.group,
-                           registered_groups=registered)
+                           registered_groups=registered, faults=_faults(config))
     except (ValueError, HookError) as exc:  # what only the career can check: the dedup interval, the hooks
         raise ConfigError(str(exc)) from exc
 
@@ -191,7 +196,8 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
         return Election(client, group=config.group, identity=identity, on_event=on_event,
                         safe_fraction=config.safe_fraction, credential=credential,
                         session_timeout_s=config.session_timeout_s,
-                        op_timeout_s=config.safe_fraction * config.session_timeout_s)
+                        op_timeout_s=config.safe_fraction * config.session_timeout_s,
+                        faults=_faults(config))
 
     runner = Runner(
         election_factory,

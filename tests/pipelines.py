@@ -34,3 +34,8 @@ def shouts(records: DataFrame) -> DataFrame:
 
 
 NOT_CALLABLE = 42
+
+
+def scatters(records: DataFrame) -> DataFrame:
+    """Round-robin over 4 partitions: each key's rows land in several partitions (a transform that reshuffles)."""
+    return records.repartition(4)

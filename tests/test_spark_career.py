@@ -315,7 +315,9 @@ def test_suspension_defers_the_batch_and_the_query_resumes(
     with leadership(zk_client, zk_group, "r1") as (election, ctx):
         paused = CareerContext(epoch=ctx.epoch, fence=ctx.fence, previous_handover=None,
                                still_leading=lambda: leading["now"] and election.is_leader())
+        leading["now"] = True  # inaugurate refuses a term that is not leading
         career.inaugurate(paused)
+        leading["now"] = False
         q.standard(files=2)
         term = career._term  # white-box: watch the query die of the deferred batch
         assert term is not None

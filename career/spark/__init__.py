@@ -8,7 +8,8 @@ batch id is skipped; a new leader rolls a committed-but-unpublished batch forwar
 What is guaranteed: every distinct valid id is written once and every bad line quarantined once, across any
 number of leader changes, provided the data root has atomic rename (local disk, HDFS) and a repeat of an id
 arrives within ``dedup_window`` of its first copy. What is not: readers may briefly see part of the newest
-batch while its part files are being renamed into place; a repeat later than the dedup window is written again.
+batch while its part files are being renamed into place; a repeat later than the dedup window is quarantined
+as late (its seq is at or below its key's published high-water mark), not written again.
 """
 
 from career.spark._career import HandingOverError, HookError, InjectedFaultError, SparkCareer, SparkCareerError

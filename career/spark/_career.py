@@ -23,6 +23,7 @@ from career._protocol import CareerContext, CareerObserver, Outcome
 from career.spark._config import SparkCareerConfig
 from career.spark._hooks import HookError, Transform, check_transform, load_hook
 from career.spark._marks import ConsumptionMarks
+from career.spark._order import HighWaterMarks, maxima, split_late
 from career.spark._pipeline import (
     BINARY_FILE,
     KIND_BAD,
@@ -30,7 +31,7 @@ from career.spark._pipeline import (
     KIND_ROW,
     TICK_SUFFIX,
     classified_stream,
-    ordered_records,
+    ordered,
     quarantine_rows,
     records,
     with_batch,
@@ -50,14 +51,19 @@ from career.spark._retry import (
 from career.spark._session import build_session, use_driver_python
 from career.spark._storage import (
     Layout,
+    StaleTermError,
+    adopt_checkpoint,
     archive_files,
     empty_landing_files,
     finish_publish,
     is_published,
     landing_files,
+    newer_term_started,
     published_name,
     remove_dead_staging,
+    spark_committed,
     sweep_archive,
+    sync_tree,
 )
 from election._errors import ElectionError, Fenced, NotLeader, TenureError
 
@@ -90,6 +96,7 @@ class _Term:
     ctx: CareerContext
     log: Any
     marks: ConsumptionMarks  # this group's consumption marks on the queue, and the archive they gate
+    checkpoint: Path  # this term's own Spark checkpoint (storage.adopt_checkpoint)
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     query: Any = None
@@ -101,6 +108,8 @@ class _Term:
     last_record: dict[str, Any] | None = None
     error: BaseException | None = None
     restarts: int = 0
+    order: tuple[str | None, HighWaterMarks] | None = None  # the per-key marks as of a commit record's "order"
+    marked: int | None = None  # the last batch whose queue files this term marked consumed
 
     @property
     def epoch(self) -> int:
@@ -153,6 +162,10 @@ class _ScratchFence:
         return self._version
 
 
+def _no_fault(_point: str) -> None:
+    pass
+
+
 def _committed_batch(record: dict[str, Any] | None) -> int | None:
     """The batch id a commit record names (``None``: no record, or one another career wrote)."""
     if record is None or record.get("batch_id") is None:
@@ -166,6 +179,20 @@ def _source_name(source_file: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
+def _mark_consumed(layout: Layout, term: _Term, record: dict[str, Any], faults: Callable[[str], None]) -> None:
+    """Mark the files of the committed batch ``record`` consumed; the caller knows this term's checkpoint has
+    committed it. Safe for a stale term: marks are written only if no later term has begun copying a checkpoint,
+    so every later term's copy is taken after this one had the batch, and never re-runs it."""
+    faults("after_checkpoint")
+    if newer_term_started(layout, term.epoch):
+        term.log.info("marks_skipped", reason="a newer term has started", batch=record.get("batch_id"))
+        return
+    archived = term.marks.consumed(record.get("files") or [])
+    term.marked = _committed_batch(record)
+    if archived:
+        term.log.debug("archived", batch=term.marked, files=archived)
+
+
 class _BatchWriter:
     """The ``foreachBatch`` function of one term (runs on Spark's stream thread, one batch at a time).
 
@@ -174,21 +201,40 @@ class _BatchWriter:
     1. Refuse to start when the term is handing over or not leading: raise, never return — a returning
        ``foreachBatch`` lets Spark mark the batch done (data loss); a raise makes Spark re-run it later.
     2. Read the commit record. If ``B`` is already committed (a re-run after a failover), finish its publish
-       if unfinished, run the batch through the ``noop`` sink (Spark's dedup state must still advance to
-       version ``B``), and return: ``skipped``. Otherwise the last committed batch is Spark-committed (Spark
-       only starts ``B`` after committing ``B-1``), so its queue files are marked consumed by this group now
-       (and archived once every group on the queue has consumed them).
-    3. Classify, deduplicate and order (through the row function and retry store, when there is one; then the
-       transform); write staged Parquet under ``_staging/epoch=<e>/batch=<B>/`` of each output.
-    4. Fenced commit of a record naming the staged folders and the files read, at the version read in 2.
-    5. Publish: move the staged part files into ``table/``, ``quarantine/``, ``retry/`` and ``dead-letter/``
-       (idempotent renames).
-    6. Return: Spark then commits the batch to its checkpoint.
+       if unfinished, run the batch through the ``noop`` sink (Spark requires the batch's state stores to
+       commit), and return: ``skipped``. Otherwise the last committed batch is in this term's checkpoint
+       (Spark only starts ``B`` after committing ``B-1``), so its queue files are marked consumed by this group
+       now (and archived once every group on the queue has consumed them).
+    3. Classify, deduplicate, set late records aside (``_order``), order (through the row function and retry
+       store, when there is one; then the transform); write staged Parquet under ``_staging/epoch=<e>/batch=<B>/``
+       of each output, with the advanced per-key marks; fsync it all.
+    4. Fenced commit of a record naming the staged folders, the files read and the marks, at the version read
+       in 2.
+    5. Publish: move the staged part files into ``table/``, ``quarantine/``, ``retry/``, ``dead-letter/`` and
+       ``order/`` (idempotent renames), and fsync the folders.
+    6. Return: Spark then commits the batch to this term's checkpoint.
+
+    Why each step is safe when the term is already stale (a pause of the whole process at any point, then a
+    successor elected; ``tests/test_stale_leader.py`` places the pauses):
+
+    - Inauguration: the checkpoint is a copy of the term's own (``adopt_checkpoint``; refused once a newer term
+      has one); roll-forward publishes a batch ZooKeeper says is committed, which is right whoever does it;
+      staging is removed only for lower epochs, which can never commit again (``remove_dead_staging``).
+    - Staging (3) writes under the term's own ``epoch=<e>`` folder: invisible until a commit names it.
+    - The commit (4) is the fence: one ZooKeeper transaction that fails once the term's election node is gone.
+    - Publishing (5, or 2's roll-forward) moves only what a committed record names; renames are idempotent, so
+      a stale term and its successor racing on the same batch produce the same files.
+    - Spark's checkpoint commit (6), and any batch the stale query plans, land in the term's own checkpoint
+      folder, which no later term reads.
+    - Consumption marks (2, and housekeeping) are written only after this term's checkpoint has the batch and
+      then only if no newer term has begun copying a checkpoint (``newer_term_started``): every later copy then
+      has the batch too, so no later term re-runs it and needs its archived files.
     """
 
     def __init__(self, term: _Term, layout: Layout, config: SparkCareerConfig, observer: CareerObserver,
-                 replica_id: str, hooks: _Hooks) -> None:
+                 replica_id: str, hooks: _Hooks, faults: Callable[[str], None] = _no_fault) -> None:
         self._term = term
+        self._faults = faults
         self._layout = layout
         self._config = config
         self._observer = observer
@@ -252,41 +298,53 @@ class _BatchWriter:
             if batch_id == committed and not is_published(layout, record or {}):
                 moved = finish_publish(layout, record or {})
                 term.log.info("publish_rolled_forward", batch=batch_id, files=moved, by_epoch=term.epoch)
-            df.write.format("noop").mode("overwrite").save()
+            df.write.format("noop").mode("overwrite").save()  # Spark requires the batch's state stores to commit
             term.log.info("batch_skipped", batch=batch_id, committed=committed, epoch=term.epoch)
             return "skipped", {}
-        if committed is not None and record is not None and config.file_source:
-            archived = term.marks.consumed(record.get("files") or [])
-            if archived:
-                term.log.debug("archived", batch=committed, files=archived)
-        # 3. Classify, deduplicate, order, run the user's code; stage the table, quarantine and retry store.
+        if committed is not None and record is not None and config.file_source and committed != term.marked:
+            _mark_consumed(layout, term, record, self._faults)
+        # 3. Classify, deduplicate, hold back late records, order, run the user's code; stage every output.
         phase = time.monotonic()
         df.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            counts, files = self._stats(df)
+            counts, files, spans = self._stats(df)
             read_s = time.monotonic() - phase
+            marks = self._marks_at(record)
             staged: dict[str, str] = {}
+            fresh, late = records(df), None
+            late_keys = marks.late_keys(spans)
+            if late_keys:
+                fresh, late = split_late(df, late_keys, df.sparkSession, epoch=term.epoch, batch_id=batch_id)
+                counts["late"] = late.count()
+                counts["written"] -= counts["late"]
             retry: dict[str, Any] = {}
             processed: DataFrame | None = None
             held = read_snapshot(layout.resolve(record["retry"])) if record and record.get("retry") else None
             row_function = self._hooks.row_function or (identity_row if held is not None and held.num_rows else None)
             if row_function is not None:
-                processed, rows, retry = self._retry(df, held, row_function, counts, staged, batch_id)
+                processed, rows, retry = self._retry(fresh, held, row_function, counts, staged, batch_id)
+                written_max = maxima(rows) if counts["written"] else {}
             else:
-                rows = ordered_records(df, partitions=config.shuffle_partitions)
+                rows = ordered(fresh, partitions=config.shuffle_partitions)
+                written_max = {key: high for key, (_low, high) in spans.items()}
             try:
                 if counts["written"]:
                     self._stage_table(rows, staged, batch_id)
             finally:
                 if processed is not None:
                     processed.unpersist()
-            if counts["quarantined"]:
+            if counts["quarantined"] or late is not None:
                 path = layout.staging(layout.quarantine, term.epoch, batch_id)
-                quarantine_rows(df, epoch=term.epoch, batch_id=batch_id) \
+                bad = quarantine_rows(df, epoch=term.epoch, batch_id=batch_id)
+                (bad if late is None else bad.unionByName(late)).coalesce(1) \
                     .write.mode("overwrite").parquet(str(path))
                 staged["quarantine"] = layout.relative(path)
         finally:
             df.unpersist()
+        new_marks = marks.advanced(written_max)
+        order = self._stage_marks(new_marks, marks, record, staged, batch_id)
+        for stored in staged.values():
+            sync_tree(layout.resolve(stored))  # durable before the commit says the batch exists
         stage_s = time.monotonic() - phase - read_s
         self._fault("staged", batch_id)
         # 4. The fenced commit: the only step that makes the batch count.
@@ -300,6 +358,7 @@ class _BatchWriter:
             "staged": staged,
             "counts": counts,
             "files": files,
+            **order,
             **retry,
         }
         commit_started = time.monotonic()
@@ -309,6 +368,9 @@ class _BatchWriter:
         with term.lock:
             term.last_committed = batch_id
             term.last_record = new_record
+            if order:
+                term.order = (order["order"], new_marks)
+        self._faults("after_commit")
         self._fault("committed", batch_id)
         # 5. Publish (a new leader's inaugurate, or a re-run of this batch, finishes it after a crash).
         finish_publish(layout, new_record)
@@ -317,12 +379,41 @@ class _BatchWriter:
         term.log.info("batch_committed", batch=batch_id, epoch=term.epoch, written=counts["written"],
                       read_s=round(read_s, 3), stage_s=round(stage_s, 3), commit_s=round(commit_s, 3),
                       duplicate=counts["duplicate"], quarantined=counts["quarantined"], files=len(files),
+                      **({"late": counts["late"]} if counts.get("late") else {}),
                       **({"retried": counts["retried"], "dead_lettered": counts["dead_lettered"],
                           "waiting": retry["retry_waiting"]} if retry else {}))
+        self._faults("after_publish")
         self._fault("published", batch_id)
         return "committed", counts
 
-    def _retry(self, df: DataFrame, held: Any, row_function: RowFunction, counts: dict[str, int],
+    def _marks_at(self, record: dict[str, Any] | None) -> HighWaterMarks:
+        """The per-key high-water marks as of the committed ``record`` (cached per term)."""
+        term = self._term
+        path = (record or {}).get("order")
+        if term.order is not None and term.order[0] == path:
+            return term.order[1]
+        if path is not None:
+            marks = HighWaterMarks.read(self._layout.resolve(path))
+        elif _committed_batch(record) is not None:
+            marks = HighWaterMarks.of_table(self._layout.table)  # committed before marks were kept
+        else:
+            marks = HighWaterMarks()
+        term.order = (path, marks)
+        return marks
+
+    def _stage_marks(self, new: HighWaterMarks, old: HighWaterMarks, record: dict[str, Any] | None,
+                     staged: dict[str, str], batch_id: int) -> dict[str, str]:
+        """Stage the advanced marks when they moved; returns the commit record's ``order`` field."""
+        layout = self._layout
+        path = (record or {}).get("order")
+        if new != old or path is None:
+            folder = layout.staging(layout.order, self._term.epoch, batch_id)
+            write_parquet(new.to_arrow(), folder)
+            staged["order"] = layout.relative(folder)
+            path = layout.relative(layout.order / published_name(batch_id, "part-00000.parquet"))
+        return {"order": path}
+
+    def _retry(self, fresh: DataFrame, held: Any, row_function: RowFunction, counts: dict[str, int],
                staged: dict[str, str], batch_id: int) -> tuple[DataFrame, DataFrame, dict[str, Any]]:
         """Run the row function over new and held records; stage the new retry snapshot and the dead letters.
 
@@ -333,7 +424,7 @@ class _BatchWriter:
         term, layout = self._term, self._layout
         now = time.time()
         processed = process_records(  # it orders new and held records together: one shuffle, not two
-            records(df), held,
+            fresh, held,
             row_function=row_function, policy=self._hooks.policy, now=now,
             partitions=self._config.shuffle_partitions,
         ).persist(StorageLevel.MEMORY_AND_DISK)
@@ -366,27 +457,42 @@ class _BatchWriter:
     def _stage_table(self, rows: DataFrame, staged: dict[str, str], batch_id: int) -> None:
         """Apply the transform (order re-imposed after it), add the batch columns, write the staged table."""
         term, layout = self._term, self._layout
-        if self._hooks.transform is not None:
-            rows = self._hooks.transform(rows).sortWithinPartitions("key", "seq")
+        if self._hooks.transform is not None:  # it may repartition: each key back into one partition, by seq
+            rows = ordered(self._hooks.transform(rows), partitions=self._config.shuffle_partitions)
         path = layout.staging(layout.table, term.epoch, batch_id)
         with_batch(rows, epoch=term.epoch, batch_id=batch_id).write.mode("overwrite").parquet(str(path))
         staged["table"] = layout.relative(path)
 
     @staticmethod
-    def _stats(df: DataFrame) -> tuple[dict[str, int], list[str]]:
-        """One small action over the cached batch: counts by kind, valid lines read, and the files read."""
-        rows = df.groupBy("kind").agg(
+    def _stats(df: DataFrame) -> tuple[dict[str, int], list[str], dict[str, tuple[int, int]]]:
+        """One small action over the cached batch: counts by kind, valid lines read, the files read, and each
+        key's lowest and highest ``seq`` (to find late records without a second pass)."""
+        rows = df.groupBy("kind", "key").agg(
             F.count(F.lit(1)).alias("n"),
             F.sum("valid_lines").alias("valid"),
             F.collect_list(F.when(F.col("kind") == KIND_FILE, F.col("source_file"))).alias("files"),
+            F.min("seq").alias("low"),
+            F.max("seq").alias("high"),
         ).collect()
-        by_kind = {row["kind"]: row for row in rows}
-        written = int(by_kind[KIND_ROW]["n"]) if KIND_ROW in by_kind else 0
-        quarantined = int(by_kind[KIND_BAD]["n"]) if KIND_BAD in by_kind else 0
-        marker = by_kind.get(KIND_FILE)
-        valid = int(marker["valid"] or 0) if marker is not None else written
-        files = sorted({_source_name(f) for f in (marker["files"] if marker is not None else []) if f})
-        return {"written": written, "duplicate": max(valid - written, 0), "quarantined": quarantined}, files
+        written = quarantined = valid = 0
+        marker_files: list[str] = []
+        markers = False
+        spans: dict[str, tuple[int, int]] = {}
+        for row in rows:
+            if row["kind"] == KIND_ROW:
+                written += int(row["n"])
+                spans[row["key"]] = (int(row["low"]), int(row["high"]))
+            elif row["kind"] == KIND_BAD:
+                quarantined += int(row["n"])
+            elif row["kind"] == KIND_FILE:
+                markers = True
+                valid += int(row["valid"] or 0)
+                marker_files += row["files"]
+        if not markers:
+            valid = written
+        files = sorted({_source_name(f) for f in marker_files if f})
+        counts = {"written": written, "duplicate": max(valid - written, 0), "quarantined": quarantined}
+        return counts, files, spans
 
 
 class SparkCareer:
@@ -416,11 +522,14 @@ class SparkCareer:
         registered_groups: the groups registered on the queue (``config.queue_dir``), read before each
             archiving round; a queue file is archived only once all of them (and this group) have consumed
             it, and not at all while this raises (registry unreachable). Default None: the only consumer.
+        faults: a fault-injection hook for tests and drills, called with the name of each dangerous window as
+            it is reached (``inaugurate``, ``after_commit``, ``after_publish``, ``after_checkpoint``).
     """
 
     def __init__(self, config: SparkCareerConfig, observer: CareerObserver, *, replica_id: str,
                  clock: Callable[[], float] = time.monotonic, group: str = "default",
-                 registered_groups: Callable[[], Collection[str]] | None = None) -> None:
+                 registered_groups: Callable[[], Collection[str]] | None = None,
+                 faults: Callable[[str], None] | None = None) -> None:
         self._config = config
         self._observer = observer
         self._replica_id = replica_id
@@ -437,6 +546,7 @@ class SparkCareer:
         self._next_sweep = 0.0
         self._archive_lock = threading.Lock()
         self._ticked_for: float | None = None
+        self._faults = faults or _no_fault
         self._hooks = _Hooks(
             transform=load_hook("transform", config.transform) if config.transform else None,
             row_function=load_hook("row_function", config.row_function) if config.row_function else None,
@@ -472,9 +582,15 @@ class SparkCareer:
         return self._prepared
 
     def inaugurate(self, ctx: CareerContext) -> None:
-        """Begin a term: roll a committed-but-unpublished batch forward and delete dead epochs' staging.
+        """Begin a term: take a checkpoint of its own, roll a committed-but-unpublished batch forward, delete
+        staging of dead epochs. Each step is safe even if this term is already stale (see ``_storage``).
 
-        The query starts on the first ``execute``. Raises ``SparkCareerError`` if a term is still open.
+        The query starts on the first ``execute``.
+
+        Raises:
+            SparkCareerError: a term is still open, or the checkpoint never saw the committed batch.
+            NotLeader: leadership was lost before the term could start.
+            Fenced: a newer term has committed or started.
         """
         if self._term is not None:
             raise SparkCareerError(f"inaugurate(epoch {ctx.epoch}) while epoch {self._term.epoch} is still open; "
@@ -486,14 +602,24 @@ class SparkCareer:
         for folder in (layout.landing, layout.table, layout.quarantine, layout.archive):
             folder.mkdir(parents=True, exist_ok=True)
         record, _version = ctx.fence.read_commit()
-        term = _Term(ctx=ctx, log=log, marks=self._marks)
+        self._faults("inaugurate")
+        if record is not None and int(record.get("epoch") or 0) > ctx.epoch:
+            raise Fenced(f"inaugurate(epoch {ctx.epoch}): the commit record has epoch {record.get('epoch')}; "
+                         "a newer leader has committed")
+        if not ctx.still_leading():
+            raise NotLeader(f"inaugurate(epoch {ctx.epoch}): leadership lost before the term started")
+        try:
+            checkpoint, copied_from = adopt_checkpoint(layout, ctx.epoch)
+        except StaleTermError as exc:
+            raise Fenced(str(exc)) from exc
+        term = _Term(ctx=ctx, log=log, marks=self._marks, checkpoint=checkpoint)
         rolled = 0
         committed = _committed_batch(record)
         if record is not None and committed is not None:
             # Batch ids are the checkpoint's: a checkpoint that never planned the committed batch (deleted,
             # replaced, another data root) would restart at batch 0 and every batch up to the committed id
             # would be skipped as a re-run — silent loss. Refuse instead.
-            if not (layout.checkpoint / "offsets" / str(committed)).exists():
+            if not (checkpoint / "offsets" / str(committed)).exists():
                 raise SparkCareerError(
                     f"ZooKeeper says batch {committed} is committed (epoch {record.get('epoch')}), but the "
                     f"checkpoint {layout.checkpoint} has no such batch: it was deleted or belongs elsewhere. "
@@ -507,7 +633,7 @@ class SparkCareer:
         archived = self._archive_committed(term)
         log.info("inaugurated", epoch=ctx.epoch, batch=term.last_committed, rolled_forward=rolled,
                  removed_staging=len(removed), archived=archived, clean=ctx.after_clean_handover,
-                 seconds=round(self._clock() - started, 3))
+                 checkpoint_from=copied_from, seconds=round(self._clock() - started, 3))
 
     def execute(self) -> bool:
         """Start the query on the first call, then check its health; True if a batch finished since last call.
@@ -611,14 +737,15 @@ class SparkCareer:
     def _start_query(self, term: _Term) -> None:
         started = self._clock()
         session = self._ensure_session()
-        writer = _BatchWriter(term, self._layout, self._config, self._observer, self._replica_id, self._hooks)
+        writer = _BatchWriter(term, self._layout, self._config, self._observer, self._replica_id, self._hooks,
+                              self._faults)
         name = re.sub(r"[^A-Za-z0-9_]", "_", f"tenure_{self._replica_id}_{term.epoch}_{term.restarts}")
         term.error = None
         term.query = (
             self._stream(session, self._layout, sample=False)
             .writeStream.queryName(name)
             .foreachBatch(writer)
-            .option("checkpointLocation", str(self._layout.checkpoint))
+            .option("checkpointLocation", str(term.checkpoint))
             .trigger(processingTime=f"{int(self._config.trigger_interval_s * 1000)} milliseconds")
             .start()
         )
@@ -648,7 +775,7 @@ class SparkCareer:
         while self._clock() < deadline:
             with term.lock:
                 in_flight, last = term.in_flight, term.last_seen
-            if in_flight is None and (not query.isActive or last is None or self._layout.spark_committed(last)):
+            if in_flight is None and (not query.isActive or last is None or spark_committed(term.checkpoint, last)):
                 return True
             time.sleep(_POLL_S)
         return False
@@ -660,8 +787,9 @@ class SparkCareer:
             return 0
         record = term.last_record
         committed = _committed_batch(record)
-        if record is not None and committed is not None and self._layout.spark_committed(committed):
-            term.marks.mark(record.get("files") or [])
+        if (record is not None and committed is not None and committed != term.marked
+                and spark_committed(term.checkpoint, committed)):
+            _mark_consumed(self._layout, term, record, self._faults)
         return term.marks.archive_ready()
 
     def _housekeeping(self, term: _Term) -> None:
@@ -722,7 +850,8 @@ class SparkCareer:
                 sample.rename(layout.landing / f"sample-{f:02d}.jsonl")
             fence = _ScratchFence()
             ctx = CareerContext(epoch=0, fence=fence, still_leading=lambda: True, previous_handover=None)
-            term = _Term(ctx=ctx, log=self._log.bind(warmup=True), marks=ConsumptionMarks(layout, "warmup"))
+            term = _Term(ctx=ctx, log=self._log.bind(warmup=True), marks=ConsumptionMarks(layout, "warmup"),
+                         checkpoint=layout.checkpoint)
             config = replace(self._config, fail_after=None)
             # The user's transform runs on the sample; their row function does not (it may have effects
             # outside), but the retry path does, through the identity function.

@@ -46,7 +46,8 @@ class SparkCareerConfig:
         max_line_bytes: longer lines are quarantined as ``oversized`` (default 1 MiB; ``tenure verify`` must use
             the same value).
         dedup_window: how long a message id is remembered, as a Spark interval (default ``24 hours``). Hazard:
-            a repeat arriving later than this after the first copy is written again; a longer window costs state.
+            a repeat arriving later than this after the first copy is quarantined as late, not written (per-key
+            order catches it); a longer window costs state.
         archive_retention_s: archived queue files are deleted this long after archiving (default 7 days).
             Hazard: ``tenure verify`` needs the queue files to audit; after deletion their ids count as
             unexpected.

@@ -15,14 +15,18 @@ import structlog
 
 __all__ = [
     "Layout",
+    "StaleTermError",
+    "adopt_checkpoint",
     "archive_files",
     "empty_landing_files",
     "finish_publish",
     "is_published",
     "landing_files",
+    "newer_term_started",
     "published_name",
     "remove_dead_staging",
     "sweep_archive",
+    "sync_tree",
 ]
 
 _log = structlog.get_logger("tenure.career.spark")
@@ -30,8 +34,41 @@ _log = structlog.get_logger("tenure.career.spark")
 _EPOCH_PREFIX = "epoch="
 
 
+class StaleTermError(Exception):
+    """A newer term has already started on this data root: this term must not touch the shared files."""
+
+
 def _hidden(name: str) -> bool:
     return name.startswith((".", "_"))
+
+
+def _epoch_of(name: str) -> int | None:
+    """``epoch=17`` → 17; anything else → None."""
+    if not name.startswith(_EPOCH_PREFIX):
+        return None
+    try:
+        return int(name[len(_EPOCH_PREFIX):])
+    except ValueError:
+        return None
+
+
+def _fsync(path: Path, *, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_tree(path: Path) -> None:
+    """Make every file under ``path``, and the folders holding them, durable (no-op if ``path`` is absent)."""
+    if not path.exists():
+        return
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            _fsync(Path(folder) / name)
+        _fsync(Path(folder), directory=True)
+    _fsync(path.parent, directory=True)
 
 
 @dataclass(frozen=True)
@@ -77,7 +114,17 @@ class Layout:
 
     @property
     def checkpoint(self) -> Path:
+        """Spark's checkpoints: one ``epoch=<e>`` folder per term (see :func:`adopt_checkpoint`)."""
         return self.root / "checkpoint"
+
+    @property
+    def order(self) -> Path:
+        """Per-key high-water marks: the highest ``seq`` published for each key (``career.spark._order``)."""
+        return self.root / "order"
+
+    def term_checkpoint(self, epoch: int) -> Path:
+        """``checkpoint/epoch=<e>``: the Spark checkpoint that term ``epoch`` reads and writes, and no other."""
+        return self.checkpoint / f"{_EPOCH_PREFIX}{epoch}"
 
     @property
     def retry(self) -> Path:
@@ -90,7 +137,7 @@ class Layout:
     def outputs(self) -> dict[str, Path]:
         """The folders a commit record's ``staged`` entries publish into, by entry name."""
         return {"table": self.table, "quarantine": self.quarantine, "retry": self.retry,
-                "dead_letter": self.dead_letter}
+                "dead_letter": self.dead_letter, "order": self.order}
 
     def staging(self, output: Path, epoch: int, batch_id: int) -> Path:
         """``<output>/_staging/epoch=<e>/batch=<B>``."""
@@ -103,9 +150,92 @@ class Layout:
     def resolve(self, stored: str) -> Path:
         return self.root / stored
 
-    def spark_committed(self, batch_id: int) -> bool:
-        """Whether Spark's checkpoint has committed ``batch_id`` (its ``commits/<B>`` file exists)."""
-        return (self.checkpoint / "commits" / str(batch_id)).exists()
+
+
+def spark_committed(checkpoint: Path, batch_id: int) -> bool:
+    """Whether the Spark checkpoint ``checkpoint`` has committed ``batch_id`` (its ``commits/<B>`` file exists)."""
+    return (checkpoint / "commits" / str(batch_id)).exists()
+
+
+def _term_folders(layout: Layout) -> dict[int, Path]:
+    try:
+        entries = list(os.scandir(layout.checkpoint))
+    except FileNotFoundError:
+        return {}
+    return {epoch: Path(e.path) for e in entries if (epoch := _epoch_of(e.name)) is not None and e.is_dir()}
+
+
+def newer_term_started(layout: Layout, epoch: int) -> bool:
+    """Whether a term above ``epoch`` has begun taking its checkpoint (its folder, or the partial copy of it)."""
+    try:
+        names = [e.name for e in os.scandir(layout.checkpoint)]
+    except FileNotFoundError:
+        return False
+    for name in names:
+        found = _epoch_of(name.removeprefix(".").removesuffix(".partial"))
+        if found is not None and found > epoch:
+            return True
+    return False
+
+
+def adopt_checkpoint(layout: Layout, epoch: int) -> tuple[Path, int | None]:
+    """Give term ``epoch`` a Spark checkpoint of its own, hard-linked from the newest earlier term's.
+
+    Why: a paused or cut-off leader's JVM may resume and write into its checkpoint (plan the next batch,
+    commit the last) after a successor has started, and Spark's own guard against two writers fires only
+    after the fact (and is not atomic on a local filesystem). With a folder per term, whatever a stale term
+    writes lands in its own folder, which no later term reads: the successor's copy was taken when it was
+    elected, and every later term copies from a newer one. Spark writes each checkpoint file once (a temporary
+    name, then a rename), so hard links share no mutable state; a stale term's renames replace entries in its
+    own folder only.
+
+    The copy is made under a hidden name and renamed into place, so a crash mid-copy leaves no half folder.
+    A flat checkpoint of an earlier tenure version (``checkpoint/offsets`` …) is adopted as the oldest term.
+
+    Returns the term's folder and the epoch it was copied from (``None``: fresh, or the flat legacy layout).
+
+    Raises:
+        StaleTermError: a term with a higher epoch has a folder already: this term is stale.
+    """
+    folders = _term_folders(layout)
+    newer = [e for e in folders if e > epoch]
+    if newer:
+        raise StaleTermError(f"term {epoch} is stale: term {max(newer)} has already started on {layout.root}")
+    target = layout.term_checkpoint(epoch)
+    earlier = [e for e in folders if e < epoch]
+    source_epoch = max(earlier) if earlier else None
+    if source_epoch is not None:
+        source: Path | None = folders[source_epoch]
+    elif (layout.checkpoint / "offsets").is_dir():
+        source = layout.checkpoint  # the flat layout before per-term folders
+    else:
+        source = None
+    partial = layout.checkpoint / f".{target.name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.rmtree(target, ignore_errors=True)  # an earlier attempt of this very term (same node, same epoch)
+    partial.mkdir(parents=True)
+    if source is not None:
+        _link_tree(source, partial)
+    os.replace(partial, target)
+    for old, folder in folders.items():  # no term below the one copied from can ever be adopted again
+        if source_epoch is not None and old < source_epoch:
+            shutil.rmtree(folder, ignore_errors=True)
+    return target, source_epoch
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """Hard-link every file of ``source`` into ``target`` (folders re-created), skipping term folders."""
+    for folder, dirs, files in os.walk(source):
+        here = Path(folder)
+        if here == source:
+            dirs[:] = [d for d in dirs if _epoch_of(d) is None and not d.startswith(".")]
+        into = target / here.relative_to(source)
+        into.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            try:
+                os.link(here / name, into / name)
+            except FileNotFoundError:
+                continue  # a stale term's temporary file renamed or deleted meanwhile: not part of any state
 
 
 def published_name(batch_id: int, part: str) -> str:
@@ -154,9 +284,13 @@ def finish_publish(layout: Layout, record: Mapping[str, Any]) -> int:
     for name, output in layout.outputs().items():
         if name in staged:
             output.mkdir(parents=True, exist_ok=True)
-            moved += _publish_folder(layout.resolve(staged[name]), output, batch_id)
-    if "retry" in staged:
-        _drop_older_snapshots(layout.retry, batch_id)
+            count = _publish_folder(layout.resolve(staged[name]), output, batch_id)
+            if count:
+                _fsync(output, directory=True)  # the renames survive a power loss before Spark's commit
+            moved += count
+    for name in ("retry", "order"):
+        if name in staged:
+            _drop_older_snapshots(layout.outputs()[name], batch_id)
     return moved
 
 
@@ -169,9 +303,12 @@ def _drop_older_snapshots(folder: Path, batch_id: int) -> None:
 
 
 def remove_dead_staging(layout: Layout, live_epoch: int) -> list[str]:
-    """Delete staging folders of every epoch but ``live_epoch``; returns what was removed (relative paths).
+    """Delete the staging folders of epochs below ``live_epoch``; returns what was removed (relative paths).
 
-    Call only after the committed batch has been rolled forward: its staging belongs to a dead epoch too.
+    Safe whoever calls it, a stale leader included: term ``live_epoch`` was elected, so every election node
+    created before its own (every lower epoch) was gone by then, and a commit checks its own node: no lower
+    epoch can commit again, so its staging can never be named by a future commit. Higher epochs are never
+    touched. Call only after the committed batch has been rolled forward: its staging may be a lower epoch's.
     """
     removed: list[str] = []
     for output in layout.outputs().values():
@@ -179,7 +316,8 @@ def remove_dead_staging(layout: Layout, live_epoch: int) -> list[str]:
         if not base.is_dir():
             continue
         for entry in sorted(base.iterdir()):
-            if entry.name != f"{_EPOCH_PREFIX}{live_epoch}":
+            epoch = _epoch_of(entry.name)
+            if epoch is not None and epoch < live_epoch:
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(layout.relative(entry))
     return removed

@@ -1,0 +1,52 @@
+"""Pause and resume a whole process tree: a replica's Python process and its Spark JVM stop together.
+
+A real pause (a frozen VM, a stopped container, a long stop-the-world GC) stops every process of a replica at
+once. SIGSTOP to the Python process alone leaves its JVM running, which is not the fault drills mean to test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+
+import psutil
+
+__all__ = ["pause_tree", "resume_tree", "tree_pids"]
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and all its descendants (an empty list if ``pid`` is gone)."""
+    try:
+        root = psutil.Process(pid)
+        return [pid, *(child.pid for child in root.children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _send(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def pause_tree(pid: int) -> list[int]:
+    """SIGSTOP ``pid`` and every descendant; returns the pids stopped.
+
+    From outside, the root stops first (it can no longer start children). When ``pid`` is this process, the
+    descendants stop first and this process last: nothing runs after its own stop.
+    """
+    pids = tree_pids(pid)
+    if pid == os.getpid():
+        _send(pids[1:], signal.SIGSTOP)
+        _send([pid], signal.SIGSTOP)
+    else:
+        _send(pids, signal.SIGSTOP)
+    return pids
+
+
+def resume_tree(pid: int) -> list[int]:
+    """SIGCONT ``pid`` and every descendant (children first, so the root wakes to a running JVM)."""
+    pids = tree_pids(pid)
+    _send(list(reversed(pids)), signal.SIGCONT)
+    return pids
