@@ -120,7 +120,14 @@ def free_base_port(servers: int = 3, *, low: int = 10000, high: int = 20000) -> 
 
 
 def _port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when a ZooKeeper server could listen on ``port`` now.
+
+    The probe sets ``SO_REUSEADDR`` as the JVM's server sockets do: without it, connections of a stopped
+    ensemble lingering in TIME_WAIT (about a minute) would make a free port look taken. With it, only a
+    port something listens on (or holds bound without ``SO_REUSEADDR``) is refused.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

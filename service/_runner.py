@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 import structlog
+from kazoo.exceptions import KazooException
 
 from career import Career, CareerContext, HandoverRecord, Outcome
 from election import (
@@ -177,7 +178,8 @@ class Runner:
         career_ready = self._career.ready()
         if not career_ready:
             reasons.append("career not ready (warming up)")
-        leader = self._state is RunnerState.LEADING and self._election.is_leader()
+        leader = (self._state is RunnerState.LEADING and self._election.is_leader()
+                  and self._election.epoch == self._epoch)
         return Health(live=live, ready=live and self._zk_connected and in_election and career_ready,
                       leader=leader, role=self._state.value, epoch=self._epoch, reasons=reasons)
 
@@ -263,24 +265,61 @@ class Runner:
 
     # -- the lifecycle -----------------------------------------------------------------------------------------
 
+    def _zookeeper_errors(self) -> tuple[type[BaseException], ...]:
+        """What a ZooKeeper call of the election can raise besides a bug: ``TenureError`` (``Fenced``,
+        ``NotLeader``, ``ElectionError``), kazoo's own errors (connection loss, session expiry, NoAuth …,
+        passed through by ``read_handover``/``write_handover``) and the handler's timeout."""
+        return TenureError, KazooException, self._election.client.handler.timeout_exception
+
+    def _still_leading(self, epoch: int) -> Callable[[], bool]:
+        """True only while the election leads in the term of ``epoch`` (not in a later term of this replica)."""
+        election = self._election
+
+        def still_leading() -> bool:
+            return election.is_leader() and election.epoch == epoch
+
+        return still_leading
+
     def _inaugurate(self, epoch: int) -> None:
         started = self._clock()
+        current = self._election.epoch
+        if current != epoch:
+            # Queued before the election lost that term (and perhaps won another): its Revoked, and the new
+            # term's own Elected, are behind it on the queue. Starting a term here would pair this epoch with
+            # the newer term's fence.
+            self._log.info("stale_elected_ignored", epoch=epoch, current_epoch=current)
+            return
         self._epoch = epoch
         try:
+            fence = self._election.fence()  # the fence carries the epoch of the term it was read in
+            if fence.epoch != epoch:
+                self._log.info("stale_elected_ignored", epoch=epoch, current_epoch=fence.epoch)
+                return
             previous = self._election.read_handover()
             # Mark the term dirty at once: if this replica dies, its successor sees clean=False and recovers.
             self._election.write_handover(HandoverRecord(epoch, None, False, time.time(),
                                                          self._settings.replica_id).to_json())
-            ctx = CareerContext(epoch=epoch, fence=self._election.fence(), still_leading=self._election.is_leader,
+            ctx = CareerContext(epoch=epoch, fence=fence, still_leading=self._still_leading(epoch),
                                 previous_handover=None if previous is None else HandoverRecord.from_json(previous))
-        except (Fenced, NotLeader) as exc:
-            self._log.warning("inauguration_abandoned", epoch=epoch, reason=str(exc))
+        except self._zookeeper_errors() as exc:
+            # ZooKeeper failed (or the term ended) before the term began: nothing of the career ran, so this
+            # is no career failure. Give the node up and stand in line again, rather than leave the
+            # election leading a replica that does not work.
+            self._log.warning("inauguration_abandoned", epoch=epoch, reason=f"{type(exc).__name__}: {exc}")
+            self._release_and_rejoin()
             return
         self._log.info("inaugurating", epoch=epoch,
                        path="fast" if ctx.after_clean_handover else "recovery",
                        previous=None if previous is None else previous.get("replica_id"))
         try:
             self._career.inaugurate(ctx)
+        except (ElectionError, Fenced, NotLeader, KazooException,
+                self._election.client.handler.timeout_exception) as exc:
+            # The term ended, or ZooKeeper failed, before the career's term began (the career checks its
+            # leadership before any step a stale leader must not take): no career failure, no back-off.
+            self._log.warning("inauguration_abandoned", epoch=epoch, reason=f"{type(exc).__name__}: {exc}")
+            self._release_and_rejoin()
+            return
         except Exception as exc:
             self._career_failed("inaugurate", exc)
             return
@@ -339,7 +378,8 @@ class Runner:
             self._election.join()
         except TenureError:
             self._log.exception("rejoin_failed", epoch=self._epoch)
-        self._transition(RunnerState.FOLLOWING)
+        if self._state is not RunnerState.FOLLOWING:
+            self._transition(RunnerState.FOLLOWING)
 
     def _career_failed(self, phase: str, exc: Exception) -> None:
         self._failures += 1
@@ -366,8 +406,11 @@ class Runner:
                 self._election.write_handover(HandoverRecord(self._epoch or 0, last_batch, True, time.time(),
                                                              self._settings.replica_id).to_json())
                 self._log.info("handover_recorded", clean=True, last_batch=last_batch, epoch=self._epoch)
-            except (Fenced, NotLeader) as exc:
-                self._log.warning("handover_record_not_written", reason=str(exc), epoch=self._epoch)
+            except self._zookeeper_errors() as exc:
+                # The successor then takes the recovery path (the record still says clean=False); the stop
+                # goes on: the node's release is what lets it take over.
+                self._log.warning("handover_record_not_written", reason=f"{type(exc).__name__}: {exc}",
+                                  epoch=self._epoch)
         try:
             self._election.release(self._settings.handover_timeout_s)
         except TenureError:

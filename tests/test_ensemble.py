@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -68,6 +69,60 @@ def test_port_clash_is_one_clear_error(tmp_path: Path) -> None:
         with pytest.raises(EnsembleError, match=rf"port {base + 1} \(for zk2\) is already in use"):
             ensemble.start()
     assert all(s.process is None for s in ensemble)
+
+
+def _tcp_states(port: int) -> list[str]:
+    """States (hex, as in /proc/net/tcp: 06 = TIME_WAIT, 0A = LISTEN) of the IPv4 sockets on local ``port``."""
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    return [row[3] for row in rows if int(row[1].rsplit(":", 1)[1], 16) == port]
+
+
+def _leave_time_wait(port: int) -> None:
+    """A connection to 127.0.0.1:``port`` closed by the listening side first, so its TIME_WAIT sits on
+    ``port`` (as a stopped ZooKeeper leaves its clients' connections); the listener sets SO_REUSEADDR, as the
+    JVM's server sockets do."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+            conn, _ = listener.accept()
+            conn.close()
+            assert client.recv(1) == b""  # the server's FIN
+    wait_for(lambda: _tcp_states(port) == ["06"], 5, f"one TIME_WAIT and nothing else on port {port}")
+
+
+def test_port_in_time_wait_is_free_but_a_listener_is_not(tmp_path: Path) -> None:
+    """A port whose only socket lingers in TIME_WAIT passes the port check (ZooKeeper binds it with
+    SO_REUSEADDR), and `tenure zk` serves on it; a port with a live listener is still one clear error."""
+    port = free_zk_base_port(1)
+    _leave_time_wait(port)
+    with socket.socket() as plain, pytest.raises(OSError) as refused:
+        plain.bind(("127.0.0.1", port))  # what the port check did: refused for a minute after a stop
+    assert refused.value.errno == errno.EADDRINUSE
+    Ensemble(servers=1, port=port, directory=tmp_path / "check")._preflight()
+    proc = subprocess.Popen([*TENURE, "zk", "--servers", "1", "--port", str(port), "--dir", str(tmp_path / "zk")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        if line != f"127.0.0.1:{port}":
+            proc.kill()
+            pytest.fail(f"`tenure zk` did not serve on port {port}: {line!r} {proc.communicate()[1]}")
+        _write(f"127.0.0.1:{port}", "/time-wait/probe")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # reuse lets TIME_WAIT by, not a listener
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        with pytest.raises(EnsembleError, match=rf"^port {port} \(for zk1\) is already in use: stop what holds "
+                                                "it or choose another --port$"):
+            Ensemble(servers=1, port=port, directory=tmp_path / "check")._preflight()
 
 
 def test_unwritable_directory_is_one_clear_error(tmp_path: Path) -> None:

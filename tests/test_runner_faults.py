@@ -1,0 +1,260 @@
+"""The runner in-process against the shared real ensemble: ZooKeeper failures around a term, stale events.
+
+Each test drives a real ``Runner`` with a real ``Election`` (its own kazoo client) and the counter career on
+a thread of the test process. The only seams are test subclasses: an ``Election`` whose handover calls fail
+on demand, and a gate between the election and the runner's queue that holds events back, as a busy control
+thread would.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
+from kazoo.handlers.threading import KazooTimeoutError
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+
+from career import CareerContext, CareerObserver
+from career._counter import CounterCareer
+from election import Elected, Election, ElectionError, ElectionEvent, Identity, NotLeader, Revoked
+from service._metrics import Metrics
+from service._runner import Runner, RunnerSettings, RunnerState, _Signal
+from tests._replicas import wait_for
+
+SESSION_S = 3.0
+
+
+class _FlakyElection(Election):
+    """An election whose ``read_handover``/``write_handover`` first raise the errors queued for them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read_faults: list[BaseException] = []
+        self.write_faults: list[BaseException] = []
+
+    def read_handover(self) -> dict[str, Any] | None:
+        if self.read_faults:
+            raise self.read_faults.pop(0)
+        return super().read_handover()
+
+    def write_handover(self, record: dict[str, Any]) -> None:
+        if self.write_faults:
+            raise self.write_faults.pop(0)
+        super().write_handover(record)
+
+
+class _RecordingCounter(CounterCareer):
+    """The counter career, keeping every context it was inaugurated with."""
+
+    def __init__(self, path: Path, observer: CareerObserver) -> None:
+        super().__init__(path, interval_s=0.05, observer=observer)
+        self.contexts: list[CareerContext] = []
+
+    def inaugurate(self, ctx: CareerContext) -> None:
+        self.contexts.append(ctx)
+        super().inaugurate(ctx)
+
+
+@dataclass
+class _Gate:
+    """Between the election and the runner's queue: while closed, events are held back in order."""
+
+    is_open: bool = True
+    post: Callable[[ElectionEvent], None] | None = None
+    held: list[ElectionEvent] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, event: ElectionEvent) -> None:
+        with self.lock:
+            if not self.is_open:
+                self.held.append(event)
+                return
+        assert self.post is not None
+        self.post(event)
+
+    def open(self, events: list[ElectionEvent]) -> None:
+        """Deliver ``events`` (instead of what was held), then let everything through."""
+        assert self.post is not None
+        with self.lock:
+            for event in events:
+                self.post(event)
+            self.held.clear()
+            self.is_open = True
+
+
+@dataclass
+class _Harness:
+    runner: Runner
+    election: _FlakyElection
+    career: _RecordingCounter
+    gate: _Gate
+    logs: list[MutableMapping[str, Any]]
+    counter_log: Path
+    thread: threading.Thread
+    outcome: list[object] = field(default_factory=list)  # run()'s exit code, or what it raised
+
+    def died(self) -> bool:
+        return not self.thread.is_alive() and bool(self.outcome) and isinstance(self.outcome[0], BaseException)
+
+    def leading(self) -> bool:
+        assert not self.died(), f"the runner died: {self.outcome[0]!r}"
+        return self.runner.state is RunnerState.LEADING
+
+    def events(self, name: str) -> list[MutableMapping[str, Any]]:
+        return [e for e in list(self.logs) if e.get("event") == name]
+
+    def counter_lines(self) -> list[tuple[int, int]]:
+        if not self.counter_log.exists():
+            return []
+        return [(int(e), int(n)) for e, n in (line.split(",") for line in self.counter_log.read_text().splitlines())]
+
+    def stop(self) -> object:
+        self.runner._post(_Signal(signal.SIGTERM))
+        self.thread.join(SESSION_S + 10)
+        assert not self.thread.is_alive(), "the runner did not stop"
+        return self.outcome[0]
+
+
+@pytest.fixture()
+def harness(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[Callable[..., _Harness]]:
+    """Builds and starts one in-process runner (gate open or closed); stops it and its client afterwards."""
+    made: list[_Harness] = []
+    clients: list[KazooClient] = []
+
+    def make(*, gate_open: bool = True, read_faults: tuple[BaseException, ...] = (),
+             write_faults: tuple[BaseException, ...] = ()) -> _Harness:
+        client = KazooClient(hosts=zk_hosts, timeout=SESSION_S)
+        client.start(timeout=15)
+        clients.append(client)
+        gate = _Gate(is_open=gate_open)
+        elections: list[_FlakyElection] = []
+
+        def election_factory(post: Callable[[ElectionEvent], None]) -> Election:
+            gate.post = post
+            election = _FlakyElection(client, group=zk_group, identity=Identity.local("r1"), on_event=gate,
+                                      session_timeout_s=SESSION_S, op_timeout_s=SESSION_S / 2)
+            election.read_faults.extend(read_faults)
+            election.write_faults.extend(write_faults)
+            elections.append(election)
+            return election
+
+        metrics = Metrics(CollectorRegistry(), replica_id="r1", group=zk_group, default_collectors=False)
+        counter_log = tmp_path / "counter.log"
+        career = _RecordingCounter(counter_log, metrics)
+        runner = Runner(election_factory, career, metrics,
+                        RunnerSettings(replica_id="r1", handover_timeout_s=2.0, idle_backoff_s=0.02,
+                                       failure_backoff_s=0.5, tick_s=0.05))
+        outcome: list[object] = []
+
+        def run() -> None:
+            try:
+                outcome.append(runner.run())
+            except BaseException as exc:  # the process would die here: keep it for the assertion
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run, name="test-runner", daemon=True)
+        h = _Harness(runner, elections[0], career, gate, logs, counter_log, thread, outcome)
+        made.append(h)
+        thread.start()
+        return h
+
+    with capture_logs() as logs:  # for the whole test: structlog captures only while this is open
+        yield make
+        for h in made:
+            if h.thread.is_alive():
+                if not h.gate.is_open:
+                    h.gate.open([])
+                h.stop()
+    for client in clients:
+        client.stop()
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("where", "fault"),
+    [
+        ("write", ElectionError("injected: connection lost while writing; outcome unknown")),
+        ("read", ConnectionLoss()),
+        ("read", KazooTimeoutError("injected: read timed out")),
+        ("read", NotLeader("injected: suspended while inaugurating")),
+    ],
+    ids=["write-ElectionError", "read-ConnectionLoss", "read-KazooTimeoutError", "read-NotLeader"],
+)
+def test_zookeeper_failure_at_inauguration_rejoins_then_leads(harness: Callable[..., _Harness], where: str,
+                                                              fault: BaseException) -> None:
+    """A ZooKeeper error from the handover record at inauguration: no term, node released, back in line,
+    elected again, commits; no career failure, no back-off, the process lives."""
+    h = harness(**{f"{where}_faults": (fault,)})
+    wait_for(h.leading, 20, "the runner to lead after the failed inauguration")
+    abandoned = h.events("inauguration_abandoned")
+    assert len(abandoned) == 1 and type(fault).__name__ in abandoned[0]["reason"]
+    assert not h.events("career_failed") and not h.events("backing_off")
+    assert len(h.career.contexts) == 1, "the career began one term, after the rejoin"
+    ctx = h.career.contexts[0]
+    assert ctx.epoch > abandoned[0]["epoch"], "the term runs on a new node, not the abandoned one"
+    assert ctx.epoch == ctx.fence.epoch == h.election.epoch
+    wait_for(lambda: len(h.counter_lines()) >= 3, 10, "commits of the new term")
+    assert {e for e, _ in h.counter_lines()} == {ctx.epoch}
+    assert h.stop() == 0
+
+
+def test_failed_handover_record_at_stop_still_releases(harness: Callable[..., _Harness], zk_client: KazooClient,
+                                                       zk_group: str) -> None:
+    """SIGTERM while the handover record cannot be written: logged, the node is released, exit code 0."""
+    h = harness()
+    wait_for(h.leading, 20, "the runner to lead")
+    wait_for(lambda: len(h.counter_lines()) >= 2, 10, "commits")
+    h.election.write_faults.append(ConnectionLoss())
+    assert h.stop() == 0
+    not_written = h.events("handover_record_not_written")
+    assert len(not_written) == 1 and "ConnectionLoss" in not_written[0]["reason"]
+    assert h.events("handed_over")
+    assert zk_client.get_children(f"/tenure/{zk_group}/election") == []
+
+
+@pytest.mark.parametrize("revoked_delivered", [True, False], ids=["in-order", "revoked-lost"])
+def test_stale_elected_is_ignored_and_term_is_tied_to_its_epoch(
+        harness: Callable[..., _Harness], zk_client: KazooClient, revoked_delivered: bool) -> None:
+    """Elected(e1) reaches the runner only after the election lost e1 and won e2: it is ignored, the term
+    runs at e2 with e2's fence, and a context's still_leading() is False once its term is over."""
+    h = harness(gate_open=False)
+    e1 = wait_for(lambda: h.election.epoch, 20, "the election to win a first term")
+    assert e1 is not None
+    node1 = h.election.node
+    assert node1 is not None
+    zk_client.delete(node1)  # the election sees its node go, revokes e1 and wins again with a new node
+    e2 = wait_for(lambda: h.election.epoch not in (None, e1) and h.election.epoch, 20, "a second term")
+    assert e2 is not None
+    wait_for(lambda: any(isinstance(e, Elected) and e.epoch == e2 for e in list(h.gate.held)), 5, "Elected(e2)")
+    terms = [e for e in h.gate.held if isinstance(e, Elected | Revoked)]
+    assert terms == [Elected(e1), Revoked(e1, "node deleted"), Elected(e2)]
+    h.gate.open([e for e in h.gate.held if revoked_delivered or not isinstance(e, Revoked)])
+
+    wait_for(lambda: h.leading() and len(h.counter_lines()) >= 3, 20, "the runner to lead and commit")
+    assert [(c.epoch, c.fence.epoch) for c in h.career.contexts] == [(e2, e2)], \
+        "a term began with an epoch other than its fence's"
+    assert h.runner.health().epoch == e2 and h.runner.health().leader
+    assert {e for e, _ in h.counter_lines()} == {e2}
+    assert [e["epoch"] for e in h.events("stale_elected_ignored")] == [e1]
+
+    # The term's still_leading() answers for that term only: once e2 is over it stays False, although this
+    # very election leads again at e3.
+    ctx2 = h.career.contexts[0]
+    assert ctx2.still_leading()
+    node2 = h.election.node
+    assert node2 is not None
+    zk_client.delete(node2)
+    wait_for(lambda: h.leading() and len(h.career.contexts) == 2, 20, "the runner to lead at a third epoch")
+    ctx3 = h.career.contexts[1]
+    assert ctx3.epoch == ctx3.fence.epoch == h.election.epoch and ctx3.epoch > e2
+    assert ctx3.still_leading()
+    assert not ctx2.still_leading(), "the old term's context still says it leads"
+    assert h.stop() == 0
