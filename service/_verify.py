@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 import time
-from collections import Counter
-from collections.abc import Iterator
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterator, KeysView
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,13 +21,19 @@ import pyarrow.parquet as pq
 import structlog
 
 from election._errors import TenureError
+from service._verify_content import CONTENT_FIELDS, ContentCheck, QueueContent
+from service._verify_late import LATE_REASON, LateRow, PublishedSeqs, check_late
+from service._verify_report import VerifyReport
 
 __all__ = [
+    "CONTENT_FIELDS",
     "DEFAULT_MAX_LINE_BYTES",
     "FIELDS",
+    "LATE_REASON",
     "REASONS",
     "VerifyError",
     "VerifyReport",
+    "check_data_root",
     "classify_line",
     "iter_queue_files",
     "verify",
@@ -188,136 +195,63 @@ def _parquet_files(folder: Path) -> list[Path]:
 
 
 class VerifyError(TenureError):
-    """The output cannot be audited: a Parquet file is unreadable or lacks a column the layout requires."""
+    """The output cannot be audited: not a data root, or a Parquet file unreadable or lacking a required column."""
 
 
-def _read_columns(path: Path, columns: list[str]) -> pa.Table:
+def check_data_root(data_root: str | os.PathLike[str], queue_dir: str | os.PathLike[str] | None = None) -> None:
+    """Refuse a path that is not a data root (or a queue) before an audit reads it as merely empty.
+
+    A data root is a directory holding at least one of ``landing/``, ``archive/`` and ``table/``; with
+    ``queue_dir``, the data root need only be a directory and the queue must hold ``landing/`` or ``archive/``.
+    (:func:`verify` itself reads an absent folder as empty: a consumer that is starting has none yet.)
+
+    Raises:
+        VerifyError: naming the path, what is wrong with it and the flag to fix.
+    """
+    root = Path(data_root)
+    queue = None if queue_dir is None else Path(queue_dir)
+    for path, what, flag in ((root, "data root", "--data-root"), (queue, "queue dir", "--queue-dir")):
+        if path is not None and not path.is_dir():
+            problem = "is not a directory" if path.exists() else "does not exist"
+            raise VerifyError(f"{what} {path} {problem}: check {flag}")
+    if queue is not None:
+        if not any((queue / name).is_dir() for name in ("landing", "archive")):
+            raise VerifyError(f"queue dir {queue} is not a queue (no landing/ or archive/ in it): check --queue-dir")
+    elif not any((root / name).is_dir() for name in ("landing", "archive", "table")):
+        raise VerifyError(f"{root} is not a data root (no landing/, archive/ or table/ in it): check --data-root")
+
+
+def _read_columns(path: Path, columns: list[str], optional: tuple[str, ...] = ()) -> pa.Table:
+    """``columns`` of a Parquet file, plus those of ``optional`` it has; a missing one of ``columns`` raises."""
     try:
         names = set(pq.read_schema(path).names)
         missing = [c for c in columns if c not in names]
         if missing:
-            raise VerifyError(f"{path} lacks column(s) {', '.join(missing)}; has {', '.join(sorted(names))}")
-        return pq.read_table(path, columns=columns)
+            skippable = [c for c in missing if c in ("ts", "payload")]  # a transform may drop them
+            hint = f": pass --ignore-field {skippable[0]} if the pipeline drops it" if skippable else ""
+            raise VerifyError(f"{path} lacks column(s) {', '.join(missing)}; has {', '.join(sorted(names))}{hint}")
+        return pq.read_table(path, columns=[*columns, *(c for c in optional if c in names)])
     except (OSError, pa.ArrowException) as exc:
         raise VerifyError(f"cannot read {path}: {exc}") from exc
 
 
-@dataclass(frozen=True)
-class VerifyReport:
-    """What :func:`verify` found; ``ok`` is the verdict, :meth:`render` and :meth:`to_json` present it.
-
-    Counts of ids are of distinct ids; counts of bad lines are of distinct ``(file base name, line)`` pairs.
-
-    Example:
-        >>> report = verify("/srv/tenure")  # doctest: +SKIP
-        >>> print(report.render()); raise SystemExit(0 if report.ok else 1)  # doctest: +SKIP
-    """
-
-    data_root: str
-    queue_files: int
-    queue_lines: int
-    ids_in: int
-    repeated_lines_in: int
-    ids_written: int
-    rows_written: int
-    bad_lines_in: int
-    quarantined: int
-    quarantine_rows: int
-    lost: int
-    duplicated_ids: int
-    duplicated_bad_lines: int
-    unexpected_ids: int
-    unexpected_quarantined: int
-    unquarantined: int
-    inversions: int
-    reason_mismatches: int
-    seconds: float
-    ids_dead_lettered: int = 0
-    ids_waiting: int = 0
-    bad_by_reason: dict[str, int] = field(default_factory=dict)
-    examples: dict[str, list[Any]] = field(default_factory=dict)
-
-    @property
-    def duplicated(self) -> int:
-        """Ids written more than once plus bad lines quarantined more than once."""
-        return self.duplicated_ids + self.duplicated_bad_lines
-
-    @property
-    def unexpected(self) -> int:
-        """Written ids absent from the queue plus quarantine rows naming no bad line of the queue."""
-        return self.unexpected_ids + self.unexpected_quarantined
-
-    @property
-    def ok(self) -> bool:
-        """True iff nothing is lost, duplicated, unexpected, unquarantined or out of order."""
-        return self.lost == self.duplicated == self.inversions == self.unquarantined == self.unexpected == 0
-
-    def summary_line(self) -> str:
-        """The one-line verdict, e.g. ``verify: OK — 100 ids in, 100 written, 0 lost, …``."""
-        verdict = "OK" if self.ok else "FAILED"
-        retry = (f"{self.ids_dead_lettered} dead-lettered, {self.ids_waiting} waiting for retry, "
-                 if self.ids_dead_lettered or self.ids_waiting else "")
-        return (
-            f"verify: {verdict} — {self.ids_in} ids in, {self.ids_written} written, {retry}{self.lost} lost, "
-            f"{self.duplicated} duplicated, {self.inversions} inversions; "
-            f"{self.bad_lines_in} bad lines, {self.quarantined} quarantined"
-        )
-
-    def render(self) -> str:
-        """A human summary: the verdict line, a short table of counts, then examples of each violation."""
-        rows = [
-            ("queue files / lines", f"{self.queue_files} / {self.queue_lines}"),
-            ("distinct valid ids in", str(self.ids_in)),
-            ("repeated valid lines in", str(self.repeated_lines_in)),
-            ("ids written / rows", f"{self.ids_written} / {self.rows_written}"),
-            ("ids dead-lettered / waiting", f"{self.ids_dead_lettered} / {self.ids_waiting}"),
-            ("bad lines in", str(self.bad_lines_in)),
-            ("quarantined / rows", f"{self.quarantined} / {self.quarantine_rows}"),
-            ("lost", str(self.lost)),
-            ("duplicated ids", str(self.duplicated_ids)),
-            ("duplicated quarantine", str(self.duplicated_bad_lines)),
-            ("unexpected ids", str(self.unexpected_ids)),
-            ("unexpected quarantine", str(self.unexpected_quarantined)),
-            ("bad lines not quarantined", str(self.unquarantined)),
-            ("order inversions", str(self.inversions)),
-            ("reason mismatches (info)", str(self.reason_mismatches)),
-            ("seconds", f"{self.seconds:.2f}"),
-        ]
-        width = max(len(label) for label, _ in rows)
-        lines = [self.summary_line(), *(f"  {label:<{width}}  {value}" for label, value in rows)]
-        if self.bad_by_reason:
-            reasons = ", ".join(f"{r}={n}" for r, n in sorted(self.bad_by_reason.items()))
-            lines.append(f"  bad lines by reason: {reasons}")
-        for kind, items in sorted(self.examples.items()):
-            if items:
-                lines.append(f"  e.g. {kind}: " + "; ".join(json.dumps(i, sort_keys=True) for i in items))
-        return "\n".join(lines)
-
-    def to_json(self) -> str:
-        """All counts, the verdict and the examples as one JSON object (a single line)."""
-        body: dict[str, Any] = {
-            "ok": self.ok,
-            "duplicated": self.duplicated,
-            "unexpected": self.unexpected,
-        }
-        for name in self.__dataclass_fields__:
-            body[name] = getattr(self, name)
-        return json.dumps(body, sort_keys=True)
-
-
 @dataclass
 class _QueueScan:
+    content: QueueContent
     files: int = 0
     lines: int = 0
     valid_lines: int = 0
-    ids: set[str] = field(default_factory=set)
     bad: dict[tuple[str, int], str] = field(default_factory=dict)
 
+    @property
+    def ids(self) -> KeysView[str]:
+        return self.content.first.keys()
 
-def _scan_queue(data_root: Path, max_line_bytes: int) -> _QueueScan:
-    scan = _QueueScan()
-    ids = scan.ids
+
+def _scan_queue(data_root: Path, max_line_bytes: int, content: QueueContent) -> _QueueScan:
+    scan = _QueueScan(content)
     bad = scan.bad
+    add = content.add
     seen: set[str] = set()
     for path in iter_queue_files(data_root):
         # A running leader moves consumed files from landing/ to archive/ while we read: a file read in
@@ -338,13 +272,15 @@ def _scan_queue(data_root: Path, max_line_bytes: int) -> _QueueScan:
                 bad[(name, number)] = reason or "?"
             else:
                 scan.valid_lines += 1
-                ids.add(record["id"])
+                add(record)
         scan.lines += len(lines)
     return scan
 
 
 @dataclass
 class _TableScan:
+    content: ContentCheck
+    published: PublishedSeqs
     rows: int = 0
     ids_written: int = 0
     written: set[str | None] = field(default_factory=set)
@@ -354,20 +290,22 @@ class _TableScan:
     inversion_examples: list[Any] = field(default_factory=list)
 
 
-def _scan_table(folder: Path) -> _TableScan:
-    """Read ids, keys, seqs and batches of every published part file, in (batch, file, row) order."""
-    scan = _TableScan()
+def _scan_table(folder: Path, content: QueueContent, late_keys: set[str]) -> _TableScan:
+    """Read every published part file, in (batch, file, row) order: ids, order, content, and per key the seqs
+    published by each batch for the keys in ``late_keys`` (to check late claims against)."""
     files = _parquet_files(folder)
-    if not files:
-        return scan
+    fields = content.fields
+    check = ContentCheck()
+    late_rows: list[tuple[str, int, int]] = []  # (key, batch, seq) of the keys in late_keys
     ids: list[pa.Array] = []
     keys: list[pa.Array] = []
     seqs: list[np.ndarray[Any, Any]] = []
     batches: list[np.ndarray[Any, Any]] = []
     file_idx: list[np.ndarray[Any, Any]] = []
     row_idx: list[np.ndarray[Any, Any]] = []
+    rows = 0
     for index, path in enumerate(files):
-        table = _read_columns(path, ["id", "key", "seq", "_batch"])
+        table = _read_columns(path, ["id", "key", "seq", "_batch", *(f for f in ("ts", "payload") if f in fields)])
         n = table.num_rows
         if n == 0:
             continue
@@ -377,11 +315,26 @@ def _scan_table(folder: Path) -> _TableScan:
         batches.append(pc.fill_null(table.column("_batch"), 0).to_numpy().astype(np.int64, copy=False))
         file_idx.append(np.full(n, index, dtype=np.int64))
         row_idx.append(np.arange(n, dtype=np.int64))
-        scan.rows += n
-    if scan.rows == 0:
-        return scan
-    all_ids = pa.concat_arrays(ids)
-    # 1. Duplicates: ids whose count is above one.
+        rows += n
+        # 1. Content: each row against its queue line (a field not compared is read as None).
+        absent = [None] * n
+        rid, key, seq, ts, payload = (table.column(name).to_pylist() if name in table.column_names else absent
+                                      for name in ("id", "key", "seq", "ts", "payload"))
+        content.check_rows(rid, key, seq, ts, payload, check)
+        if late_keys:
+            late_rows.extend(r for r in zip(key, table.column("_batch").to_pylist(), seq, strict=True)
+                             if r[0] in late_keys)
+    scan = _TableScan(check, PublishedSeqs(late_rows), rows=rows)
+    if rows:
+        _check_ids_and_order(scan, files, pa.concat_arrays(ids), pa.concat_arrays(keys), np.concatenate(seqs),
+                             np.concatenate(batches), np.concatenate(file_idx), np.concatenate(row_idx))
+    return scan
+
+
+def _check_ids_and_order(scan: _TableScan, files: list[Path], all_ids: pa.Array, all_keys: pa.Array,
+                         seq: np.ndarray[Any, Any], batch: np.ndarray[Any, Any], fidx: np.ndarray[Any, Any],
+                         ridx: np.ndarray[Any, Any]) -> None:
+    # 2. Duplicates: ids whose count is above one.
     counts = pc.value_counts(all_ids)
     values = counts.field("values")
     times = counts.field("counts")
@@ -396,13 +349,9 @@ def _scan_table(folder: Path) -> _TableScan:
                                                      key=lambda p: str(p[0]))[:_EXAMPLES]
         ]
     scan.written = set(values.to_pylist())
-    # 2. Order: sort rows by (key, batch, file, row) and look for a seq that goes down within a key.
-    key_codes = pc.dictionary_encode(pa.concat_arrays(keys))
+    # 3. Order: sort rows by (key, batch, file, row) and look for a seq that goes down within a key.
+    key_codes = pc.dictionary_encode(all_keys)
     codes = key_codes.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    seq = np.concatenate(seqs)
-    batch = np.concatenate(batches)
-    fidx = np.concatenate(file_idx)
-    ridx = np.concatenate(row_idx)
     order = np.lexsort((ridx, fidx, batch, codes))  # the last key is the primary one
     k = codes[order]
     s = seq[order]
@@ -419,85 +368,149 @@ def _scan_table(folder: Path) -> _TableScan:
                 "seq_after": int(seq[after]), "batch_after": int(batch[after]),
                 "file_after": files[int(fidx[after])].name,
             })
-    return scan
 
 
-def _scan_quarantine(folder: Path) -> tuple[int, Counter[tuple[str, int]], dict[tuple[str, int], str]]:
-    rows = 0
-    seen: Counter[tuple[str, int]] = Counter()
-    reasons: dict[tuple[str, int], str] = {}
+@dataclass
+class _QuarantineScan:
+    bad_rows: int = 0
+    bad: Counter[tuple[str, int]] = field(default_factory=Counter)
+    """Each (file, line) quarantined as a bad line, with its count of rows."""
+    reasons: dict[tuple[str, int], str] = field(default_factory=dict)
+    late: list[LateRow] = field(default_factory=list)
+
+
+def _scan_quarantine(folder: Path) -> _QuarantineScan:
+    """Bad-line rows by (file, line), and the rows of reason ``late`` (records, not bad lines) apart."""
+    scan = _QuarantineScan()
     for path in _parquet_files(folder):
         table = _read_columns(path, ["source_file", "line", "reason"])
-        rows += table.num_rows
+        is_late = pc.fill_null(pc.equal(table.column("reason"), LATE_REASON), False)
+        if pc.any(is_late).as_py():
+            late = _read_columns(path, ["source_file", "line", "value", "_batch"]).filter(is_late)
+            for source, line, value, batch in zip(*(late.column(c).to_pylist() for c in late.column_names),
+                                                  strict=True):
+                raw = str(value or "").encode("utf-8", "replace")
+                record, _ = classify_line(raw, max(len(raw), 1))
+                scan.late.append(LateRow(_base_name(str(source)), -1 if line is None else int(line),
+                                         -1 if batch is None else int(batch), record))
+            table = table.filter(pc.invert(is_late))
+        scan.bad_rows += table.num_rows
         columns = (table.column(name).to_pylist() for name in ("source_file", "line", "reason"))
         for source, line, reason in zip(*columns, strict=True):
             key = (_base_name(str(source)), int(line) if line is not None else -1)
-            seen[key] += 1
-            reasons.setdefault(key, str(reason))
-    return rows, seen, reasons
+            scan.bad[key] += 1
+            scan.reasons.setdefault(key, str(reason))
+    return scan
 
 
-def _scan_retry_store(root: Path) -> tuple[Counter[str], set[str]]:
-    """Ids dead-lettered (with their row counts) and ids held in the newest published retry snapshot."""
-    dead: Counter[str] = Counter()
+_SNAPSHOT = re.compile(r"batch-(\d+)-part-.+\.parquet")
+
+
+@dataclass
+class _RetryScan:
+    dead: Counter[str] = field(default_factory=Counter)
+    """Dead-lettered ids, with their row counts."""
+    waiting: set[str] = field(default_factory=set)
+    """Ids held in the current snapshot."""
+    batch: int | None = None
+    oldest_age_s: float | None = None
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _scan_retry_store(root: Path, now: float) -> _RetryScan:
+    """Ids dead-lettered, and ids held in the current retry snapshot: every part of the newest batch's."""
+    scan = _RetryScan()
     for path in _parquet_files(root / "dead-letter"):
-        dead.update(str(i) for i in _read_columns(path, ["id"]).column("id").to_pylist())
-    snapshots = sorted((root / "retry").glob("batch-*.parquet")) if (root / "retry").is_dir() else []
-    waiting = set(str(i) for i in _read_columns(snapshots[-1], ["id"]).column("id").to_pylist()) if snapshots \
-        else set()
-    return dead, waiting
+        scan.dead.update(str(i) for i in _read_columns(path, ["id"]).column("id").to_pylist())
+    snapshots: dict[int, list[Path]] = defaultdict(list)
+    for path in _parquet_files(root / "retry"):
+        match = _SNAPSHOT.fullmatch(path.name)
+        if match:
+            snapshots[int(match.group(1))].append(path)
+    if not snapshots:
+        return scan
+    scan.batch = max(snapshots)  # older snapshots are superseded (deleted once the newer one is published)
+    held: list[dict[str, Any]] = []
+    for path in snapshots[scan.batch]:
+        held.extend(_read_columns(path, ["id"], ("key", "attempts", "first_failed_at")).to_pylist())
+    scan.waiting = {str(row["id"]) for row in held}
+    # A record's age is since its first failure; one waiting behind its key's failed record has none.
+    for row in held:
+        first = row.get("first_failed_at")
+        row["age_s"] = None if first is None else round(now - float(first), 3)
+    ages = [row["age_s"] for row in held if row["age_s"] is not None]
+    scan.oldest_age_s = max(ages) if ages else None
+    held.sort(key=lambda r: (r["age_s"] is None, -(r["age_s"] or 0.0), str(r["id"])))
+    scan.examples = [{k: row.get(k) for k in ("id", "key", "attempts", "age_s")} for row in held[:_EXAMPLES]]
+    return scan
 
 
 def verify(
     data_root: str | os.PathLike[str], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-    queue_dir: str | os.PathLike[str] | None = None,
+    queue_dir: str | os.PathLike[str] | None = None, allow_empty: bool = False,
+    content_fields: Collection[str] = CONTENT_FIELDS, now: float | None = None,
 ) -> VerifyReport:
-    """Audit a data root: each valid queue id written exactly once, each bad line quarantined once, in order.
+    """Audit a data root: each valid queue id written exactly once, as it was, in order; each bad line
+    quarantined once.
 
-    With a row function, an id may instead be dead-lettered (``dead-letter/``) or still waiting for a retry
-    (the newest snapshot in ``retry/``): each id is accounted for in exactly one of written, dead-lettered or
-    waiting — never none (lost), never two (duplicated).
+    Every valid id is accounted for in exactly one of: written (``table/``), dead-lettered (``dead-letter/``),
+    waiting for a retry (the newest snapshot in ``retry/``) — never none (lost), never two (duplicated) — or
+    late (quarantined with reason ``late``: its key had published a seq at least its own in an earlier batch,
+    which is checked; a late id may also be written, when a repeat came after the dedup window). Each row of
+    ``table/``, and each late record, must hold its queue line's ``content_fields`` (the payload compared as a
+    JSON value); when the queue holds an id several times with different content, any of them will do.
 
     Reads ``landing/`` and ``archive/`` (recursively) with :func:`classify_line`, independently of the
-    pipeline, and ``table/`` and ``quarantine/`` with pyarrow (``_``- and ``.``-prefixed folders and files
-    are skipped; an absent folder is empty). Per-key order follows the output: by ``_batch``, then part file
-    (sorted by path), then row. Run it once the consumer has caught up: ids still waiting in ``landing/``
-    count as lost, and ids whose queue files the archive's retention already deleted count as unexpected.
+    pipeline, and ``table/``, ``quarantine/``, ``dead-letter/`` and ``retry/`` with pyarrow (``_``- and
+    ``.``-prefixed folders and files are skipped; an absent folder is empty: see :func:`check_data_root`).
+    Per-key order follows the output: by ``_batch``, then part file (sorted by path), then row. Run it once the
+    consumer has caught up: ids still waiting in ``landing/`` count as lost, and ids whose queue files the
+    archive's retention already deleted count as unexpected.
 
     Args:
         data_root: the data root (``landing/``, ``archive/``, ``table/``, ``quarantine/``).
         max_line_bytes: the pipeline's line size limit; must match it or oversized lines disagree.
         queue_dir: the folder holding ``landing/`` and ``archive/`` when the group reads a queue shared with
             other groups (``--queue-dir``); default: the data root.
+        allow_empty: a queue without a valid id passes (by default it fails: nothing was audited).
+        content_fields: the fields of :data:`CONTENT_FIELDS` a row must share with its queue line; leave out
+            ``payload`` (or ``ts``) when a row function or transform rewrites it.
+        now: the clock (Unix seconds) retry ages are measured against; default: now.
 
     Returns:
-        The report; ``report.ok`` is False on any loss, duplicate, unexpected row, unquarantined bad line or
-        order inversion.
+        The report; ``report.ok`` is False on any loss, duplicate, unexpected row, unquarantined bad line,
+        order inversion, content mismatch or wrongly late record, or when the queue held no valid id.
     """
     if max_line_bytes < 1:
         raise ValueError(f"max_line_bytes={max_line_bytes} must be at least 1")
     started = time.monotonic()
     root = Path(data_root)
-    queue = _scan_queue(root if queue_dir is None else Path(queue_dir), max_line_bytes)
-    table = _scan_table(root / "table")
-    quarantine_rows, quarantined, q_reasons = _scan_quarantine(root / "quarantine")
+    content = QueueContent(tuple(content_fields))
+    queue = _scan_queue(root if queue_dir is None else Path(queue_dir), max_line_bytes, content)
+    quarantine = _scan_quarantine(root / "quarantine")
+    table = _scan_table(root / "table", content, {r.record["key"] for r in quarantine.late if r.record})
+    late = check_late(quarantine.late, table.published, content, table.content)
+    retry = _scan_retry_store(root, time.time() if now is None else now)
 
     def few(items: set[Any] | list[Any]) -> list[Any]:
         return sorted(items, key=str)[:_EXAMPLES]
 
-    dead, waiting = _scan_retry_store(root)
-    accounted = table.written | dead.keys() | waiting
+    dead, waiting = retry.dead, retry.waiting
+    accounted = table.written | dead.keys() | waiting | late.ids
     lost_ids = queue.ids - accounted
     unexpected = accounted - queue.ids
-    # An id in two places (written and dead-lettered, say), or dead-lettered twice, is duplicated too.
+    # An id in two places (written and dead-lettered, say), or dead-lettered twice, is duplicated too. A late
+    # id may also be written: a repeat later than the dedup window, checked as late like any other.
     twice = ((table.written & dead.keys()) | (table.written & waiting) | (dead.keys() & waiting)
              | {i for i, n in dead.items() if n > 1})
     duplicated_examples = table.duplicated_examples + [{"id": i, "places": "more than one of table, "
                                                         "dead-letter, retry"} for i in few(twice)]
     bad_keys = queue.bad.keys()
+    quarantined = quarantine.bad
     unquarantined = bad_keys - quarantined.keys()
     unexpected_q = quarantined.keys() - bad_keys
     dup_bad = sorted(k for k, n in quarantined.items() if n > 1)
+    q_reasons = quarantine.reasons
     mismatched = sorted(k for k in bad_keys & quarantined.keys() if q_reasons[k] != queue.bad[k])
 
     examples: dict[str, list[Any]] = {
@@ -514,6 +527,9 @@ def verify(
             {"file": f, "line": n, "expected": queue.bad[(f, n)], "quarantined": q_reasons[(f, n)]}
             for f, n in mismatched[:_EXAMPLES]
         ],
+        "content_mismatches": table.content.examples,
+        "waiting": retry.examples,
+        **late.examples,
     }
     report = VerifyReport(
         data_root=str(root),
@@ -525,7 +541,7 @@ def verify(
         rows_written=table.rows,
         bad_lines_in=len(queue.bad),
         quarantined=len(quarantined),
-        quarantine_rows=quarantine_rows,
+        quarantine_rows=quarantine.bad_rows,
         lost=len(lost_ids),
         duplicated_ids=table.duplicated_ids + len(twice),
         duplicated_bad_lines=len(dup_bad),
@@ -537,10 +553,24 @@ def verify(
         seconds=round(time.monotonic() - started, 3),
         ids_dead_lettered=len(dead),
         ids_waiting=len(waiting),
+        retry_batch=retry.batch,
+        retry_oldest_age_s=retry.oldest_age_s,
+        ids_late=len(late.ids),
+        late_rows=late.rows,
+        late_repeats=len(late.ids & table.written),
+        wrongly_late=late.wrongly_late,
+        duplicated_late_lines=late.duplicated_lines,
+        changed_repeats=len(content.others),
+        content_fields=content.fields,
+        rows_compared=table.content.rows,
+        content_mismatches=table.content.mismatches,
+        content_mismatches_by_field=dict(table.content.by_field),
+        allow_empty=allow_empty,
         bad_by_reason=dict(Counter(queue.bad.values())),
         examples={k: v for k, v in examples.items() if v},
     )
     _log.info("verified", ok=report.ok, ids_in=report.ids_in, written=report.ids_written, lost=report.lost,
               duplicated=report.duplicated, inversions=report.inversions, unexpected=report.unexpected,
-              unquarantined=report.unquarantined, seconds=report.seconds)
+              unquarantined=report.unquarantined, content_mismatches=report.content_mismatches,
+              late=report.ids_late, wrongly_late=report.wrongly_late, seconds=report.seconds)
     return report

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from service._producer import write_lines
-from service._verify import REASONS, VerifyError, classify_line, iter_queue_files, verify
+from service._verify import (
+    CONTENT_FIELDS,
+    LATE_REASON,
+    REASONS,
+    VerifyError,
+    check_data_root,
+    classify_line,
+    iter_queue_files,
+    verify,
+)
+
+REPO = Path(__file__).resolve().parent.parent
 
 GOOD = {"id": "a-1", "key": "k", "seq": 1, "ts": 1_700_000_000_000, "payload": {"x": [1, 2]}}
 
@@ -205,8 +218,10 @@ def test_clean_dataset_is_ok(root: Path) -> None:
 
 
 def test_absent_folders_are_empty(tmp_path: Path) -> None:
-    """An empty data root verifies OK with zero counts; a queue with no output loses everything."""
-    assert verify(tmp_path).ok
+    """Absent folders read as empty: an empty data root passes only with allow_empty; a queue with no output
+    loses everything."""
+    assert not verify(tmp_path).ok
+    assert verify(tmp_path, allow_empty=True).ok
     _make_queue(tmp_path)
     report = verify(tmp_path)
     assert not report.ok
@@ -264,10 +279,12 @@ def test_planted_inversion_across_batches_is_caught(root: Path) -> None:
     folder.mkdir()
     pq.write_table(pa.Table.from_pylist([{**rows[0], "id": "new-1", "_batch": 100}], _TABLE_SCHEMA),
                    folder / "part-00000.parquet")
-    late = {"id": "new-1", "key": rows[0]["key"], "seq": rows[0]["seq"], "ts": 0, "payload": None}
+    late = {"id": "new-1", "key": rows[0]["key"], "seq": rows[0]["seq"], "ts": rows[0]["ts"],
+            "payload": json.loads(rows[0]["payload"])}
     write_lines(root / "landing", [_line(late)], "p9-extra.jsonl")
     report = verify(root)
     assert report.inversions == 1, report.render()
+    assert report.content_mismatches == 0, report.render()
     assert report.examples["inversions"][0]["batch_after"] == 100
     assert not report.ok
 
@@ -278,8 +295,8 @@ def test_batch_order_comes_from_the_column_not_the_path(tmp_path: Path) -> None:
     for batch, i, seq in ((9, 1, 1), (10, 2, 2)):
         folder = tmp_path / "table" / f"batch={batch}"
         folder.mkdir(parents=True)
-        row = {"id": f"id-{i}", "key": "k", "seq": seq, "ts": 0, "payload": "{}", "_epoch": 1,
-               "_batch": batch}
+        row = {"id": f"id-{i}", "key": "k", "seq": seq, "ts": 1_700_000_000_000 + i, "payload": f'{{"i":{i}}}',
+               "_epoch": 1, "_batch": batch}
         pq.write_table(pa.Table.from_pylist([row], _TABLE_SCHEMA), folder / "part-00000.parquet")
     report = verify(tmp_path)
     assert report.ok, report.render()
@@ -378,3 +395,312 @@ def test_a_file_being_archived_is_counted_once(root: Path) -> None:
     report = verify(root)
     assert report.ok, report.render()
     assert report.queue_files == 5 and report.ids_in == 60
+
+
+# -- the CLI: a wrong path, an empty queue, exit codes, JSON on stdout ----------------------------------------
+
+
+def _tenure_verify(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "service", "verify", *args], capture_output=True, text=True,
+                          timeout=120, cwd=REPO, check=False)
+
+
+def test_cli_refuses_a_data_root_that_does_not_exist(tmp_path: Path) -> None:
+    """`tenure verify --data-root /typo` exits 2 with one line naming the path and the flag, nothing on stdout."""
+    result = _tenure_verify("--data-root", str(tmp_path / "typo"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == ""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("tenure: error:")]
+    assert errors == [f"tenure: error: data root {tmp_path / 'typo'} does not exist: check --data-root"]
+
+
+@pytest.mark.parametrize(("layout", "queue", "message"), [
+    ("file", False, "is not a directory: check --data-root"),
+    ("no_layout", False, "is not a data root (no landing/, archive/ or table/ in it): check --data-root"),
+    ("queue_missing", True, "queue dir {queue} does not exist: check --queue-dir"),
+    ("queue_without_folders", True, "is not a queue (no landing/ or archive/ in it): check --queue-dir"),
+], ids=["file", "no_layout", "queue_missing", "queue_without_folders"])
+def test_not_a_data_root_is_a_clear_error(tmp_path: Path, layout: str, queue: bool, message: str) -> None:
+    """A file, a folder with none of landing/, archive/, table/, or a queue dir without a queue is refused."""
+    root = tmp_path / "root"
+    queue_dir = tmp_path / "queue"
+    if layout == "file":
+        root.write_text("")
+    else:
+        root.mkdir()
+        (root / "checkpoint").mkdir()  # something, but not a data root's folders
+    if layout == "queue_without_folders":
+        queue_dir.mkdir()
+    with pytest.raises(VerifyError) as caught:
+        check_data_root(root, queue_dir if queue else None)
+    assert message.format(queue=queue_dir) in str(caught.value)
+
+
+def test_a_data_root_with_only_a_table_or_a_queue_is_accepted(tmp_path: Path) -> None:
+    """Each of landing/, archive/ and table/ alone makes a data root; a group's root with a queue dir too."""
+    for name in ("landing", "archive", "table"):
+        (tmp_path / name).mkdir()
+        check_data_root(tmp_path)
+        (tmp_path / name).rmdir()
+    (tmp_path / "queue" / "archive").mkdir(parents=True)
+    (tmp_path / "group").mkdir()
+    check_data_root(tmp_path / "group", tmp_path / "queue")
+
+
+def test_an_audit_of_no_id_fails_unless_allowed(tmp_path: Path) -> None:
+    """A queue without a valid id fails (exit 1, saying why and how to allow it); --allow-empty passes (exit 0)."""
+    write_lines(tmp_path / "landing", [b"{not json"], "p1.jsonl")  # a bad line, but no id
+    report = verify(tmp_path)
+    assert not report.ok and report.empty
+    assert "no valid id in the queue" in report.summary_line() and "--allow-empty" in report.summary_line()
+    assert verify(tmp_path, allow_empty=True).ok is False  # its bad line was never quarantined
+    (tmp_path / "landing" / "p1.jsonl").unlink()
+    assert verify(tmp_path, allow_empty=True).ok
+    failed = _tenure_verify("--data-root", str(tmp_path))
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert failed.stdout.startswith("verify: FAILED — no valid id in the queue")
+    allowed = _tenure_verify("--data-root", str(tmp_path), "--allow-empty", "--json")
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    body = json.loads(allowed.stdout)
+    assert body["ok"] is True and body["empty"] is True and body["allow_empty"] is True
+
+
+def test_cli_exit_codes_and_json_on_stdout(root: Path) -> None:
+    """A clean root exits 0 with one JSON object on stdout (logs on stderr); a changed row exits 1."""
+    clean = _tenure_verify("--data-root", str(root), "--json")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert len(clean.stdout.splitlines()) == 1
+    body = json.loads(clean.stdout)
+    assert body["ok"] is True and body["rows_compared"] == 60 and body["content_mismatches"] == 0
+    assert {"ids_late", "late_rows", "late_repeats", "wrongly_late", "retry_batch", "retry_oldest_age_s",
+            "content_mismatches_by_field", "content_fields", "empty"} <= body.keys()
+    part = _parts(root)[0]
+    _rewrite(part, lambda rows: [{**rows[0], "payload": '{"i":-1}'}, *rows[1:]])
+    changed = _tenure_verify("--data-root", str(root))
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    assert changed.stdout.startswith("verify: FAILED") and "1 content mismatches" in changed.stdout
+    ignored = _tenure_verify("--data-root", str(root), "--ignore-field", "payload")
+    assert ignored.returncode == 0, ignored.stdout + ignored.stderr
+
+
+# -- content: each written row holds its queue line ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("key", "k-other"), ("seq", 999), ("ts", 5), ("payload", '{"i":-1}'),
+], ids=["key", "seq", "ts", "payload"])
+def test_a_row_that_differs_from_its_queue_line_is_caught(root: Path, name: str, value: Any) -> None:
+    """A written row whose key, seq, ts or payload differs from its queue line fails, naming id and field."""
+    part = _parts(root)[0]
+    row = pq.read_table(part).to_pylist()[0]
+    _rewrite(part, lambda rows: [{**rows[0], name: value}, *rows[1:]])
+    report = verify(root)
+    assert not report.ok
+    assert report.content_mismatches == 1 and report.content_mismatches_by_field == {name: 1}
+    assert report.rows_compared == 60
+    expected = json.loads(row["payload"]) if name == "payload" else row[name]
+    found = json.loads(value) if name == "payload" else value
+    assert report.examples["content_mismatches"] == [
+        {"id": row["id"], "in": "table", "field": name, "expected": expected, "found": found}]
+    assert "e.g. content_mismatches: " in report.render()
+    assert verify(root, content_fields=[f for f in CONTENT_FIELDS if f != name]).content_mismatches == 0
+
+
+def test_payload_is_compared_as_json_not_text(root: Path) -> None:
+    """Spaces and key order do not matter; a value's type does (true is not 1, "1" is not 1)."""
+    write_lines(root / "landing", [_line({"id": "p-1", "key": "kp", "seq": 1, "ts": 7,
+                                          "payload": {"a": 1, "b": [True, None, "x"]}})], "p9-extra.jsonl")
+    folder = root / "table" / "batch=90"
+    folder.mkdir()
+
+    def publish(payload: str) -> Any:
+        row = {"id": "p-1", "key": "kp", "seq": 1, "ts": 7, "payload": payload, "_epoch": 1, "_batch": 90}
+        pq.write_table(pa.Table.from_pylist([row], _TABLE_SCHEMA), folder / "part-00000.parquet")
+        return verify(root)
+
+    assert publish('{ "b": [true, null, "x"],  "a": 1 }').ok
+    report = publish('{"a":1,"b":[1,null,"x"]}')
+    assert report.content_mismatches == 1
+    assert report.examples["content_mismatches"][0]["found"] == {"a": 1, "b": [1, None, "x"]}
+    assert publish('{"a":"1","b":[true,null,"x"]}').content_mismatches == 1
+    assert publish("not json").examples["content_mismatches"][0]["found"] == "not json"
+
+
+def test_long_payloads_are_compared_too(root: Path) -> None:
+    """A payload longer than what is kept inline (kept as a digest) still matches as JSON, and mismatches."""
+    payload = {"text": "x" * 1000, "n": 1}
+    write_lines(root / "landing", [_line({"id": "long-1", "key": "kl", "seq": 1, "ts": 7, "payload": payload})],
+                "p9-extra.jsonl")
+    folder = root / "table" / "batch=90"
+    folder.mkdir()
+
+    def publish(value: Any) -> Any:
+        row = {"id": "long-1", "key": "kl", "seq": 1, "ts": 7, "payload": json.dumps(value, indent=1),
+               "_epoch": 1, "_batch": 90}
+        pq.write_table(pa.Table.from_pylist([row], _TABLE_SCHEMA), folder / "part-00000.parquet")
+        return verify(root)
+
+    assert publish({"n": 1, "text": "x" * 1000}).ok
+    report = publish({**payload, "n": 2})
+    assert report.content_mismatches == 1 and report.examples["content_mismatches"][0]["field"] == "payload"
+
+
+def test_a_repeat_with_changed_content_may_be_written_as_either(root: Path) -> None:
+    """An id the queue holds twice with different payloads passes when its row equals either, fails otherwise."""
+    versions = [{"id": "r-1", "key": "kr", "seq": 1, "ts": 7, "payload": {"v": v}} for v in (1, 2)]
+    write_lines(root / "landing", [_line(versions[0])], "p9-a.jsonl")
+    write_lines(root / "landing", [_line(versions[1])], "p9-b.jsonl")
+    folder = root / "table" / "batch=90"
+    folder.mkdir()
+
+    def publish(v: int) -> Any:
+        row = {**versions[0], "payload": json.dumps({"v": v}), "_epoch": 1, "_batch": 90}
+        pq.write_table(pa.Table.from_pylist([row], _TABLE_SCHEMA), folder / "part-00000.parquet")
+        return verify(root)
+
+    for v in (1, 2):
+        report = publish(v)
+        assert report.ok and report.changed_repeats == 1, report.render()
+    report = publish(3)
+    assert not report.ok and report.content_mismatches == 1
+    example = report.examples["content_mismatches"][0]
+    assert example["expected"] == {"v": 1} and example["found"] == {"v": 3} and example["queue_versions"] == 2
+
+
+# -- the retry store: held records are not lost, and their age is reported ------------------------------------
+
+_RETRY_SCHEMA = pa.schema([
+    ("id", pa.string()), ("key", pa.string()), ("seq", pa.int64()), ("ts", pa.int64()), ("payload", pa.string()),
+    ("attempts", pa.int32()), ("first_failed_at", pa.float64()), ("last_failed_at", pa.float64()),
+    ("due_at", pa.float64()), ("error", pa.string()),
+])  # career.spark._retry's snapshot columns (imported from there it would need pyspark)
+
+
+def _snapshot(root: Path, batch: int, part: int, rows: list[dict[str, Any]], first_failed_at: list[float | None]
+              ) -> None:
+    held = [{**r, "attempts": 0 if t is None else 1, "first_failed_at": t, "last_failed_at": t,
+             "due_at": None if t is None else t + 60, "error": None if t is None else "ValueError: no"}
+            for r, t in zip(rows, first_failed_at, strict=True)]
+    (root / "retry").mkdir(exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(held, _RETRY_SCHEMA),
+                   root / "retry" / f"batch-{batch:012d}-part-{part:05d}.parquet")
+
+
+def test_records_in_the_current_retry_snapshot_are_reported_with_their_age(root: Path) -> None:
+    """Ids held in every part of the newest snapshot are waiting (not lost), with the oldest one's age; the
+    superseded snapshot of an earlier batch does not count."""
+    part = _parts(root)[0]
+    rows = pq.read_table(part).to_pylist()
+    _rewrite(part, lambda r: r[4:])  # four rows not written: three held now, one only in an older snapshot
+    held = [{k: r[k] for k in ("id", "key", "seq", "ts", "payload")} for r in rows[:4]]
+    now = 1_800_000_000.0
+    _snapshot(root, 9, 0, held[3:4], [now - 999])
+    _snapshot(root, 10, 0, held[:1], [now - 120.5])
+    _snapshot(root, 10, 1, held[1:3], [now - 30, None])  # a waiter behind a failed record has no failure time
+    report = verify(root, now=now)
+    assert report.ids_waiting == 3 and report.retry_batch == 10 and report.retry_oldest_age_s == 120.5
+    assert report.lost == 1 and report.examples["lost"] == [rows[3]["id"]]
+    assert report.examples["waiting"] == [
+        {"id": rows[0]["id"], "key": rows[0]["key"], "attempts": 1, "age_s": 120.5},
+        {"id": rows[1]["id"], "key": rows[1]["key"], "attempts": 1, "age_s": 30.0},
+        {"id": rows[2]["id"], "key": rows[2]["key"], "attempts": 0, "age_s": None},
+    ]
+    assert "3 waiting for retry (oldest 120 s)" in report.summary_line()
+    assert "retry snapshot batch / oldest" in report.render() and "10 / 120.5 s" in report.render()
+    (root / "retry" / "batch-000000000009-part-00000.parquet").unlink()
+    _snapshot(root, 10, 2, held[3:4], [now - 5])
+    assert verify(root, now=now).ok
+
+
+# -- late records: quarantined as "late", accounted for, and each claim checked ----------------------------
+
+
+def _late(root: Path, *, rid: str = "late-1", seq_above: int = 0, batch: int | None = None,
+          value: str | None = None, name: str = "p9-late.jsonl") -> dict[str, Any]:
+    """Queue a record of a published key with that key's highest seq (plus ``seq_above``), and quarantine it as
+    late in a batch after every published one (or ``batch``); returns the record."""
+    table = pq.read_table(_parts(root)[0]).to_pylist()
+    key = table[0]["key"]
+    published = [r for p in _parts(root) for r in pq.read_table(p).to_pylist() if r["key"] == key]
+    top = max(published, key=lambda r: r["seq"])
+    record = {"id": rid, "key": key, "seq": top["seq"] + seq_above, "ts": 1, "payload": {"late": True}}
+    write_lines(root / "landing", [_line(record)], name)
+    last = max(r["_batch"] for p in _parts(root) for r in pq.read_table(p).to_pylist())
+    qrow = {"value": json.dumps(record, separators=(",", ":")) if value is None else value, "reason": LATE_REASON,
+            "source_file": (root / "landing" / name).as_uri(), "line": 1, "_epoch": 1,
+            "_batch": last + 1 if batch is None else batch}
+    folder = root / "quarantine" / f"batch={qrow['_batch']}-{rid}"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([qrow], _QUAR_SCHEMA), folder / "part-00000.parquet")
+    return {**record, "batch": qrow["_batch"], "top_batch": top["_batch"]}
+
+
+def test_a_late_record_is_accounted_for_and_reported(root: Path) -> None:
+    """A record quarantined as late, its key having published a seq at least its own earlier, passes: not lost,
+    not a bad line (quarantine counts unchanged), not unexpected; counted and shown."""
+    record = _late(root)
+    report = verify(root)
+    assert report.ok, report.render()
+    assert report.ids_late == report.late_rows == 1 and report.late_repeats == 0 and report.wrongly_late == 0
+    assert report.lost == 0 and report.unexpected == 0 and report.duplicated == 0
+    assert report.bad_lines_in == report.quarantined == report.quarantine_rows == 9
+    assert report.rows_compared == 61  # the late record matched its queue line too
+    assert report.examples["late"] == [{"id": "late-1", "key": record["key"], "seq": record["seq"],
+                                        "batch": record["batch"], "published_before": record["seq"]}]
+    assert report.summary_line().startswith("verify: OK — 61 ids in, 60 written, 1 late, 0 lost")
+
+
+@pytest.mark.parametrize("case", ["seq_above_published", "published_only_in_the_same_batch", "no_record"])
+def test_a_record_that_was_not_late_is_wrongly_late(root: Path, case: str) -> None:
+    """A late claim fails when no earlier batch published its key with a seq at least its own (a higher seq in
+    the same batch does not count), or when the row holds no record."""
+    if case == "seq_above_published":
+        _late(root, seq_above=1)
+    elif case == "published_only_in_the_same_batch":
+        table = pq.read_table(_parts(root)[0]).to_pylist()
+        top_batch = max(r["_batch"] for p in _parts(root) for r in pq.read_table(p).to_pylist()
+                        if r["key"] == table[0]["key"])
+        _late(root, batch=top_batch)
+    else:
+        _late(root, value="{not a record")
+    report = verify(root)
+    assert not report.ok
+    assert report.wrongly_late == 1, report.render()
+    assert "1 wrongly late" in report.summary_line()
+    example = report.examples["wrongly_late"][0]
+    if case == "no_record":
+        assert example["why"] == "its value holds no valid record" and report.lost == 1
+    else:
+        assert example["id"] == "late-1" and report.lost == 0
+        before = example["published_before"]
+        assert before == example["seq"] - 1 if case == "seq_above_published" else before is None or \
+            before < example["seq"]
+
+
+def test_a_late_repeat_is_neither_lost_nor_duplicated(root: Path) -> None:
+    """An id written once, its repeat arriving after the dedup window and quarantined as late: OK."""
+    part = _parts(root)[0]
+    row = pq.read_table(part).to_pylist()[0]
+    repeat = {k: row[k] for k in ("id", "key", "seq", "ts")} | {"payload": json.loads(row["payload"])}
+    write_lines(root / "landing", [_line(repeat)], "p9-repeat.jsonl")
+    last = max(r["_batch"] for p in _parts(root) for r in pq.read_table(p).to_pylist())
+    folder = root / "quarantine" / "batch=late"
+    folder.mkdir()
+    qrow = {"value": json.dumps(repeat, separators=(",", ":")), "reason": LATE_REASON,
+            "source_file": str(root / "landing" / "p9-repeat.jsonl"), "line": 1, "_epoch": 1, "_batch": last + 1}
+    pq.write_table(pa.Table.from_pylist([qrow], _QUAR_SCHEMA), folder / "part-00000.parquet")
+    report = verify(root)
+    assert report.ok, report.render()
+    assert report.ids_late == 1 and report.late_repeats == 1
+    assert report.duplicated == 0 and report.lost == 0 and report.unexpected == 0 and report.inversions == 0
+
+
+def test_a_late_line_quarantined_twice_is_a_duplicate(root: Path) -> None:
+    """The same queue line quarantined late twice is a duplicate (of late lines, not of bad lines)."""
+    record = _late(root)
+    folder = root / "quarantine" / "batch=again"
+    shutil.copytree(root / "quarantine" / f"batch={record['batch']}-late-1", folder)
+    report = verify(root)
+    assert not report.ok
+    assert report.duplicated_late_lines == report.duplicated == 1 and report.duplicated_bad_lines == 0
+    assert report.examples["duplicated_late_lines"] == [{"file": "p9-late.jsonl", "line": 1, "rows": 2}]

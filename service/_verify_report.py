@@ -1,0 +1,158 @@
+"""The report of ``tenure verify``: its counts, its verdict, and how it is shown (text or one JSON object)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from service._verify_content import CONTENT_FIELDS
+
+__all__ = ["VerifyReport"]
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What :func:`verify` found; ``ok`` is the verdict, :meth:`render` and :meth:`to_json` present it.
+
+    Counts of ids are of distinct ids; counts of bad lines are of distinct ``(file base name, line)`` pairs.
+
+    Example:
+        >>> from service._verify import verify
+        >>> report = verify("/srv/tenure")  # doctest: +SKIP
+        >>> print(report.render()); raise SystemExit(0 if report.ok else 1)  # doctest: +SKIP
+    """
+
+    data_root: str
+    queue_files: int
+    queue_lines: int
+    ids_in: int
+    repeated_lines_in: int
+    ids_written: int
+    rows_written: int
+    bad_lines_in: int
+    quarantined: int
+    quarantine_rows: int
+    lost: int
+    duplicated_ids: int
+    duplicated_bad_lines: int
+    unexpected_ids: int
+    unexpected_quarantined: int
+    unquarantined: int
+    inversions: int
+    reason_mismatches: int
+    seconds: float
+    ids_dead_lettered: int = 0
+    ids_waiting: int = 0
+    retry_batch: int | None = None
+    """The batch of the current retry snapshot (None: no snapshot)."""
+    retry_oldest_age_s: float | None = None
+    """Seconds since the oldest record held for retry first failed (None: none has failed yet)."""
+    ids_late: int = 0
+    late_rows: int = 0
+    late_repeats: int = 0
+    """Late ids also written: a repeat that came after the dedup window (neither lost nor duplicated)."""
+    wrongly_late: int = 0
+    duplicated_late_lines: int = 0
+    changed_repeats: int = 0
+    """Ids the queue holds more than once with different content (information: any version may be written)."""
+    content_fields: tuple[str, ...] = CONTENT_FIELDS
+    rows_compared: int = 0
+    content_mismatches: int = 0
+    content_mismatches_by_field: dict[str, int] = field(default_factory=dict)
+    allow_empty: bool = False
+    bad_by_reason: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[Any]] = field(default_factory=dict)
+
+    @property
+    def duplicated(self) -> int:
+        """Ids written more than once, bad lines quarantined more than once, lines quarantined late twice."""
+        return self.duplicated_ids + self.duplicated_bad_lines + self.duplicated_late_lines
+
+    @property
+    def unexpected(self) -> int:
+        """Written ids absent from the queue plus quarantine rows naming no bad line of the queue."""
+        return self.unexpected_ids + self.unexpected_quarantined
+
+    @property
+    def empty(self) -> bool:
+        """The queue held no valid id: nothing was audited (a wrong path, or an unfed pipeline)."""
+        return self.ids_in == 0
+
+    @property
+    def ok(self) -> bool:
+        """True iff nothing is lost, duplicated, unexpected, unquarantined, out of order, different from its
+        queue line or wrongly late, and there was something to audit (or ``allow_empty``)."""
+        return (self.lost == self.duplicated == self.inversions == self.unquarantined == self.unexpected
+                == self.content_mismatches == self.wrongly_late == 0 and (self.allow_empty or not self.empty))
+
+    def summary_line(self) -> str:
+        """The one-line verdict, e.g. ``verify: OK — 100 ids in, 100 written, 0 lost, …``."""
+        if self.empty and not self.allow_empty:
+            return (f"verify: FAILED — no valid id in the queue ({self.queue_files} files, {self.queue_lines} "
+                    f"lines), so nothing was audited: check the data root, or pass --allow-empty if an empty "
+                    f"queue is expected")
+        verdict = "OK" if self.ok else "FAILED"
+        late = f"{self.ids_late} late, " if self.late_rows else ""
+        retry = ""
+        if self.ids_dead_lettered or self.ids_waiting:
+            oldest = "" if self.retry_oldest_age_s is None else f" (oldest {self.retry_oldest_age_s:.0f} s)"
+            retry = f"{self.ids_dead_lettered} dead-lettered, {self.ids_waiting} waiting for retry{oldest}, "
+        extra = "".join(f", {n} {what}" for n, what in ((self.content_mismatches, "content mismatches"),
+                                                        (self.wrongly_late, "wrongly late")) if n)
+        return (
+            f"verify: {verdict} — {self.ids_in} ids in, {self.ids_written} written, {late}{retry}{self.lost} lost, "
+            f"{self.duplicated} duplicated, {self.inversions} inversions{extra}; "
+            f"{self.bad_lines_in} bad lines, {self.quarantined} quarantined"
+        )
+
+    def render(self) -> str:
+        """A human summary: the verdict line, a short table of counts, then examples of each violation."""
+        age = "—" if self.retry_oldest_age_s is None else f"{self.retry_oldest_age_s:.1f} s"
+        rows = [
+            ("queue files / lines", f"{self.queue_files} / {self.queue_lines}"),
+            ("distinct valid ids in", str(self.ids_in)),
+            ("repeated valid lines in", f"{self.repeated_lines_in}" + (
+                f" ({self.changed_repeats} ids with changed content)" if self.changed_repeats else "")),
+            ("ids written / rows", f"{self.ids_written} / {self.rows_written}"),
+            ("ids late / rows / also written", f"{self.ids_late} / {self.late_rows} / {self.late_repeats}"),
+            ("ids dead-lettered / waiting", f"{self.ids_dead_lettered} / {self.ids_waiting}"),
+            ("retry snapshot batch / oldest", f"{'—' if self.retry_batch is None else self.retry_batch} / {age}"),
+            ("bad lines in", str(self.bad_lines_in)),
+            ("quarantined / rows", f"{self.quarantined} / {self.quarantine_rows}"),
+            ("lost", str(self.lost)),
+            ("duplicated ids", str(self.duplicated_ids)),
+            ("duplicated quarantine", str(self.duplicated_bad_lines + self.duplicated_late_lines)),
+            ("unexpected ids", str(self.unexpected_ids)),
+            ("unexpected quarantine", str(self.unexpected_quarantined)),
+            ("bad lines not quarantined", str(self.unquarantined)),
+            ("order inversions", str(self.inversions)),
+            ("rows compared / mismatched", f"{self.rows_compared} / {self.content_mismatches}"),
+            ("wrongly late", str(self.wrongly_late)),
+            ("reason mismatches (info)", str(self.reason_mismatches)),
+            ("seconds", f"{self.seconds:.2f}"),
+        ]
+        width = max(len(label) for label, _ in rows)
+        lines = [self.summary_line(), *(f"  {label:<{width}}  {value}" for label, value in rows)]
+        if self.content_fields != CONTENT_FIELDS:
+            lines.append(f"  content compared: {', '.join(self.content_fields) or 'nothing'}")
+        for label, counts in (("bad lines by reason", self.bad_by_reason),
+                              ("content mismatches by field", self.content_mismatches_by_field)):
+            if counts:
+                lines.append(f"  {label}: " + ", ".join(f"{k}={n}" for k, n in sorted(counts.items())))
+        for kind, items in sorted(self.examples.items()):
+            if items:
+                lines.append(f"  e.g. {kind}: " + "; ".join(json.dumps(i, sort_keys=True) for i in items))
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        """All counts, the verdict and the examples as one JSON object (a single line)."""
+        body: dict[str, Any] = {
+            "ok": self.ok,
+            "empty": self.empty,
+            "duplicated": self.duplicated,
+            "unexpected": self.unexpected,
+        }
+        for name in self.__dataclass_fields__:
+            body[name] = getattr(self, name)
+        return json.dumps(body, sort_keys=True)
