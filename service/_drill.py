@@ -154,6 +154,13 @@ class Measurements:
     commit_interval_s: float | None = None
     old_committed_after_fault: int | None = None
     old_attempted_after_fault: int | None = None
+    #: the zombie's commits the fence rejected (commit_fenced, the runner's fenced, tenure_commits_fenced_total)
+    old_fenced_after_fault: int | None = None
+    #: the zombie's commits that ended "outcome unknown" (a lost reply that could not be read back)
+    old_unknown_after_fault: int | None = None
+    #: the commit the zombie was paused in, found in the record before any successor's: the pause took effect
+    #: only after the transaction was sent (its session still held, so the commit was legitimate, not fenced)
+    old_landed_before_pause: int | None = None
     old_rejoined_as_follower: bool | None = None
     old_released: bool | None = None
     suspended_s: float | None = None
@@ -214,8 +221,15 @@ def judge(m: Measurements, s: DrillSettings) -> list[Criterion]:
         out.append(_at_most("new leader within session timeout + 1 s", m.new_leader_s, s.session_timeout_s + 1))
         out.append(Criterion("successor commits", m.successor_committed, str(m.successor_committed).lower()))
     elif name == "zombie":
-        out.append(Criterion("every commit the zombie attempts is fenced", m.old_committed_after_fault == 0,
-                             f"attempted {m.old_attempted_after_fault}, committed {m.old_committed_after_fault}"))
+        attempted, committed = m.old_attempted_after_fault or 0, m.old_committed_after_fault
+        outcomes = f"fenced {m.old_fenced_after_fault}, outcome unknown {m.old_unknown_after_fault}"
+        out.append(Criterion("the zombie attempts a commit and none lands", attempted >= 1 and committed == 0,
+                             f"attempted {m.old_attempted_after_fault}, committed {committed} ({outcomes})"))
+        late = m.old_landed_before_pause or 0
+        out.append(Criterion("the fence turns the zombie's commit away", (m.old_fenced_after_fault or 0) >= 1
+                             and (m.old_unknown_after_fault or 0) == 0 and late == 0,
+                             outcomes + (f"; the paused commit landed before the successor's ({late}): the pause "
+                                         "took effect after its transaction was sent" if late else "")))
         out.append(Criterion("successor commits", m.successor_committed, str(m.successor_committed).lower()))
         out.append(Criterion("zombie rejoins as follower", m.old_rejoined_as_follower is True,
                              str(m.old_rejoined_as_follower).lower()))
@@ -426,6 +440,11 @@ class Monitor:
         return int(m.get("tenure_batches_total{outcome=committed}", 0)), \
             int(m.get("tenure_batches_total{outcome=fenced}", 0))
 
+    def process_metric(self, replica_id: str, pid: int, name: str) -> float:
+        """One sample (by name, labels sorted as ``scrape`` writes them) last scraped from one process; 0 if none."""
+        with self._lock:
+            return self.last_metrics.get((replica_id, pid), {}).get(name, 0.0)
+
     def totals_at(self, at: float) -> tuple[int, int]:
         """(committed, fenced) over all processes as last seen at or before ``at``."""
         with self._lock:
@@ -460,23 +479,33 @@ class Marker:
 
 
 class Drill:
-    """One scenario run: topology, namespace, monitor, markers, and the helpers scenarios use."""
+    """One scenario run: topology, namespaces, monitor, markers, and the helpers scenarios use.
 
-    def __init__(self, name: str, settings: DrillSettings, directory: Path, ns: NetNamespace | None) -> None:
+    ``ns`` puts ``replica-1`` in a network namespace (started first, so it leads); ``namespaces`` instead puts
+    each named replica in its own (the chaos drill: whichever replica leads can be cut off). The ensemble's
+    client port listens on the host end of ``ns`` (or of the first of ``namespaces``). Every replica runs with
+    a fault file (``Topology(fault_files=True)``), so a scenario can arm a fault at a named point.
+    """
+
+    def __init__(self, name: str, settings: DrillSettings, directory: Path, ns: NetNamespace | None,
+                 *, namespaces: dict[str, NetNamespace] | None = None) -> None:
         self.name = name
         self.settings = settings
         self.ns = ns
-        # Inside the namespace only loopback and the veth exist: keep Spark's driver on loopback whatever the
+        self.namespaces = dict(namespaces) if namespaces else ({"replica-1": ns} if ns else {})
+        zk_side = ns or next(iter(self.namespaces.values()), None)
+        # Inside a namespace only loopback and the veth exist: keep Spark's driver on loopback whatever the
         # host name resolves to (`env` execs, so the replica keeps the pid the drill signals).
-        launch = {"replica-1": ReplicaLaunch((*ns.exec_prefix, "env", "SPARK_LOCAL_IP=127.0.0.1"), ns.ns_address)} \
-            if ns else None
+        launch = {rid: ReplicaLaunch((*space.exec_prefix, "env", "SPARK_LOCAL_IP=127.0.0.1"), space.ns_address)
+                  for rid, space in self.namespaces.items()} or None
         extra = ["--standby", "warm", "--counter-interval-s", f"{settings.counter_interval_s:g}",
                  "--safe-fraction", f"{settings.safe_fraction:g}", "--failure-backoff-s", "1"]
         self.topology = Topology(directory, replicas=3, group=GROUP, career=settings.career,
                                  session_timeout_s=settings.session_timeout_s,
                                  handover_timeout_s=settings.handover_timeout_s, zk_tick_ms=settings.zk_tick_ms,
-                                 replica_args=extra, zk_client_address=ns.host_address if ns else "127.0.0.1",
-                                 replica_launch=launch, zk_port=free_base_port())
+                                 replica_args=extra,
+                                 zk_client_address=zk_side.host_address if zk_side else "127.0.0.1",
+                                 replica_launch=launch, zk_port=free_base_port(), fault_files=True)
         self.monitor: Monitor | None = None
         self.markers: list[Marker] = []
         self.m = Measurements(scenario=name)
@@ -491,8 +520,7 @@ class Drill:
     # 1. Start: ensemble, replicas (the namespaced one first, so it leads), monitor, producer, some commits.
     def start_topology(self, *, all_at_once: bool = False) -> None:
         topo = self.topology
-        topo.logs.mkdir(parents=True, exist_ok=True)
-        topo.data_root.mkdir(parents=True, exist_ok=True)
+        topo.make_dirs()
         topo.ensemble.start()
         self.monitor = Monitor(topo)
         self.monitor.start()
@@ -512,12 +540,12 @@ class Drill:
                   self.settings.startup_timeout_s, "every replica ready (/readyz 200)")
         self.wait(lambda: len(self.topology.leaders()) == 1, self.settings.startup_timeout_s, "exactly one leader")
 
-    def start_work(self) -> None:
+    def start_work(self, *, seed: int = 8) -> None:
         """With Spark, start the producer; then wait for a few commits so the fault hits a working leader."""
         if self.settings.career == "spark":
             self.topology.start_producer(["--records", str(self.settings.records), "--keys", "50",
                                           "--rate", f"{self.settings.rate:g}", "--duplicates", "0.02",
-                                          "--bad", "0.005", "--seed", "8"])
+                                          "--bad", "0.005", "--seed", str(seed)])
             self.producer_started = True
         t0 = time.time()
         self.wait(lambda: self.commits_between(t0, math.inf) >= 3, self.settings.startup_timeout_s,
@@ -529,8 +557,8 @@ class Drill:
         self.start_work()
 
     # 2. Helpers for scenarios.
-    def mark(self, kind: str, label: str) -> float:
-        at = time.time()
+    def mark(self, kind: str, label: str, *, at: float | None = None) -> float:
+        at = time.time() if at is None else at
         self.markers.append(Marker(at, kind, label))
         if kind == "fault" and self.m.fault_at is None:
             self.m.fault_at = at
@@ -595,6 +623,27 @@ class Drill:
         for replica in self.topology.replicas:
             out.extend(read_events(replica.log_path, replica.replica_id))
         return sorted(out, key=lambda e: e.at)
+
+    def injected(self, replica: ReplicaProcess, point: str, since: float) -> LogEvent | None:
+        """The ``fault_injected`` event of ``replica``'s current process at ``point`` since ``since``, if any."""
+        return next((e for e in read_events(replica.log_path, replica.replica_id)
+                     if e.event == "fault_injected" and e.fields.get("point") == point and e.at >= since - 1.0
+                     and e.fields.get("pid") == replica.pid), None)
+
+    def wait_paused_at(self, replica: ReplicaProcess, point: str, since: float, timeout_s: float) -> LogEvent:
+        """Wait until ``replica`` logged ``fault_injected`` at ``point`` and its process is stopped (psutil
+        status 'stopped'): the whole tree paused itself there. Returns the event (its time is the pause)."""
+        found: list[LogEvent] = []
+
+        def paused() -> bool:
+            event = self.injected(replica, point, since)
+            if event is not None and replica.stopped():
+                found.append(event)
+                return True
+            return False
+
+        self.wait(paused, timeout_s, f"{replica.replica_id} to pause itself at {point}")
+        return found[0]
 
     # 3. Settle: the producer done and the queue drained (Spark), or a few more commits (counter).
     def settle(self) -> None:
@@ -663,13 +712,17 @@ def _crash(d: Drill) -> None:
 
 
 def _zombie(d: Drill) -> None:
+    """Arm ``before_transaction pause`` on the leader: its whole tree (Python and JVM) stops inside the fence,
+    its leadership checks passed and its commit transaction about to be sent. Keep it stopped past its session
+    timeout until a successor has committed, then resume it: the transaction it sends must be fenced."""
     leader = d.leader()
-    d.mark("fault", f"SIGSTOP {leader.replica_id}")
-    leader.signal(signal.SIGSTOP)
+    armed_at = time.time()
+    leader.arm("before_transaction", "pause")
+    event = d.wait_paused_at(leader, "before_transaction", armed_at, d.settings.work_timeout_s)
+    d.mark("fault", f"{leader.replica_id} paused at before_transaction (whole tree)", at=event.at)
     d.wait_successor_commit(d.settings.session_timeout_s + d.settings.work_timeout_s)
-    time.sleep(1.0)
-    d.mark("heal", f"SIGCONT {leader.replica_id}")
-    leader.signal(signal.SIGCONT)
+    d.mark("heal", f"resume {leader.replica_id} (whole tree)")
+    leader.resume()
     heal = d.m.heal_at or 0.0
     d.wait(lambda: _stepped_down(d, leader.replica_id, heal), d.settings.work_timeout_s, "the zombie to step down")
     d.wait_more_commits()
@@ -816,7 +869,8 @@ def _rolling_restart(d: Drill) -> None:
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("handover", "SIGTERM the leader", _handover),
     Scenario("crash", "SIGKILL the leader", _crash),
-    Scenario("zombie", "SIGSTOP the leader past its session timeout, then SIGCONT", _zombie),
+    Scenario("zombie", "pause the leader's whole tree at before_transaction past its session timeout, then "
+             "resume it", _zombie),
     Scenario("partition", "cut the leader's namespace off ZooKeeper, then heal", _partition, netns=True),
     Scenario("short-partition", "the same, shorter than the safe-until deadline", _short_partition, netns=True),
     Scenario("zk-follower-loss", "kill a ZooKeeper follower", _zk_loss("follower")),
@@ -930,12 +984,15 @@ def measure(d: Drill) -> None:
             m.commit_interval_s = _commit_interval(commits, successor[0].epoch)
         # What the old leader made visible after it should have stopped (its commit records, whose
         # committed_at is stamped before the transaction is sent), and what the fence turned away.
-        resumed = m.heal_at if d.name == "zombie" and m.heal_at is not None else fault + s.safe_until_s
-        m.old_committed_after_fault = _versions_where(commits, lambda c: c.epoch == old_epoch
-                                                      and c.committed_at >= resumed)
-        fenced_logged = sum(1 for e in events if e.replica_id == old and e.event == "fenced" and e.at >= fault)
-        fenced_metric = d.monitor.process_counts(old, d.old_pid)[1] if d.old_pid is not None else 0
-        m.old_attempted_after_fault = m.old_committed_after_fault + max(fenced_logged, fenced_metric)
+        if d.name == "zombie":
+            zombie_commits(d, events, commits)
+        else:
+            resumed = fault + s.safe_until_s
+            m.old_committed_after_fault = _versions_where(commits, lambda c: c.epoch == old_epoch
+                                                          and c.committed_at >= resumed)
+            fenced_logged = sum(1 for e in events if e.replica_id == old and e.event == "fenced" and e.at >= fault)
+            fenced_metric = d.monitor.process_counts(old, d.old_pid)[1] if d.old_pid is not None else 0
+            m.old_attempted_after_fault = m.old_committed_after_fault + max(fenced_logged, fenced_metric)
         since = m.heal_at or fault
         m.old_rejoined_as_follower = _stepped_down(d, old, since)
         suspended = [e.at for e in events if e.replica_id == old and e.at >= fault and (
@@ -962,6 +1019,47 @@ def measure(d: Drill) -> None:
         bounds = [t for t, _ in d.restarts] + [end]
         m.changes_per_restart = [sum(1 for e in terms if a <= e.at < b) for a, b in itertools.pairwise(bounds)]
     m.processes_exited = sum(1 for e in events if e.event == "runner_starting" and e.at >= fault)
+
+
+def zombie_commits(d: Drill, events: list[LogEvent], commits: list[CommitSample]) -> None:
+    """What became of the commits the zombie (the old leader, resumed) attempted.
+
+    committed: its epoch's record versions after the successor's first commit (while it was paused nothing of
+    its could land, and its own record was stamped before the pause, so versions, not times, tell). fenced:
+    the most any one source shows — the election's ``commit_fenced``, the runner's ``fenced``, the Spark
+    career's ``batch_fenced``, ``tenure_commits_fenced_total`` of its process. unknown: the runner's
+    ``commit_outcome_unknown`` or a batch failed with "outcome unknown" (the reply was lost and the record could
+    not be read back). attempted: those three, and at least the one it was paused in (``fault_injected``).
+    """
+    m = d.m
+    old, old_epoch, fault = m.old_leader, m.old_epoch or 0, m.fault_at or 0.0
+    successor = [c for c in commits if c.epoch > old_epoch and c.observed_at >= fault]
+    first = successor[0].version if successor else None
+    m.old_committed_after_fault = _versions_where(
+        commits, lambda c: c.epoch == old_epoch and (c.observed_at > fault if first is None else c.version > first))
+    # The paused commit's record is stamped just before the fault point; one landing before the successor's is
+    # the paused one, sent before the stop took effect.
+    m.old_landed_before_pause = _versions_where(
+        commits, lambda c: c.epoch == old_epoch and c.observed_at > fault and c.committed_at >= fault - 0.05
+        and (first is None or c.version < first))
+    mine = [e for e in events if e.replica_id == old and e.at >= fault - 1.0]
+
+    def count(pred: Callable[[LogEvent], bool]) -> int:
+        return sum(1 for e in mine if pred(e))
+
+    metric = 0
+    if d.monitor is not None and d.old_pid is not None and old is not None:
+        metric = int(d.monitor.process_metric(old, d.old_pid, "tenure_commits_fenced_total"))
+        metric = max(metric, d.monitor.process_counts(old, d.old_pid)[1])
+    m.old_fenced_after_fault = max(count(lambda e: e.event == "commit_fenced"),
+                                   count(lambda e: e.event == "fenced" and e.fields.get("logger") == "tenure.runner"),
+                                   count(lambda e: e.event == "batch_fenced"), metric)
+    m.old_unknown_after_fault = max(
+        count(lambda e: e.event == "commit_outcome_unknown"),
+        count(lambda e: e.event == "batch_failed" and "outcome unknown" in str(e.fields.get("error", ""))))
+    injected = count(lambda e: e.event == "fault_injected" and e.fields.get("point") == "before_transaction")
+    m.old_attempted_after_fault = max(injected, m.old_committed_after_fault + m.old_fenced_after_fault
+                                      + m.old_unknown_after_fault)
 
 
 def _commit_interval(commits: list[CommitSample], epoch: int) -> float | None:
@@ -1173,11 +1271,12 @@ def plot_timeline(results: list[ScenarioResult], path: Path) -> None:
         xs = [c["at"] - origin for c in tl["commits"] if c["replica"] in rows]
         ys = [rows[c["replica"]] + 0.38 for c in tl["commits"] if c["replica"] in rows]
         ax.scatter(xs, ys, marker="|", s=40, color="black", linewidths=0.8, label="commit")
-        for mk in markers:
+        for k, mk in enumerate(sorted(markers, key=lambda mk: mk["at"])):
             x = mk["at"] - origin
             ax.axvline(x, color="#c62828" if mk["kind"] == "fault" else "#1565c0",
                        linestyle="-" if mk["kind"] == "fault" else "--", linewidth=1.2)
-            ax.text(x, len(rows) - 0.45, f" {mk['label']}", fontsize=7, va="bottom",
+            # staggered in three rows: labels of close markers (a chaos run's fault and heal) stay readable
+            ax.text(x, len(rows) - 0.45 - 0.22 * (k % 3), f" {mk['label']}", fontsize=7, va="bottom",
                     color="#c62828" if mk["kind"] == "fault" else "#1565c0")
         ax.set_yticks(list(rows.values()), list(rows.keys()))
         ax.set_ylim(-0.6, len(rows) - 0.1 + 0.4)
@@ -1204,7 +1303,8 @@ def expand(scenarios: list[str]) -> list[str]:
             if name not in names:
                 names.append(name)
         else:
-            raise DrillError(f"scenario {name!r} is unknown: choose from all, {', '.join(SCENARIOS)}")
+            raise DrillError(f"scenario {name!r} is unknown: choose from all, {', '.join(SCENARIOS)} "
+                             "(or chaos, alone)")
     return names
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 
 import psutil
 
@@ -39,7 +40,9 @@ def pause_tree(pid: int) -> list[int]:
     pids = tree_pids(pid)
     if pid == os.getpid():
         _send(pids[1:], signal.SIGSTOP)
-        _send([pid], signal.SIGSTOP)
+        # To the calling thread: a process-wide SIGSTOP goes to the main thread first, and the caller (say a
+        # py4j thread about to send a commit) could run on for a few milliseconds.
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
     else:
         _send(pids, signal.SIGSTOP)
     return pids

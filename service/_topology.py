@@ -15,10 +15,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
 from service._ensemble import Ensemble, die_with_parent, free_base_port
+from service._faults import arm
+from service._proctree import pause_tree, resume_tree, tree_pids
 
 __all__ = ["ReplicaLaunch", "ReplicaProcess", "ReplicaStatus", "Topology", "free_port", "scrape"]
 
@@ -72,17 +75,25 @@ class ReplicaLaunch:
 
 
 class ReplicaProcess:
-    """One `tenure run` child process with its metrics port and log file."""
+    """One `tenure run` child process with its metrics port and log file.
+
+    A pause stops the whole process tree (the Python process and its Spark JVM), as a frozen VM or container
+    would: ``signal(SIGSTOP)`` and ``signal(SIGCONT)`` mean :meth:`pause` and :meth:`resume`, and :meth:`stop`
+    resumes the tree before it terminates or kills anything. With ``fault_file`` the replica runs with
+    ``--fault-file`` (see ``service._faults``).
+    """
 
     def __init__(self, replica_id: str, port: int, args: list[str], log_path: Path,
                  env: dict[str, str] | None = None, *, command_prefix: list[str] | None = None,
-                 metrics_host: str = "127.0.0.1") -> None:
+                 metrics_host: str = "127.0.0.1", fault_file: Path | None = None) -> None:
         self.replica_id = replica_id
         self.port = port
         self.log_path = log_path
         self.metrics_host = metrics_host
+        self.fault_file = fault_file
+        faults = ["--fault-file", str(fault_file)] if fault_file is not None else []
         self._cmd = [*(command_prefix or []), sys.executable, "-m", "service", "run", "--replica-id", replica_id,
-                     "--metrics-host", metrics_host, "--metrics-port", str(port), *args]
+                     "--metrics-host", metrics_host, "--metrics-port", str(port), *args, *faults]
         self._env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -104,9 +115,47 @@ class ReplicaProcess:
         return self.process.pid if self.process is not None else None
 
     def signal(self, sig: int) -> None:
-        if self.alive:
-            assert self.process is not None
+        """Send ``sig`` to the replica; SIGSTOP and SIGCONT pause and resume its whole process tree."""
+        if not self.alive:
+            return
+        assert self.process is not None
+        if sig == signal.SIGSTOP:
+            self.pause()
+        elif sig == signal.SIGCONT:
+            self.resume()
+        else:
             self.process.send_signal(sig)
+
+    def pause(self) -> list[int]:
+        """SIGSTOP the replica and every descendant (its Spark JVM); returns the pids stopped."""
+        return pause_tree(self.process.pid) if self.alive and self.process is not None else []
+
+    def resume(self) -> list[int]:
+        """SIGCONT the replica and every descendant, whoever stopped them (a drill, or an injected fault)."""
+        return resume_tree(self.process.pid) if self.alive and self.process is not None else []
+
+    def stopped(self) -> bool:
+        """True while the replica's own process is stopped (SIGSTOP; psutil status 'stopped')."""
+        if not self.alive or self.process is None:
+            return False
+        try:
+            return bool(psutil.Process(self.process.pid).status() == psutil.STATUS_STOPPED)
+        except psutil.NoSuchProcess:
+            return False
+
+    def arm(self, point: str, action: str) -> Path:
+        """Arm one fault on this replica's fault file (``POINT ACTION``, see ``service._faults``)."""
+        if self.fault_file is None:
+            raise ValueError(f"{self.replica_id} runs without --fault-file: start the topology with "
+                             "fault_files=True")
+        arm(self.fault_file, point, action)
+        return self.fault_file
+
+    def disarm(self) -> None:
+        """Remove a fault armed but never reached (before a restart, so the new process does not take it)."""
+        if self.fault_file is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.fault_file.unlink()
 
     def metrics(self) -> dict[str, float]:
         return scrape(self.port, host=self.metrics_host) if self.alive else {}
@@ -126,19 +175,53 @@ class ReplicaProcess:
         )
 
     def stop(self, timeout_s: float) -> int | None:
-        """SIGTERM (SIGCONT first, in case a drill paused it), wait, then SIGKILL; returns the exit code."""
+        """SIGTERM (the whole tree resumed first, in case a drill or a fault paused it), wait, then SIGKILL;
+        returns the exit code. Descendants left behind (a JVM whose parent was killed) are killed too."""
         if self.process is None:
             return None
         if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.process.pid, signal.SIGCONT)
+            children = _descendants(self.process.pid)
+            resume_tree(self.process.pid)
             self.process.terminate()
             try:
                 self.process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
+                resume_tree(self.process.pid)  # stopped again meanwhile (an armed pause): SIGKILL acts anyway
                 self.process.kill()
                 self.process.wait()
+            _reap_orphans(children)
         return self.process.returncode
+
+    def kill(self, timeout_s: float = 30.0) -> int | None:
+        """SIGKILL at once (the tree resumed first), reap it, then kill any descendant it left behind."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            children = _descendants(self.process.pid)
+            resume_tree(self.process.pid)
+            self.process.kill()
+            self.process.wait(timeout=timeout_s)
+            _reap_orphans(children)
+        return self.process.returncode
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    procs = []
+    for child in tree_pids(pid)[1:]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            procs.append(psutil.Process(child))
+    return procs
+
+
+def _reap_orphans(children: list[psutil.Process], grace_s: float = 5.0) -> None:
+    """Give a dead replica's descendants ``grace_s`` to exit on their own (a Spark JVM exits when its parent's
+    pipe closes), then SIGCONT and SIGKILL whichever is left."""
+    _gone, alive = psutil.wait_procs(children, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.resume()
+            proc.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
 
 
 class Topology:
@@ -154,8 +237,11 @@ class Topology:
     def __init__(self, directory: Path, *, replicas: int = 3, group: str = "default", career: str = "spark",
                  session_timeout_s: float = 6.0, handover_timeout_s: float = 3.0, zk_tick_ms: int = 1000,
                  replica_args: list[str] | None = None, zk_servers: int = 3, zk_client_address: str = "127.0.0.1",
-                 replica_launch: dict[str, ReplicaLaunch] | None = None, zk_port: int | None = None) -> None:
+                 replica_launch: dict[str, ReplicaLaunch] | None = None, zk_port: int | None = None,
+                 fault_files: bool = False) -> None:
         self.directory = directory
+        #: with ``fault_files``, replica R runs with ``--fault-file <directory>/faults/R`` (see ``arm``)
+        self.faults_dir = directory / "faults" if fault_files else None
         self.data_root = directory / "data"
         self.logs = directory / "logs"
         self.group = group
@@ -174,9 +260,10 @@ class Topology:
 
     def _new_replica(self, replica_id: str) -> ReplicaProcess:
         launch = self.replica_launch.get(replica_id, ReplicaLaunch())
+        fault_file = self.faults_dir / replica_id if self.faults_dir is not None else None
         return ReplicaProcess(replica_id, free_port(), self._replica_args, self.logs / f"{replica_id}.log",
                               env={"TENURE_LOG_LEVEL": "info"}, command_prefix=list(launch.prefix),
-                              metrics_host=launch.metrics_host)
+                              metrics_host=launch.metrics_host, fault_file=fault_file)
 
     def __enter__(self) -> Topology:
         self.start()
@@ -190,13 +277,19 @@ class Topology:
 
     def start(self) -> None:
         """Start the ensemble, then every replica (they warm up and join in parallel)."""
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.data_root.mkdir(parents=True, exist_ok=True)
+        self.make_dirs()
         self.ensemble.start()
         for replica in self.replicas:
             replica.start()
         _log.info("topology_started", zk=self.ensemble.connect_string, replicas=len(self.replicas),
                   ports=[r.port for r in self.replicas], logs=str(self.logs))
+
+    def make_dirs(self) -> None:
+        """The logs folder, the data root and (with fault files) the faults folder."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.data_root.mkdir(parents=True, exist_ok=True)
+        if self.faults_dir is not None:
+            self.faults_dir.mkdir(parents=True, exist_ok=True)
 
     def replica(self, replica_id: str) -> ReplicaProcess:
         return next(r for r in self.replicas if r.replica_id == replica_id)
@@ -205,6 +298,7 @@ class Topology:
         """Start a stopped or killed replica again under the same id (a new port and process)."""
         old = self.replica(replica_id)
         old.stop(self.handover_timeout_s + 5)
+        old.disarm()
         new = self._new_replica(replica_id).start()
         self.replicas[self.replicas.index(old)] = new
         return new

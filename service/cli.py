@@ -183,11 +183,20 @@ def produce(data_root: Path, records: int, keys: int, rate: float | None, duplic
               envvar="TENURE_MAX_LINE_BYTES", help="The pipeline's line size limit.")
 @click.option("--queue-dir", type=click.Path(path_type=Path), default=None, envvar="TENURE_QUEUE_DIR",
               help="The shared queue (landing/, archive/) the group reads, if not the data root.")
+@click.option("--allow-empty", is_flag=True, help="Pass when the queue holds no valid id (by default that fails: "
+              "nothing was audited).")
+@click.option("--ignore-field", "ignore_fields", multiple=True, type=click.Choice(["ts", "payload"]),
+              help="Do not compare this field of written rows with the queue (repeatable): for a row function "
+                   "or transform that rewrites it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, as_json: bool) -> None:
-    """Audit exactly-once and per-key order: exit 1 on any loss, duplicate or inversion."""
+def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, allow_empty: bool,
+           ignore_fields: tuple[str, ...], as_json: bool) -> None:
+    """Audit exactly-once, content and per-key order: exit 1 on any violation or an empty queue, 2 on a bad path."""
+    fields = [f for f in verify_mod.CONTENT_FIELDS if f not in ignore_fields]
     try:
-        report = verify_mod.verify(data_root, max_line_bytes=max_line_bytes, queue_dir=queue_dir)
+        verify_mod.check_data_root(data_root, queue_dir)
+        report = verify_mod.verify(data_root, max_line_bytes=max_line_bytes, queue_dir=queue_dir,
+                                   allow_empty=allow_empty, content_fields=fields)
     except TenureError as exc:
         _fail(exc)
     click.echo(report.to_json() if as_json else report.render())
@@ -286,18 +295,38 @@ def demo(directory: Path, records: int, rate: float, career: str) -> None:
               "500 ms, fewer records.")
 @click.option("--dir", "directory", type=click.Path(path_type=Path), default=Path(".tenure/drill"),
               show_default=True, help="One folder per scenario, wiped first: ZooKeeper data, data root, logs.")
+@click.option("--faults", type=click.IntRange(1, 100), default=None,
+              help="chaos: how many faults, spread over the production. [default: 5]")
+@click.option("--seed", type=int, default=None,
+              help="chaos: draws the faults, their times and the producer's data; printed in the report. "
+              "[default: drawn]")
 def drill(scenarios: tuple[str, ...], json_out: Path | None, plot_out: Path | None, records: int | None,
-          career: str, short: bool, directory: Path) -> None:
+          career: str, short: bool, directory: Path, faults: int | None, seed: int | None) -> None:
     """Failover drills: SCENARIO … or `all`; prints figures and PASS/FAIL per criterion, exits 1 on any FAIL.
 
     Scenarios: handover, crash, zombie, partition, short-partition, zk-follower-loss, zk-leader-loss,
     quorum-loss, flaky-link, spark-death, cold-start, rolling-restart. Network drills need root and `ip netns`.
+
+    `tenure drill chaos --records N --faults K [--seed S]` (alone): K seeded random faults (leader SIGKILL,
+    SIGTERM, whole-tree pause, network partition, ZooKeeper server restart, injected fault points) over a steady
+    production, a recovery wait after each, then a full `tenure verify` audit; exits 1 on any failed recovery
+    or audit.
     """
     from service._drill import run_drills
 
     try:
-        code = run_drills(list(scenarios), directory=directory, records=records, json_out=json_out,
-                          plot_out=plot_out, short=short, career=career, echo=click.echo)
+        if "chaos" in scenarios:
+            from service._chaos import run_chaos
+
+            if len(scenarios) > 1:
+                raise TenureError("chaos runs alone: `tenure drill chaos --faults K …`, other scenarios separately")
+            code = run_chaos(directory=directory, records=records, faults=faults or 5, seed=seed, career=career,
+                             short=short, json_out=json_out, plot_out=plot_out, echo=click.echo)
+        else:
+            if faults is not None or seed is not None:
+                raise TenureError("--faults and --seed are options of `tenure drill chaos` only")
+            code = run_drills(list(scenarios), directory=directory, records=records, json_out=json_out,
+                              plot_out=plot_out, short=short, career=career, echo=click.echo)
     except TenureError as exc:
         _fail(exc)
     sys.exit(code)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import time
 import urllib.error
 import urllib.request
@@ -65,7 +62,11 @@ def descendants(pid: int) -> set[int]:
 
 
 class Replica(ReplicaProcess):
-    """A `tenure run` process (see service._topology) with the assertions tests need."""
+    """A `tenure run` process (see service._topology) with the assertions tests need.
+
+    ``signal(SIGSTOP)`` / ``signal(SIGCONT)`` pause and resume the whole process tree (Python and its Spark
+    JVM, see ``service._proctree``); ``reap`` resumes the tree before it kills.
+    """
 
     def __init__(self, replica_id: str, args: list[str], log_dir: Path, env: dict[str, str] | None = None) -> None:
         super().__init__(replica_id, free_port(), args, log_dir / f"{replica_id}.log",
@@ -94,12 +95,9 @@ class Replica(ReplicaProcess):
                    for e in self.log_events())
 
     def reap(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.process.pid, signal.SIGCONT)
-            self.process.kill()
-        if self.process is not None:
-            self.process.wait(timeout=30)
+        """SIGKILL the replica, its whole tree resumed first (a paused JVM would never exit), and wait for it;
+        a descendant it leaves behind is killed too."""
+        self.kill(timeout_s=30)
 
 
 class ReplicaSet:

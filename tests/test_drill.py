@@ -51,7 +51,7 @@ def _healthy(scenario: str, **facts: object) -> Measurements:
     m = Measurements(scenario=scenario, fault_at=100.0, audit_ok=True, audit_lost=0, audit_duplicated=0,
                      audit_inversions=0, successor_committed=True, commits_after_fault=10, commits_after_heal=5,
                      clean_handover=True, handover_to_commit_s=0.2, commit_interval_s=0.1, new_leader_s=6.5,
-                     old_committed_after_fault=0,
+                     old_committed_after_fault=0, old_fenced_after_fault=1, old_unknown_after_fault=0,
                      old_attempted_after_fault=1, old_rejoined_as_follower=True, old_released=True,
                      suspended_s=2.9, old_commits_past_deadline=0, commits_during_outage=0, leaders_after=1,
                      max_simultaneous_leaders=1, first_leader_s=0.3, changes_per_restart=[0, 1, 0])
@@ -80,7 +80,15 @@ def _healthy(scenario: str, **facts: object) -> Measurements:
         ("crash never replaced", _healthy("crash", new_leader_s=None, successor_committed=False),
          ["new leader within session timeout + 1 s", "successor commits"]),
         ("zombie published", _healthy("zombie", old_committed_after_fault=1),
-         ["every commit the zombie attempts is fenced"]),
+         ["the zombie attempts a commit and none lands"]),
+        ("zombie never reached its commit", _healthy("zombie", old_attempted_after_fault=0, old_fenced_after_fault=0),
+         ["the zombie attempts a commit and none lands", "the fence turns the zombie's commit away"]),
+        ("zombie's paused commit landed before the pause took effect",
+         _healthy("zombie", old_fenced_after_fault=0, old_landed_before_pause=1),
+         ["the fence turns the zombie's commit away"]),
+        ("zombie's commit ended outcome unknown, not fenced",
+         _healthy("zombie", old_fenced_after_fault=0, old_unknown_after_fault=1),
+         ["the fence turns the zombie's commit away"]),
         ("zombie stays away", _healthy("zombie", old_rejoined_as_follower=False), ["zombie rejoins as follower"]),
         ("partition pause too late", _healthy("partition", suspended_s=3.6),
          ["cut-off leader stops committing within safe-until"]),
@@ -250,3 +258,75 @@ def test_other_drills_on_short_timeline(tmp_path: Path, created_namespaces: list
     assert statuses["spark-death"] == ("skipped", "needs the Spark career (a JVM to kill)")
     assert plot_out.stat().st_size > 10_000
     assert _all_removed(created_namespaces)
+
+
+# -- the Spark career's drills in CI: the zombie paused inside the fence, the partition, a short chaos run ------------
+
+
+def _spark_or_skip() -> None:
+    if why := career_unavailable("spark"):
+        pytest.skip(why)
+
+
+@pytest.mark.timeout(600)  # about 3 minutes on an idle machine: 3 warm Spark replicas and the ensemble on 2 cores
+def test_zombie_drill_spark_pauses_the_whole_tree_inside_the_fence(tmp_path: Path) -> None:
+    """The leader's whole tree (Python and its Spark JVM) pauses itself at ``before_transaction``, stays paused
+    past its session timeout until a successor has committed, then resumes into its commit: it attempts at least
+    one commit, none lands (the fence turns it away), it rejoins as follower, and the audit is clean."""
+    _spark_or_skip()
+    settings = DrillSettings.make(career="spark", records=None, short=True)
+    result = run_scenario("zombie", settings, tmp_path)
+    m = result.measurements
+    assert m is not None
+    failed = [f"{c.name}: {c.detail}" for c in result.criteria if not c.passed]
+    assert m.old_attempted_after_fault is not None and m.old_attempted_after_fault >= 1, failed
+    assert m.old_committed_after_fault == 0, failed
+    assert any(mk["label"].endswith("paused at before_transaction (whole tree)")
+               for mk in result.timeline["markers"]), result.timeline["markers"]
+    assert result.status == "pass", f"zombie (spark) failed: {failed}"
+
+
+@pytest.mark.timeout(600)
+def test_partition_drill_spark(tmp_path: Path, created_namespaces: list[NetNamespace]) -> None:
+    """The partition drill with the Spark career: the cut-off leader stops committing within safe-until, a
+    successor commits, the old leader rejoins as follower after the heal, the audit is clean; the namespace and
+    its veth are gone afterwards."""
+    if why := netns_unavailable():
+        pytest.skip(why)
+    _spark_or_skip()
+    settings = DrillSettings.make(career="spark", records=None, short=True)
+    result = run_scenario("partition", settings, tmp_path)
+    failed = [f"{c.name}: {c.detail}" for c in result.criteria if not c.passed]
+    assert result.status == "pass", f"partition (spark) failed: {failed}"
+    assert len(created_namespaces) == 1 and _all_removed(created_namespaces)
+
+
+#: The CI chaos run: a replica killing itself between Spark's checkpoint and the marking of its files, a
+#: whole-tree pause of the leader, a ZooKeeper leader restart (see tests/test_chaos.py for the plan).
+CI_CHAOS_SEED = 12
+
+
+@pytest.mark.timeout(900)
+def test_chaos_drill_spark_short(tmp_path: Path) -> None:
+    """A short seeded chaos run with the Spark career: 3000 records, 3 faults; every fault recovers, the killed
+    replica is restarted (3 alive at the end), the audit is clean; the report, the JSON and the plot agree."""
+    _spark_or_skip()
+    from service._chaos import run_chaos
+
+    lines: list[str] = []
+    json_out, plot_out = tmp_path / "chaos.json", tmp_path / "chaos.png"
+    code = run_chaos(directory=tmp_path / "runs", records=3000, faults=3, seed=CI_CHAOS_SEED, career="spark",
+                     short=True, json_out=json_out, plot_out=plot_out, echo=lines.append)
+    report = "\n".join(lines)
+    doc = json.loads(json_out.read_text())
+    failed = [f"{c['name']}: {c['detail']}" for c in doc["criteria"] if not c["passed"]]
+    assert code == 0, f"chaos failed: {failed}\n{report}"
+    assert doc["seed"] == CI_CHAOS_SEED and [f["label"] for f in doc["faults"]] == \
+        ["inject after_checkpoint kill", "pause", "zk-restart (leader)"]
+    assert all(f["status"] == "recovered" and f["recovery_s"] is not None for f in doc["faults"]), doc["faults"]
+    audit = doc["audit"]
+    assert audit["ok"] and audit["ids_in"] == 3000 and audit["lost"] == audit["duplicated"] == audit["inversions"] == 0
+    assert doc["replicas_alive_at_end"] == 3
+    assert f"seed {CI_CHAOS_SEED}" in report and "chaos: OK" in report
+    assert not any(line.lstrip().startswith("{") for line in report.splitlines()), "JSON log lines in the report"
+    assert plot_out.stat().st_size > 10_000
