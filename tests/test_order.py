@@ -130,3 +130,19 @@ def test_a_transform_that_reshuffles_keeps_each_key_in_order(
     table = published(root)
     assert len(table) == 200
     assert not inversions(table), inversions(table)[:5]
+
+
+def test_marks_name_late_keys_and_advance_only_upwards(tmp_path: Path) -> None:
+    """Pure logic: a key is late when its batch's lowest seq is at or below its mark; marks only rise, and a
+    batch that moves none returns the same marks (nothing new to write); a snapshot reads back equal."""
+    from career.spark._order import HighWaterMarks
+    from career.spark._retry import write_parquet
+
+    marks = HighWaterMarks({"a": 10, "b": 5})
+    assert marks.late_keys({"a": (10, 12), "b": (6, 9), "c": (1, 1)}) == {"a": 10}
+    assert marks.advanced({"a": 7, "b": 5}) is marks
+    moved = marks.advanced({"a": 12, "c": 3})
+    assert (moved.get("a"), moved.get("b"), moved.get("c"), marks.get("a")) == (12, 5, 3, 10)
+    write_parquet(moved.to_arrow(), tmp_path)
+    again = HighWaterMarks.read(tmp_path / "part-00000.parquet")
+    assert {k: again.get(k) for k in "abc"} == {"a": 12, "b": 5, "c": 3} and len(again) == 3

@@ -368,8 +368,7 @@ class _BatchWriter:
         with term.lock:
             term.last_committed = batch_id
             term.last_record = new_record
-            if order:
-                term.order = (order["order"], new_marks)
+            term.order = (order["order"], new_marks)
         self._faults("after_commit")
         self._fault("committed", batch_id)
         # 5. Publish (a new leader's inaugurate, or a re-run of this batch, finishes it after a crash).
@@ -406,7 +405,7 @@ class _BatchWriter:
         """Stage the advanced marks when they moved; returns the commit record's ``order`` field."""
         layout = self._layout
         path = (record or {}).get("order")
-        if new != old or path is None:
+        if new is not old or path is None:
             folder = layout.staging(layout.order, self._term.epoch, batch_id)
             write_parquet(new.to_arrow(), folder)
             staged["order"] = layout.relative(folder)

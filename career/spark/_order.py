@@ -72,21 +72,14 @@ class HighWaterMarks:
         return late
 
     def advanced(self, maxima: Mapping[str, int]) -> HighWaterMarks:
-        """These marks after publishing rows whose highest ``seq`` per key is ``maxima``."""
-        marks = dict(self._marks)
-        for key, seq in maxima.items():
-            if seq > marks.get(key, seq - 1):
-                marks[key] = seq
-        return HighWaterMarks(marks)
+        """These marks after publishing rows whose highest ``seq`` per key is ``maxima`` (``self`` when none
+        moves, so a caller can tell by identity whether there is anything new to write)."""
+        moved = {key: seq for key, seq in maxima.items() if seq > self._marks.get(key, seq - 1)}
+        return HighWaterMarks({**self._marks, **moved}) if moved else self
 
     def to_arrow(self) -> pa.Table:
         return pa.table({"key": pa.array(list(self._marks), pa.string()),
                          "seq": pa.array(list(self._marks.values()), pa.int64())})
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, HighWaterMarks) and self._marks == other._marks
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 def split_late(classified: DataFrame, late: Mapping[str, int], spark: SparkSession, *,
