@@ -146,3 +146,20 @@ def test_marks_name_late_keys_and_advance_only_upwards(tmp_path: Path) -> None:
     write_parquet(moved.to_arrow(), tmp_path)
     again = HighWaterMarks.read(tmp_path / "part-00000.parquet")
     assert {k: again.get(k) for k in "abc"} == {"a": 12, "b": 5, "c": 3} and len(again) == 3
+
+
+def test_marks_of_a_table_written_before_marks_were_kept(tmp_path: Path) -> None:
+    """An upgrade: the commit record names no marks, so the first batch computes them from the published table
+    (every part file, highest seq per key); an empty or missing table gives no marks."""
+    import pyarrow as pa
+
+    from career.spark._order import HighWaterMarks
+
+    table = tmp_path / "table"
+    assert len(HighWaterMarks.of_table(table)) == 0
+    table.mkdir()
+    (table / "_staging").mkdir()  # never part of the table
+    pq.write_table(pa.table({"key": ["a", "b", "a"], "seq": [3, 9, 7]}), table / "batch-000000000000-part-0.parquet")
+    pq.write_table(pa.table({"key": ["a", "c"], "seq": [5, 1]}), table / "batch-000000000001-part-0.parquet")
+    marks = HighWaterMarks.of_table(table)
+    assert {k: marks.get(k) for k in "abc"} == {"a": 7, "b": 9, "c": 1} and len(marks) == 3
