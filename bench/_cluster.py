@@ -20,8 +20,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from bench._common import embedded_ensemble, process_tree_rss
-from service._ensemble import Ensemble, EnsembleError, die_with_parent
-from service._topology import Topology
+from service.local._ensemble import Ensemble, EnsembleError, die_with_parent
+from service.local._topology import Topology
 
 __all__ = ["Cluster", "Commit", "CommitTimeline", "NaiveCluster", "TenureCluster", "producer_args"]
 
@@ -152,7 +152,7 @@ def _http_ok(port: int, path: str) -> bool:
 
 
 class TenureCluster:
-    """``service._topology.Topology`` with the Spark career, 3 replicas, warm or cold standby, plus a producer."""
+    """``service.local._topology.Topology`` with the Spark career, 3 replicas, warm or cold standby, plus a producer."""
 
     def __init__(self, directory: Path, *, standby: str, rate: float, replicas: int = 3) -> None:
         self.label = f"tenure-{standby}"

@@ -16,7 +16,8 @@ from kazoo.protocol.states import WatchedEvent
 from bench._children_watch import ChildrenWatchElection
 from bench._common import BenchContext, Result, Target, embedded_ensemble
 from election import Election, Identity, LeadershipState
-from service._ensemble import Ensemble, four_letter_word
+from service.local._ensemble import Ensemble
+from service.replica._four_letter import four_letter_word
 
 __all__ = ["run_herd"]
 

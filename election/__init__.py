@@ -51,7 +51,7 @@ Example::
 
 from election._acl import DigestCredential
 from election._election import Election
-from election._errors import ElectionError, Fenced, NotLeader, TenureError
+from election._errors import ConfigError, ElectionError, Fenced, NotLeader, TenureError
 from election._events import (
     ConnectionChanged,
     Elected,
@@ -69,6 +69,7 @@ from election._status import Contender, GroupStatus, group_status
 
 __all__ = [
     "TRANSITIONS",
+    "ConfigError",
     "ConnectionChanged",
     "Contender",
     "DigestCredential",

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-__all__ = ["ElectionError", "Fenced", "NotLeader", "TenureError"]
+__all__ = ["ConfigError", "ElectionError", "Fenced", "NotLeader", "TenureError"]
 
 
 class TenureError(Exception):
     """Root of every error tenure raises on purpose; messages say what happened and what to do."""
+
+
+class ConfigError(TenureError, ValueError):
+    """A setting that cannot work; the message names the setting, the value and the fix.
+
+    Raised where each setting is defined and validated (the election's, the career's, the replica's own), so
+    one rule holds everywhere. A ``ValueError`` too, so pydantic reports it as a field error.
+    """
 
 
 class ElectionError(TenureError):

@@ -40,7 +40,7 @@ class GroupStatus:
     """A snapshot of one group. ``leader`` is the lowest live node (it leads, or will within milliseconds
     once it has verified ownership); ``contenders`` are in line order, leader first. ``queues`` lists the
     queues the group is registered on with every group sharing each and its lag (``{"queue_dir", "groups":
-    [{"group", "data_root", "registered_at", "lag"}]}``); ``tenure status`` fills it (``service/_groups.py``).
+    [{"group", "data_root", "registered_at", "lag"}]}``); ``tenure status`` fills it (``service/ops/_groups.py``).
 
     Example::
 

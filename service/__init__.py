@@ -1,3 +1,4 @@
-"""The tenure process: CLI, config, runner, metrics and health, the embedded ZooKeeper, producer, drills."""
+"""tenure's processes and tools, by job: ``replica`` (``tenure run``), ``ops`` (status, verify, groups, produce),
+``local`` (embedded ZooKeeper, topologies, up, demo) and ``drill``; ``cli`` dispatches to them."""
 
 __version__ = "0.1.0"

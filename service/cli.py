@@ -17,15 +17,15 @@ from pydantic_core import PydanticUndefined
 
 from election import TenureError
 from service import __version__
-from service import _producer as producer_mod
-from service import _verify as verify_mod
-from service._config import ReplicaConfig, load_config
-from service._demo import run_demo
-from service._ensemble import Ensemble
-from service._logs import configure_logging
-from service._replica import run_replica
-from service._topology import Topology
-from service._up import run_up
+from service.local._demo import run_demo
+from service.local._ensemble import Ensemble
+from service.local._topology import Topology
+from service.local._up import run_up
+from service.ops import _producer as producer_mod
+from service.ops import _verify as verify_mod
+from service.replica._config import ReplicaConfig, load_config
+from service.replica._logs import configure_logging
+from service.replica._process import run_replica
 
 __all__ = ["main"]
 
@@ -210,7 +210,7 @@ def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, allow_e
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status(zk: str, group: str, zk_auth: str | None, as_json: bool) -> None:
     """Show the group's leader, epoch, contenders in line, last commit, and the groups on its queue with their lag."""
-    from service._status import show_status
+    from service.ops._status import show_status
 
     try:
         show_status(zk, group, as_json=as_json, auth_data=[("digest", zk_auth)] if zk_auth else None)
@@ -240,7 +240,7 @@ def _queue_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--json", "as_json", is_flag=True, help="Print the groups as JSON.")
 def groups_list(zk: str, queue_dir: Path, zk_auth: str | None, as_json: bool) -> None:
     """List the groups on the queue with their data roots and lag (landing files not yet consumed)."""
-    from service._groups import connected, format_groups, queue_report
+    from service.ops._groups import connected, format_groups, queue_report
 
     try:
         with connected(zk, auth_data=[("digest", zk_auth)] if zk_auth else None) as client:
@@ -256,7 +256,7 @@ def groups_list(zk: str, queue_dir: Path, zk_auth: str | None, as_json: bool) ->
 @click.option("--force", is_flag=True, help="Remove it even though replicas of the group still run.")
 def groups_remove(group: str, zk: str, queue_dir: Path, zk_auth: str | None, force: bool) -> None:
     """Unregister GROUP from the queue and delete its consumption marks, releasing what it held back."""
-    from service._groups import connected, remove_group
+    from service.ops._groups import connected, remove_group
 
     try:
         with connected(zk, auth_data=[("digest", zk_auth)] if zk_auth else None) as client:
@@ -312,11 +312,11 @@ def drill(scenarios: tuple[str, ...], json_out: Path | None, plot_out: Path | No
     production, a recovery wait after each, then a full `tenure verify` audit; exits 1 on any failed recovery
     or audit.
     """
-    from service._drill import run_drills
+    from service.drill._drill import run_drills
 
     try:
         if "chaos" in scenarios:
-            from service._chaos import run_chaos
+            from service.drill._chaos import run_chaos
 
             if len(scenarios) > 1:
                 raise TenureError("chaos runs alone: `tenure drill chaos --faults K …`, other scenarios separately")

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from service._drill import read_events
-from service._topology import ReplicaProcess
+from service.drill._drill import read_events
+from service.local._topology import ReplicaProcess
 from tests.conftest import free_port
 
 T = TypeVar("T")
@@ -62,10 +62,10 @@ def descendants(pid: int) -> set[int]:
 
 
 class Replica(ReplicaProcess):
-    """A `tenure run` process (see service._topology) with the assertions tests need.
+    """A `tenure run` process (see service.local._topology) with the assertions tests need.
 
     ``signal(SIGSTOP)`` / ``signal(SIGCONT)`` pause and resume the whole process tree (Python and its Spark
-    JVM, see ``service._proctree``); ``reap`` resumes the tree before it kills.
+    JVM, see ``service.replica._proctree``); ``reap`` resumes the tree before it kills.
     """
 
     def __init__(self, replica_id: str, args: list[str], log_dir: Path, env: dict[str, str] | None = None) -> None:

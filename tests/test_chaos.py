@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from service._chaos import (
+from service.drill._chaos import (
     CAREER_POINTS,
     FAULT_KINDS,
     AuditSummary,
@@ -22,8 +22,8 @@ from service._chaos import (
     plan_faults,
     render_chaos,
 )
-from service._drill import DrillError
-from service._topology import ReplicaProcess
+from service.drill._drill import DrillError
+from service.local._topology import ReplicaProcess
 from tests._replicas import wait_for
 
 

@@ -271,8 +271,8 @@ def test_zookeeper_healthcheck_matches_a_real_quorum_member(zk_hosts: str) -> No
 
 
 def test_contract_matches_the_service_registry() -> None:
-    """The list alerts and dashboard are checked against is what service/_metrics.py exports."""
-    metrics_module = pytest.importorskip("service._metrics")
+    """The list alerts and dashboard are checked against is what service/replica/_metrics.py exports."""
+    metrics_module = pytest.importorskip("service.replica._metrics")
     registry = CollectorRegistry()
     metrics_module.Metrics(registry, replica_id="r1", group="g", default_collectors=False)
     exported = {

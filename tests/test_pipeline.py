@@ -88,7 +88,7 @@ def test_classify_line_matches_verify(name: str) -> None:
     record, reason = classify_line(raw, MAX)
     assert reason == expected
     assert (record is None) == (expected is not None)
-    from service._verify import classify_line as verify_classify
+    from service.ops._verify import classify_line as verify_classify
 
     assert verify_classify(raw, MAX)[1] == expected
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from service._producer import (
+from service.ops._producer import (
     BAD_CLASSES,
     Producer,
     ProducerError,
@@ -28,7 +28,7 @@ from service._producer import (
     produce,
     write_lines,
 )
-from service._verify import classify_line, iter_queue_files, verify
+from service.ops._verify import classify_line, iter_queue_files, verify
 
 FAST = RetryPolicy(max_attempts=4, initial_backoff_s=0.01, max_backoff_s=0.05)
 

@@ -25,8 +25,8 @@ from structlog.testing import capture_logs
 from career import CareerContext, CareerObserver
 from career._counter import CounterCareer
 from election import Elected, Election, ElectionError, ElectionEvent, Identity, NotLeader, Revoked
-from service._metrics import Metrics
-from service._runner import Runner, RunnerSettings, RunnerState, _Signal
+from service.replica._metrics import Metrics
+from service.replica._runner import Runner, RunnerSettings, RunnerState, _Signal
 from tests._replicas import wait_for
 
 SESSION_S = 3.0

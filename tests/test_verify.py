@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from service._producer import write_lines
-from service._verify import (
+from service.ops._producer import write_lines
+from service.ops._verify import (
     CONTENT_FIELDS,
     LATE_REASON,
     REASONS,

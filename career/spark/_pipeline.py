@@ -102,7 +102,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def classify_line(raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> tuple[dict[str, Any] | None, str | None]:
-    """Validate one queue line; the rules and reasons of ``service._verify.classify_line``, checked in order.
+    """Validate one queue line; the rules and reasons of ``service.ops._verify.classify_line``, checked in order.
 
     ``oversized`` (more than ``max_line_bytes``, never parsed), ``empty_line`` (ASCII whitespace only),
     ``not_utf8``, ``bad_json`` (RFC 8259: no NaN/Infinity, no BOM), ``not_object``, ``missing_field:<f>``

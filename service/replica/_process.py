@@ -17,14 +17,14 @@ from prometheus_client import CollectorRegistry
 
 from career import Career
 from career._counter import CounterCareer
-from election import DigestCredential, Election, ElectionEvent, Identity
-from service._config import ConfigError, ReplicaConfig
-from service._ensemble import four_letter_word
-from service._faults import FaultFile
-from service._groups import register_group, registered_groups
-from service._http import HealthServer
-from service._metrics import Metrics
-from service._runner import Runner, RunnerSettings
+from election import ConfigError, DigestCredential, Election, ElectionEvent, Identity
+from service.replica._config import ReplicaConfig
+from service.replica._faults import FaultFile
+from service.replica._four_letter import four_letter_word
+from service.replica._health import HealthServer
+from service.replica._metrics import Metrics
+from service.replica._registry import register_group, registered_groups
+from service.replica._runner import Runner, RunnerSettings
 
 __all__ = ["run_replica"]
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import structlog
 
 from election import TenureError
+from service.replica._four_letter import four_letter_word
 
 __all__ = [
     "Ensemble",
@@ -26,7 +27,6 @@ __all__ = [
     "die_with_parent",
     "find_java",
     "find_zk_classpath",
-    "four_letter_word",
     "free_base_port",
 ]
 
@@ -81,16 +81,6 @@ def find_zk_classpath() -> str:
         raise EnsembleError(f"no zookeeper-*.jar in {jars_dir}: reinstall pyspark 4.x or set "
                             "TENURE_ZK_CLASSPATH to the ZooKeeper server jars")
     return f"{jars_dir}/*"
-
-
-def four_letter_word(host: str, port: int, word: str, timeout_s: float = 1.0) -> str:
-    """Send a ZooKeeper four-letter command (``srvr``, ``ruok``, ``wchp`` …) and return the reply."""
-    with socket.create_connection((host, port), timeout=timeout_s) as sock:
-        sock.sendall(word.encode())
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks).decode(errors="replace")
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:

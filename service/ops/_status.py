@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from election import GroupStatus, group_status
-from service._groups import connected, format_groups, group_queues, queue_report
+from service.ops._groups import connected, format_groups, group_queues, queue_report
 
 __all__ = ["fetch_status", "format_status_json", "format_status_table", "show_status"]
 

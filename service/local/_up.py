@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from service._topology import ReplicaStatus, Topology
+from service.local._topology import ReplicaStatus, Topology
 
 __all__ = ["render_status", "run_up"]
 

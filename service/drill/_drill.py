@@ -35,10 +35,10 @@ import structlog
 from kazoo.client import KazooClient
 
 from election import TenureError
-from service._ensemble import EnsembleError, free_base_port
-from service._netns import NetNamespace, NetnsError, netns_unavailable
-from service._topology import ReplicaLaunch, ReplicaProcess, Topology, scrape
-from service._verify import verify
+from service.local._ensemble import EnsembleError, free_base_port
+from service.local._netns import NetNamespace, NetnsError, netns_unavailable
+from service.local._topology import ReplicaLaunch, ReplicaProcess, Topology, scrape
+from service.ops._verify import verify
 
 __all__ = [
     "SCENARIOS",

@@ -12,7 +12,7 @@ window (so they are spread over it), each of one kind:
   root and ``ip netns``: every replica then runs in a namespace of its own; skipped with the reason otherwise);
 - ``zk-restart``: one ZooKeeper server (the ensemble's leader or a follower, drawn) is killed for one session
   timeout and started again; the quorum stays;
-- ``inject``: a fault point (``service._faults``) armed on the leader with ``pause`` or ``kill`` (``inaugurate``
+- ``inject``: a fault point (``service.replica._faults``) armed on the leader with ``pause`` or ``kill`` (``inaugurate``
   on the followers, then the leader hands over so that one of them reaches it); a killed replica is started
   again, a paused one resumed once a successor has committed.
 
@@ -41,7 +41,7 @@ from typing import Any, Final
 
 import structlog
 
-from service._drill import (
+from service.drill._drill import (
     Criterion,
     Drill,
     DrillError,
@@ -54,10 +54,10 @@ from service._drill import (
     plot_timeline,
     verdict,
 )
-from service._faults import FAULT_POINTS
-from service._netns import NetNamespace, NetnsError, netns_unavailable
-from service._topology import ReplicaProcess
-from service._verify import verify
+from service.local._netns import NetNamespace, NetnsError, netns_unavailable
+from service.local._topology import ReplicaProcess
+from service.ops._verify import verify
+from service.replica._faults import FAULT_POINTS
 
 __all__ = [
     "FAULT_KINDS",

@@ -18,7 +18,7 @@ from typing import Final
 import structlog
 
 from election import TenureError
-from service._proctree import pause_tree
+from service.replica._proctree import pause_tree
 
 __all__ = ["FAULT_ACTIONS", "FAULT_POINTS", "FaultFile", "InjectedFault", "arm"]
 

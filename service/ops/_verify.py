@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 import structlog
 
 from election._errors import TenureError
-from service._verify_content import CONTENT_FIELDS, ContentCheck, QueueContent
-from service._verify_late import LATE_REASON, LateRow, PublishedSeqs, check_late
-from service._verify_report import VerifyReport
+from service.ops._verify_content import CONTENT_FIELDS, ContentCheck, QueueContent
+from service.ops._verify_late import LATE_REASON, LateRow, PublishedSeqs, check_late
+from service.ops._verify_report import VerifyReport
 
 __all__ = [
     "CONTENT_FIELDS",

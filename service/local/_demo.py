@@ -9,8 +9,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from service._topology import Topology
-from service._verify import verify
+from service.local._topology import Topology
+from service.ops._verify import verify
 
 __all__ = ["run_demo"]
 

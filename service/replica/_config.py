@@ -10,15 +10,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from election import TenureError
+from election import ConfigError
 
-__all__ = ["ConfigError", "ReplicaConfig", "load_config"]
+__all__ = ["ReplicaConfig", "load_config"]
 
 _HOSTS = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d+(,[A-Za-z0-9_.\-\[\]:]+:\d+)*(/[\w/.\-]*)?$")
-
-
-class ConfigError(TenureError):
-    """Configuration that cannot work; the message names the field, the value and the fix."""
 
 
 class ReplicaConfig(BaseModel):

@@ -34,8 +34,8 @@ from election import (
     Suspended,
     TenureError,
 )
-from service._http import Health
-from service._metrics import Metrics
+from service.replica._health import Health
+from service.replica._metrics import Metrics
 
 __all__ = ["EXIT_HANDOVER_OVERRUN", "Runner", "RunnerSettings", "RunnerState"]
 

@@ -19,9 +19,9 @@ import psutil
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from service._ensemble import Ensemble, die_with_parent, free_base_port
-from service._faults import arm
-from service._proctree import pause_tree, resume_tree, tree_pids
+from service.local._ensemble import Ensemble, die_with_parent, free_base_port
+from service.replica._faults import arm
+from service.replica._proctree import pause_tree, resume_tree, tree_pids
 
 __all__ = ["ReplicaLaunch", "ReplicaProcess", "ReplicaStatus", "Topology", "free_port", "scrape"]
 
@@ -80,7 +80,7 @@ class ReplicaProcess:
     A pause stops the whole process tree (the Python process and its Spark JVM), as a frozen VM or container
     would: ``signal(SIGSTOP)`` and ``signal(SIGCONT)`` mean :meth:`pause` and :meth:`resume`, and :meth:`stop`
     resumes the tree before it terminates or kills anything. With ``fault_file`` the replica runs with
-    ``--fault-file`` (see ``service._faults``).
+    ``--fault-file`` (see ``service.replica._faults``).
     """
 
     def __init__(self, replica_id: str, port: int, args: list[str], log_path: Path,
@@ -144,7 +144,7 @@ class ReplicaProcess:
             return False
 
     def arm(self, point: str, action: str) -> Path:
-        """Arm one fault on this replica's fault file (``POINT ACTION``, see ``service._faults``)."""
+        """Arm one fault on this replica's fault file (``POINT ACTION``, see ``service.replica._faults``)."""
         if self.fault_file is None:
             raise ValueError(f"{self.replica_id} runs without --fault-file: start the topology with "
                              "fault_files=True")

@@ -20,7 +20,7 @@ import structlog
 import tenacity
 
 from election._errors import TenureError
-from service._verify import DEFAULT_MAX_LINE_BYTES
+from service.ops._verify import DEFAULT_MAX_LINE_BYTES
 
 __all__ = [
     "BAD_CLASSES",
@@ -101,7 +101,7 @@ def _fsync_dir(directory: Path) -> None:
 def _write_hidden_then_rename(directory: Path, name: str, data: bytes) -> Path:
     """Write ``data`` to ``directory/.name.tmp``, fsync, rename to ``directory/name``; no partial file stays.
 
-    The hidden name keeps Spark's file source (and :func:`service._verify.iter_queue_files`) from ever
+    The hidden name keeps Spark's file source (and :func:`service.ops._verify.iter_queue_files`) from ever
     listing a file that is still being written; rename within one directory is atomic on POSIX.
     """
     tmp = directory / f".{name}.tmp"
@@ -486,7 +486,7 @@ def bad_line(kind: str, n: int, run: str, max_line_bytes: int = DEFAULT_MAX_LINE
     """The ``n``-th injected bad line of class ``kind`` (any of :data:`BAD_CLASSES` but ``empty_file``).
 
     Returns:
-        ``(line, reason)``: the bytes, and the reason :func:`service._verify.classify_line` must give them.
+        ``(line, reason)``: the bytes, and the reason :func:`service.ops._verify.classify_line` must give them.
     """
     bad_id = f"{run}-bad-{n:09d}"
     base: dict[str, Any] = {"id": bad_id, "key": "k-bad", "seq": n, "ts": _BAD_TS, "payload": {"bad": kind}}

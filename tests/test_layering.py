@@ -1,0 +1,99 @@
+"""The layering the package layout promises, read from the import statements of every module.
+
+``election`` knows nothing of careers, Spark or the service; ``career`` knows nothing of the service; inside
+``service`` the replica imports no operator tool, local infrastructure or drill; and no two modules import each
+other, directly or round a longer circle. Lazy imports inside functions count too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("election", "career", "service")
+
+#: importer package prefix → package prefixes it must never import.
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "election": ("career", "service", "pyspark"),
+    "career": ("service",),
+    "service.replica": ("service.ops", "service.local", "service.drill", "service.cli"),
+    "service.ops": ("service.local", "service.drill", "service.cli"),
+    "service.local": ("service.drill", "service.cli"),
+    "service.drill": ("service.cli",),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        # ``from a.b import c`` names module a.b.c when it exists, else the package a.b (an attribute of it).
+        graph[name] = {target for target in _imports(path) if target in modules and target != name}
+    return graph
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_graph_is_read() -> None:
+    """The scan sees known edges (a scan that saw nothing would pass every check below)."""
+    graph = _graph()
+    assert "service.replica._runner" in graph["service.replica._process"]
+    assert "election._errors" in graph["career.spark._hooks"]
+
+
+@pytest.mark.parametrize("importer", sorted(FORBIDDEN))
+def test_no_import_against_the_layers(importer: str) -> None:
+    graph = _graph()
+    wrong = sorted(f"{module} imports {target}" for module, targets in graph.items() if _inside(module, importer)
+                   for target in targets for banned in FORBIDDEN[importer] if _inside(target, banned))
+    if importer == "election":
+        wrong += sorted(f"{p.relative_to(REPO)} imports pyspark" for p in (REPO / "election").rglob("*.py")
+                        if any(_inside(t, "pyspark") for t in _imports(p)))
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_cycle() -> None:
+    graph = _graph()
+    # Packages' __init__ re-export their modules; an edge into a package's own __init__ from inside it is not a
+    # cycle of jobs, so only module-to-module edges between non-__init__ modules count.
+    inits = {name for name in graph if (REPO / name.replace(".", "/") / "__init__.py").exists()}
+    edges = {m: {t for t in ts if t not in inits} for m, ts in graph.items() if m not in inits}
+    seen: dict[str, int] = {}
+    cycle: list[str] = []
+
+    def visit(node: str, stack: list[str]) -> bool:
+        seen[node] = 1
+        for nxt in sorted(edges.get(node, ())):
+            if seen.get(nxt) == 1:
+                cycle.extend([*stack[stack.index(nxt):], nxt])
+                return True
+            if nxt not in seen and visit(nxt, [*stack, nxt]):
+                return True
+        seen[node] = 2
+        return False
+
+    for start in sorted(edges):
+        if start not in seen and visit(start, [start]):
+            break
+    assert not cycle, " -> ".join(cycle)
