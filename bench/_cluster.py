@@ -20,8 +20,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from bench._common import embedded_ensemble, process_tree_rss
-from service.local._ensemble import Ensemble, EnsembleError, die_with_parent
-from service.local._topology import Topology
+from service.local import Ensemble, EnsembleError, Topology, die_with_parent
 
 __all__ = ["Cluster", "Commit", "CommitTimeline", "NaiveCluster", "TenureCluster", "producer_args"]
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from service.local._ensemble import Ensemble, EnsembleError, Server, free_base_port
+from service.local import Ensemble, EnsembleError, Server, free_base_port
 
 __all__ = [
     "BenchContext",

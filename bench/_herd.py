@@ -16,8 +16,8 @@ from kazoo.protocol.states import WatchedEvent
 from bench._children_watch import ChildrenWatchElection
 from bench._common import BenchContext, Result, Target, embedded_ensemble
 from election import Election, Identity, LeadershipState
-from service.local._ensemble import Ensemble
-from service.replica._four_letter import four_letter_word
+from service.local import Ensemble
+from service.replica import four_letter_word
 
 __all__ = ["run_herd"]
 

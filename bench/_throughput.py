@@ -12,7 +12,7 @@ from typing import Any
 
 from bench._cluster import CommitTimeline, TenureCluster
 from bench._common import BenchContext, Result, Target, percentiles
-from service.ops._producer import produce
+from service.ops import produce
 
 __all__ = ["run_throughput"]
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench._common import BenchContext, Result, machine, markdown_table, write_result
-from service.replica._logs import configure_logging
+from service.replica import configure_logging
 
 __all__ = ["BENCHMARKS", "main"]
 

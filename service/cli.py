@@ -17,15 +17,10 @@ from pydantic_core import PydanticUndefined
 
 from election import TenureError
 from service import __version__
-from service.local._demo import run_demo
-from service.local._ensemble import Ensemble
-from service.local._topology import Topology
-from service.local._up import run_up
+from service.local import Ensemble, Topology, run_demo, run_up
 from service.ops import _producer as producer_mod
 from service.ops import _verify as verify_mod
-from service.replica._config import ReplicaConfig, load_config
-from service.replica._logs import configure_logging
-from service.replica._process import run_replica
+from service.replica import ReplicaConfig, configure_logging, load_config, run_replica
 
 __all__ = ["main"]
 
@@ -210,7 +205,7 @@ def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, allow_e
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status(zk: str, group: str, zk_auth: str | None, as_json: bool) -> None:
     """Show the group's leader, epoch, contenders in line, last commit, and the groups on its queue with their lag."""
-    from service.ops._status import show_status
+    from service.ops import show_status
 
     try:
         show_status(zk, group, as_json=as_json, auth_data=[("digest", zk_auth)] if zk_auth else None)
@@ -240,7 +235,7 @@ def _queue_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--json", "as_json", is_flag=True, help="Print the groups as JSON.")
 def groups_list(zk: str, queue_dir: Path, zk_auth: str | None, as_json: bool) -> None:
     """List the groups on the queue with their data roots and lag (landing files not yet consumed)."""
-    from service.ops._groups import connected, format_groups, queue_report
+    from service.ops import connected, format_groups, queue_report
 
     try:
         with connected(zk, auth_data=[("digest", zk_auth)] if zk_auth else None) as client:
@@ -256,7 +251,7 @@ def groups_list(zk: str, queue_dir: Path, zk_auth: str | None, as_json: bool) ->
 @click.option("--force", is_flag=True, help="Remove it even though replicas of the group still run.")
 def groups_remove(group: str, zk: str, queue_dir: Path, zk_auth: str | None, force: bool) -> None:
     """Unregister GROUP from the queue and delete its consumption marks, releasing what it held back."""
-    from service.ops._groups import connected, remove_group
+    from service.ops import connected, remove_group
 
     try:
         with connected(zk, auth_data=[("digest", zk_auth)] if zk_auth else None) as client:
@@ -312,11 +307,11 @@ def drill(scenarios: tuple[str, ...], json_out: Path | None, plot_out: Path | No
     production, a recovery wait after each, then a full `tenure verify` audit; exits 1 on any failed recovery
     or audit.
     """
-    from service.drill._drill import run_drills
+    from service.drill import run_drills
 
     try:
         if "chaos" in scenarios:
-            from service.drill._chaos import run_chaos
+            from service.drill import run_chaos
 
             if len(scenarios) > 1:
                 raise TenureError("chaos runs alone: `tenure drill chaos --faults K …`, other scenarios separately")

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from service.drill._drill import read_events
-from service.local._topology import ReplicaProcess
+from service.drill import read_events
+from service.local import ReplicaProcess
 from tests.conftest import free_port
 
 T = TypeVar("T")

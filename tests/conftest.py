@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from service.local._ensemble import Ensemble, free_base_port
+from service.local import Ensemble, free_base_port
 
 # Spark's Python workers must run this interpreter (with pyarrow), not whatever python3 PATH finds first.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from service.drill import DrillError
 from service.drill._chaos import (
     CAREER_POINTS,
     FAULT_KINDS,
@@ -22,8 +23,7 @@ from service.drill._chaos import (
     plan_faults,
     render_chaos,
 )
-from service.drill._drill import DrillError
-from service.local._topology import ReplicaProcess
+from service.local import ReplicaProcess
 from tests._replicas import wait_for
 
 

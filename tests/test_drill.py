@@ -28,7 +28,7 @@ from service.drill._drill import (
     run_drills,
     run_scenario,
 )
-from service.local._netns import NetNamespace, netns_unavailable
+from service.local import NetNamespace, netns_unavailable
 
 FIRST_COMMIT = "successor's first commit: about 1 s after the handover, plus one batch"
 SETTINGS = DrillSettings(career="counter", session_timeout_s=6.0, safe_fraction=0.5)
@@ -311,7 +311,7 @@ def test_chaos_drill_spark_short(tmp_path: Path) -> None:
     """A short seeded chaos run with the Spark career: 3000 records, 3 faults; every fault recovers, the killed
     replica is restarted (3 alive at the end), the audit is clean; the report, the JSON and the plot agree."""
     _spark_or_skip()
-    from service.drill._chaos import run_chaos
+    from service.drill import run_chaos
 
     lines: list[str] = []
     json_out, plot_out = tmp_path / "chaos.json", tmp_path / "chaos.png"

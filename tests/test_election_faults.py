@@ -16,8 +16,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from election import Elected, Fenced, Following, LeadershipState, NotLeader, Resumed, Revoked, Suspended, group_status
-from service.local._ensemble import Ensemble
-from service.replica._four_letter import four_letter_word
+from service.local import Ensemble
+from service.replica import four_letter_word
 from tests.conftest import start_ensemble
 from tests.test_election import SESSION_TIMEOUT_S, contenders, wait_until
 

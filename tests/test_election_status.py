@@ -8,7 +8,7 @@ import json
 import pytest
 
 from election import Elected, ElectionError, Following
-from service.ops._status import fetch_status, format_status_table, show_status
+from service.ops import fetch_status, format_status_table, show_status
 from tests.conftest import free_port
 from tests.test_election import contenders
 

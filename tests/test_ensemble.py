@@ -15,7 +15,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from service.local._ensemble import Ensemble, EnsembleError, find_java
+from service.local import Ensemble, EnsembleError, find_java
 from tests._replicas import descendants, wait_for
 from tests.conftest import free_zk_base_port
 

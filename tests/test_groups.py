@@ -22,10 +22,8 @@ from career.spark import SparkCareer
 from career.spark._marks import ConsumptionMarks
 from career.spark._storage import Layout
 from election import ConfigError, DigestCredential, ElectionError
-from service.ops._groups import connected, queue_lag, remove_group
-from service.ops._status import show_status
-from service.ops._verify import verify
-from service.replica._registry import GroupError, list_groups, queue_path, register_group, registered_groups
+from service.ops import connected, queue_lag, remove_group, show_status, verify
+from service.replica import GroupError, list_groups, queue_path, register_group, registered_groups
 from tests._replicas import REPO, Replica, wait_for
 from tests.conftest import free_port
 from tests.test_spark_career import MAX_LINE, Queue, Recorder, leadership, make_config, run_until

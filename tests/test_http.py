@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from service.replica._health import Health, HealthServer
+from service.replica import Health, HealthServer
 from tests._replicas import wait_for
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic_core import PydanticUndefined
 
-from service.replica._config import ReplicaConfig
+from service.replica import ReplicaConfig
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -25,7 +25,7 @@ from structlog.testing import capture_logs
 from career import CareerContext, CareerObserver
 from career._counter import CounterCareer
 from election import Elected, Election, ElectionError, ElectionEvent, Identity, NotLeader, Revoked
-from service.replica._metrics import Metrics
+from service.replica import Metrics
 from service.replica._runner import Runner, RunnerSettings, RunnerState, _Signal
 from tests._replicas import wait_for
 

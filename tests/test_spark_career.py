@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 from career import CareerContext, Outcome
 from career.spark import InjectedFaultError, SparkCareer, SparkCareerConfig, SparkCareerError
 from election import Elected, Election, Fenced, Identity
-from service.ops._verify import VerifyReport, verify
+from service.ops import VerifyReport, verify
 
 # Spark's start-up (and, here, the warm-up) counts toward the first test: under a loaded CI machine it can
 # take minutes, more than the suite-wide 300 s default.

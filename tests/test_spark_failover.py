@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from service.local._topology import Topology
-from service.ops._verify import verify
+from service.local import Topology
+from service.ops import verify
 
 LINE_LIMIT = 64 * 1024
 SESSION_S = 6.0

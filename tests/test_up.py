@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from service.local._topology import Topology
+from service.local import Topology
 from tests._prometheus import alerts, prometheus_binary, query, running_prometheus, wait_until
 from tests._replicas import REPO, descendants, wait_for
 from tests.conftest import free_port

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from service.ops._producer import write_lines
+from service.ops import write_lines
 from service.ops._verify import (
     CONTENT_FIELDS,
     LATE_REASON,

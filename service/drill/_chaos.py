@@ -54,10 +54,9 @@ from service.drill._drill import (
     plot_timeline,
     verdict,
 )
-from service.local._netns import NetNamespace, NetnsError, netns_unavailable
-from service.local._topology import ReplicaProcess
-from service.ops._verify import verify
-from service.replica._faults import FAULT_POINTS
+from service.local import NetNamespace, NetnsError, ReplicaProcess, netns_unavailable
+from service.ops import verify
+from service.replica import FAULT_POINTS
 
 __all__ = [
     "FAULT_KINDS",

@@ -35,10 +35,18 @@ import structlog
 from kazoo.client import KazooClient
 
 from election import TenureError
-from service.local._ensemble import EnsembleError, free_base_port
-from service.local._netns import NetNamespace, NetnsError, netns_unavailable
-from service.local._topology import ReplicaLaunch, ReplicaProcess, Topology, scrape
-from service.ops._verify import verify
+from service.local import (
+    EnsembleError,
+    NetNamespace,
+    NetnsError,
+    ReplicaLaunch,
+    ReplicaProcess,
+    Topology,
+    free_base_port,
+    netns_unavailable,
+    scrape,
+)
+from service.ops import verify
 
 __all__ = [
     "SCENARIOS",

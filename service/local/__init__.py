@@ -1,2 +1,27 @@
 """Infrastructure on this machine: the embedded ZooKeeper ensemble, replica processes and their topology,
 network namespaces, and the commands built on them (``tenure zk``, ``tenure up``, ``tenure demo``)."""
+
+from service.local._demo import run_demo
+from service.local._ensemble import Ensemble, EnsembleError, Server, die_with_parent, find_java, free_base_port
+from service.local._netns import NetNamespace, NetnsError, netns_unavailable
+from service.local._topology import ReplicaLaunch, ReplicaProcess, ReplicaStatus, Topology, scrape
+from service.local._up import run_up
+
+__all__ = [
+    "Ensemble",
+    "EnsembleError",
+    "NetNamespace",
+    "NetnsError",
+    "ReplicaLaunch",
+    "ReplicaProcess",
+    "ReplicaStatus",
+    "Server",
+    "Topology",
+    "die_with_parent",
+    "find_java",
+    "free_base_port",
+    "netns_unavailable",
+    "run_demo",
+    "run_up",
+    "scrape",
+]

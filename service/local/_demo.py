@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from service.local._topology import Topology
-from service.ops._verify import verify
+from service.ops import verify
 
 __all__ = ["run_demo"]
 

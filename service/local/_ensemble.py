@@ -18,7 +18,7 @@ from pathlib import Path
 import structlog
 
 from election import TenureError
-from service.replica._four_letter import four_letter_word
+from service.replica import four_letter_word
 
 __all__ = [
     "Ensemble",

@@ -20,8 +20,7 @@ import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.local._ensemble import Ensemble, die_with_parent, free_base_port
-from service.replica._faults import arm
-from service.replica._proctree import pause_tree, resume_tree, tree_pids
+from service.replica import arm, pause_tree, resume_tree, tree_pids
 
 __all__ = ["ReplicaLaunch", "ReplicaProcess", "ReplicaStatus", "Topology", "free_port", "scrape"]
 

@@ -3,3 +3,46 @@
 Imports nothing from ``service.ops``, ``service.local`` or ``service.drill``: a production replica carries no
 operator tool and no local infrastructure.
 """
+
+from service.replica._config import ReplicaConfig, load_config
+from service.replica._faults import FAULT_POINTS, FaultFile, InjectedFault, arm
+from service.replica._four_letter import four_letter_word
+from service.replica._health import Health, HealthServer
+from service.replica._logs import configure_logging
+from service.replica._metrics import Metrics
+from service.replica._process import run_replica
+from service.replica._proctree import pause_tree, resume_tree, tree_pids
+from service.replica._registry import (
+    QUEUES,
+    GroupError,
+    RegisteredGroup,
+    list_groups,
+    queue_path,
+    register_group,
+    registered_groups,
+)
+
+__all__ = [
+    "FAULT_POINTS",
+    "QUEUES",
+    "FaultFile",
+    "GroupError",
+    "Health",
+    "HealthServer",
+    "InjectedFault",
+    "Metrics",
+    "RegisteredGroup",
+    "ReplicaConfig",
+    "arm",
+    "configure_logging",
+    "four_letter_word",
+    "list_groups",
+    "load_config",
+    "pause_tree",
+    "queue_path",
+    "register_group",
+    "registered_groups",
+    "resume_tree",
+    "run_replica",
+    "tree_pids",
+]
