@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test,dev]"
+	$(BIN)/pip install -q -e ".[test,dev,drill]"
 	touch $@
 
 demo: $(BIN)/.installed

@@ -64,6 +64,7 @@ from election._events import (
 from election._fence import Fence
 from election._identity import Identity
 from election._layout import GroupPaths
+from election._settings import ElectionSettings
 from election._states import TRANSITIONS, IllegalTransitionError, LeadershipState, check_transition
 from election._status import Contender, GroupStatus, group_status
 
@@ -77,6 +78,7 @@ __all__ = [
     "Election",
     "ElectionError",
     "ElectionEvent",
+    "ElectionSettings",
     "Fence",
     "Fenced",
     "Following",

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from kazoo.security import ACL, make_acl, make_digest_acl
 
-from election._errors import ElectionError
+from election._errors import ConfigError
 
 __all__ = ["DigestCredential"]
 
@@ -31,9 +31,9 @@ class DigestCredential:
 
     def __post_init__(self) -> None:
         if not self.user or ":" in self.user:
-            raise ElectionError(f"DigestCredential.user={self.user!r} is invalid: use a non-empty name without ':'")
+            raise ConfigError(f"DigestCredential.user={self.user!r} is invalid: use a non-empty name without ':'")
         if not self.password:
-            raise ElectionError("DigestCredential.password is empty: digest ACLs need a password")
+            raise ConfigError("DigestCredential.password='' is empty: digest ACLs need a password; set one")
 
     def auth_data(self) -> list[tuple[str, str]]:
         """The ``auth_data`` argument for ``KazooClient`` (digest scheme, ``user:password``)."""

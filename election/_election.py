@@ -1,27 +1,24 @@
-"""The election recipe and its single control thread (kazoo listeners and watches only enqueue)."""
+"""The election's control loop: one thread per ``Election`` makes every state change; kazoo only enqueues.
+
+One cohesive thing, so longer than the other modules: the public calls (any thread) and the handlers of the
+control thread share one lock-guarded state — leadership state, own node, term, safe-until clock — and
+splitting them would spread that state over modules. The line's ZooKeeper steps are in ``_line``, the fenced
+writes in ``_fence`` and ``_transaction``. See ARCHITECTURE.md "One term's lifecycle".
+"""
 
 from __future__ import annotations
 
-import contextlib
 import math
 import queue
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 from kazoo.client import KazooClient
-from kazoo.exceptions import (
-    ConnectionClosedError,
-    ConnectionLoss,
-    KazooException,
-    NodeExistsError,
-    NoNodeError,
-    SessionExpiredError,
-)
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NoNodeError, SessionExpiredError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from election._acl import DigestCredential
@@ -35,18 +32,20 @@ from election._events import (
     Revoked,
     Suspended,
 )
-from election._fence import Fence, _OutcomeUnknownError, encode_record, ensure_record_node, fenced_set
+from election._fence import CommitTally, Fence
 from election._identity import Identity
-from election._layout import NODE_MARK, GroupPaths, sort_nodes
+from election._layout import GroupPaths
+from election._line import Line, OwnNode, Place, Verdict
+from election._settings import ElectionSettings
 from election._states import LeadershipState, check_transition
 from election._status import Contender, group_status, parse_record
+from election._transaction import OutcomeUnknownError, encode_record, fenced_set, read_record
 
 __all__ = ["Election"]
 
 _S = LeadershipState
 _log = structlog.get_logger("tenure.election")
 _MAX_RELIST = 64  # bounded re-list loop: a view that never settles is a bug or an attack, not churn
-_CREATE_TRIES = 5
 
 
 # Messages on the control queue. Only the control thread reads them; everything else only puts.
@@ -143,57 +142,45 @@ class Election:
         op_timeout_s: float | None = None,
         faults: Callable[[str], None] | None = None,
     ) -> None:
-        if not 0.0 < safe_fraction < 1.0:
-            raise ElectionError(f"safe_fraction={safe_fraction} is out of range: it must lie strictly between 0 "
-                                "and 1 (0.5 is a sound default: half the session timeout)")
-        timeout_s = session_timeout_s if session_timeout_s is not None else client._session_timeout / 1000.0
-        if timeout_s <= 0:
-            raise ElectionError(f"session_timeout_s={timeout_s} must be positive")
-        if tick_s is not None and not 0 < tick_s < safe_fraction * timeout_s:
-            raise ElectionError(f"tick_s={tick_s} must be positive and below safe_fraction*session_timeout_s "
-                                f"({safe_fraction * timeout_s:.3f} s), or the deadline cannot be kept fresh")
+        settings = ElectionSettings.resolve(
+            session_timeout_s=session_timeout_s if session_timeout_s is not None
+            else client._session_timeout / 1000.0,
+            safe_fraction=safe_fraction, tick_s=tick_s, op_timeout_s=op_timeout_s)
         self.client = client
         self.group = group
         self.paths = GroupPaths(group)
         self.identity = identity
         self.credential = credential
         self.acl = credential.acls() if credential else None
-        self.safe_fraction = safe_fraction
-        self.session_timeout_s = timeout_s
-        self.tick_s = tick_s if tick_s is not None else timeout_s / 10.0
-        self.op_timeout_s = op_timeout_s if op_timeout_s is not None else timeout_s
+        self.safe_fraction = settings.safe_fraction
+        self.session_timeout_s = settings.session_timeout_s
+        self.tick_s = settings.tick_s
+        self.op_timeout_s = settings.op_timeout_s
         self.faults = faults
         self.log = _log.bind(group=group, replica=identity.replica_id)
         self._on_event = on_event
         self._clock = clock
+        self._line = Line(client, self.paths, identity, acl=self.acl, op_timeout_s=self.op_timeout_s, clock=clock,
+                          log=self.log)
         self._queue: queue.Queue[_Msg] = queue.Queue()
-        self._lock = threading.Lock()  # guards what other threads read: state, term, counters
+        self._lock = threading.Lock()  # guards what other threads read: state, own node, term, counters
         self._thread: threading.Thread | None = None
         self._started = False
         # Fields below are written by the control thread only.
         self._state = _S.IDLE
-        self._node: str | None = None
-        self._node_version = 0
-        self._node_epoch: int | None = None  # czxid of own node
-        self._session_id: int | None = None  # the session that owns own node
+        self._own: OwnNode | None = None
         self._term = False  # Elected sent and Revoked not yet
         self._fence: Fence | None = None
-        self._guid: str | None = None
-        self._create_tried = False
         self._token = 0  # generation of watches and ticks; stale deliveries are dropped
         self._predecessor: str | None = None
-        self._replica_names: dict[str, str | None] = {}
         self._last_heard = -math.inf
         self._connected = False
         self._tick_in_flight: float | None = None
         self._retry_at: float | None = None
         self._retry_backoff_s = 0.0
-        self._orphans: list[str] = []
         # Counters (read by the service for metrics).
         self.watch_deliveries = 0  # predecessor-watch wake-ups acted upon (herd check)
-        self.commits_attempted = 0
-        self.commits_fenced = 0
-        self.commits_refused = 0
+        self._commits = CommitTally()  # every term's fence adds to it
         self.control_errors: list[BaseException] = []  # unexpected errors caught by the control loop
         self._before_create: Callable[[str], None] | None = None  # test seam: runs just before the create
 
@@ -213,19 +200,34 @@ class Election:
         0 when ``/tenure/<group>/election`` is deleted and re-created; the zxid rises for the ensemble's life.
         """
         with self._lock:
-            return self._node_epoch if self._term else None
+            return self._own.epoch if self._term and self._own is not None else None
 
     @property
     def node(self) -> str | None:
         """The full path of own election node, if any."""
         with self._lock:
-            return self._node
+            return self._own.path if self._own is not None else None
 
     @property
     def session_id(self) -> int | None:
         """The session that owns own election node."""
         with self._lock:
-            return self._session_id
+            return self._own.session_id if self._own is not None else None
+
+    @property
+    def commits_attempted(self) -> int:
+        """Calls to ``Fence.commit``, over every term."""
+        return self._commits["attempted"]
+
+    @property
+    def commits_fenced(self) -> int:
+        """Commits the fence rejected (``Fenced``), over every term."""
+        return self._commits["fenced"]
+
+    @property
+    def commits_refused(self) -> int:
+        """Commits refused before sending (``NotLeader``), over every term."""
+        return self._commits["refused"]
 
     def safe_until(self) -> float:
         """The clock value after which the leader must not commit (last answered send + fraction*timeout)."""
@@ -239,13 +241,12 @@ class Election:
         when the control thread is busy.
         """
         with self._lock:
-            if self._state is not _S.LEADING or not self._term:
+            if self._state is not _S.LEADING or not self._term or self._own is None:
                 return False
-            session, deadline = self._session_id, self._last_heard + self.safe_fraction * self.session_timeout_s
+            session, deadline = self._own.session_id, self._last_heard + self.safe_fraction * self.session_timeout_s
         if self._clock() >= deadline or self.client.state != KazooState.CONNECTED:
             return False
         return self._current_session() == session
-
     def start(self) -> None:
         """Start the control thread and join the election (creates the node there); returns at once."""
         with self._lock:
@@ -308,6 +309,7 @@ class Election:
         if error is not None:
             raise error
 
+
     def fence(self) -> Fence:
         """The fenced-commit primitive of the current term.
 
@@ -317,11 +319,12 @@ class Election:
         if not self.is_leader():
             raise NotLeader(f"group {self.group}: not leading (state {self.state.name}); no fence to give")
         with self._lock:
-            node, epoch = self._node, self._node_epoch
-            if node is None or epoch is None:
+            own = self._own
+            if own is None:
                 raise NotLeader(f"group {self.group}: the term ended while the fence was requested")
-            if self._fence is None or self._fence.epoch != epoch:
-                self._fence = Fence(self, epoch=epoch, node=node, node_version=self._node_version)
+            if self._fence is None or self._fence.epoch != own.epoch:
+                self._fence = Fence(self, epoch=own.epoch, node=own.path, node_version=own.version,
+                                    tally=self._commits)
             return self._fence
 
     def read_handover(self) -> dict[str, Any] | None:
@@ -337,23 +340,21 @@ class Election:
 
         Raises:
             NotLeader: not leading now. Fenced: own node gone, record moved, or a higher epoch stored there.
+            ElectionError: the reply was lost, so the outcome is unknown (re-read with ``read_handover``).
         """
         fence = self.fence()
+        with self._lock:
+            node_version = self._own.version if self._own is not None else 0
         context = f"group {self.group}, epoch {fence.epoch}, node {fence.node}, handover"
-        path = self.paths.handover
-        try:
-            raw, stat = self.client.get_async(path).get(timeout=self.op_timeout_s)
-        except NoNodeError:
-            ensure_record_node(self, path)
-            raw, stat = self.client.get_async(path).get(timeout=self.op_timeout_s)
-        stored = parse_record(raw)
+        stored, version = read_record(self.client, self.paths.handover, acl=self.acl, timeout_s=self.op_timeout_s,
+                                      context=context)
         if stored is not None and int(stored.get("epoch", -1)) > fence.epoch:
             raise Fenced(f"{context}: the stored handover has epoch {stored['epoch']}, higher than ours; fenced")
         try:
-            fenced_set(self.client, node=fence.node, node_version=self._node_version, target=path,
-                       data=encode_record(record, fence.epoch), expected_version=int(stat.version),
+            fenced_set(self.client, node=fence.node, node_version=node_version, target=self.paths.handover,
+                       data=encode_record(record, fence.epoch), expected_version=version,
                        timeout_s=self.op_timeout_s, context=context)
-        except _OutcomeUnknownError as exc:
+        except OutcomeUnknownError as exc:
             raise ElectionError(f"{context}: connection lost while writing; outcome unknown ({exc})") from exc
         self.log.info("handover_written", epoch=fence.epoch, clean=record.get("clean"))
 
@@ -441,10 +442,6 @@ class Election:
     def _connected_now(self) -> bool:
         return bool(self.client.state == KazooState.CONNECTED)
 
-    def _op(self, result: Any, timeout_s: float | None = None) -> Any:
-        """Wait for a kazoo async result with a bound: sync calls can hang while disconnected."""
-        return result.get(timeout=self.op_timeout_s if timeout_s is None else timeout_s)
-
     def _transient(self) -> tuple[type[BaseException], ...]:
         return (ConnectionLoss, SessionExpiredError, ConnectionClosedError, self.client.handler.timeout_exception)
 
@@ -456,6 +453,10 @@ class Election:
     def _next_token(self) -> int:
         self._token += 1
         return self._token
+
+    def _arm(self, kind: str) -> Callable[[WatchedEvent], None]:
+        """A watch of ``kind`` under a new token: every watch armed before it is superseded."""
+        return self._watch(self._next_token(), kind)
 
     def _set_connected(self, connected: bool) -> None:
         if connected != self._connected:
@@ -478,54 +479,42 @@ class Election:
         self._advance()
 
     def _advance(self) -> None:
-        """The recipe, from JOINING or FOLLOWING (kazoo's Lock, with its gaps closed).
+        """The recipe, from JOINING or FOLLOWING (kazoo's Lock, with its gaps closed; the steps are ``Line``'s).
 
         1. Have a node: create ``<guid>-n_`` (or find it by guid after a lost reply).
         2. List the children and sort them by sequence.
         3. Own node missing: it died with a session or was deleted; forget it and go to 1.
         4. Lowest: verify ``ephemeralOwner`` is this session, arm a watch on own node, lead.
-        5. Otherwise watch only the next-lower node (a data watch via get: no watch is left behind
-           when it is already gone); if it is gone, go to 2; else follow.
+        5. Otherwise watch only the next-lower node; if it is gone, go to 2; else follow.
         """
         if self._state not in (_S.JOINING, _S.FOLLOWING) or not self._connected_now():
             return  # the CONNECTED event brings us back
         session = self._current_session()
         try:
             for _ in range(_MAX_RELIST):
-                if self._node is not None and self._session_id != session:
+                if self._own is not None and self._own.session_id != session:
                     self._forget_node()  # the old session's node went (or goes) with it
-                if self._node is None and not self._create_node(session):
-                    self._schedule_retry()
-                    return
-                assert self._node is not None
+                own = self._own
+                if own is None:
+                    own = self._line.create(session, self._before_create)
+                    if own is None:
+                        self._schedule_retry()
+                        return
+                    with self._lock:
+                        self._own = own
                 sent = self._clock()
-                names = sort_nodes(self._op(self.client.get_children_async(self.paths.election)))
-                own = self._node.rsplit("/", 1)[1]
-                if own not in names:
-                    self.log.info("own_node_missing", node=own)
+                look = self._line.look(own, session, self._arm)
+                if look.place is Place.LOST:
                     self._forget_node()
                     continue
-                position = names.index(own)
-                if position == 0:
-                    if self._lead(session, sent):
-                        return
-                    continue
-                predecessor = names[position - 1]
-                token = self._next_token()
-                try:
-                    self._op(self.client.get_async(self.paths.node(predecessor),
-                                                   watch=self._watch(token, "predecessor")))
-                except NoNodeError:
+                if look.place is Place.RELIST:
                     continue  # gone between list and watch: re-list, never assume
                 self._heard(sent)
                 self._retry_backoff_s = 0.0
-                if self._state is _S.JOINING:
-                    self._transition(_S.FOLLOWING)
-                if predecessor != self._predecessor:
-                    self._predecessor = predecessor
-                    leader = self._replica_of(names[0])
-                    self.log.info("following", predecessor=predecessor, position=position, leader=leader)
-                    self._emit(Following(leader, position))
+                if look.place is Place.LOWEST:
+                    self._lead(own)
+                elif look.predecessor is not None and look.leader is not None:
+                    self._follow(look.predecessor, look.position, look.leader)
                 return
             raise ElectionError(f"group {self.group}: no stable view of the line after {_MAX_RELIST} re-lists")
         except NoNodeError:  # the election parent vanished under us: start over with a new node
@@ -536,130 +525,49 @@ class Election:
             self.log.debug("advance_interrupted", error=type(exc).__name__)
             self._schedule_retry()
 
-    def _lead(self, session: int | None, sent: float) -> bool:
-        """Step 4: own node is lowest; lead iff this session owns it. False: node dropped, go round again."""
-        assert self._node is not None
-        token = self._next_token()
-        try:
-            _, stat = self._op(self.client.get_async(self._node, watch=self._watch(token, "own")))
-        except NoNodeError:
-            self._forget_node()
-            return False
-        if stat.ephemeralOwner != session:  # CURATOR-696: a node from an old session is not ours
-            self.log.info("node_not_owned", node=self._node, owner=hex(stat.ephemeralOwner),
-                          session=hex(session or 0))
-            self._forget_node()
-            return False
-        self._heard(sent)
-        self._retry_backoff_s = 0.0
+    def _lead(self, own: OwnNode) -> None:
+        """Step 4 passed: own node is the lowest and this session's; a term begins."""
         self._transition(_S.LEADING)
         with self._lock:
             self._term = True
-            epoch = self._node_epoch
         self._predecessor = None
-        assert epoch is not None
-        self.log.info("elected", epoch=epoch, node=self._node)
-        self._emit(Elected(epoch))
-        return True
+        self.log.info("elected", epoch=own.epoch, node=own.path)
+        self._emit(Elected(own.epoch))
 
-    def _create_node(self, session: int | None) -> bool:
-        """Step 1, with the guid trick (credited by kazoo to Curator): if a create's reply is lost, the
-        node may exist anyway, so every retry first lists the children and looks for our guid."""
-        if self._guid is None:
-            self._guid = uuid.uuid4().hex
-            self._create_tried = False
-        prefix = self.paths.node(self._guid + NODE_MARK)
-        for attempt in range(1, _CREATE_TRIES + 1):
-            try:
-                if self._create_tried and self._find_own(session):
-                    return True
-                self._ensure_paths()
-                self._create_tried = True
-                if self._before_create is not None:
-                    self._before_create(prefix)
-                path, stat = self._op(self.client.create_async(
-                    prefix, self.identity.to_bytes(), acl=self.acl, ephemeral=True, sequence=True,
-                    include_data=True))
-                self._adopt(path, stat, session)
-                return True
-            except NoNodeError:
-                self.log.debug("create_parent_missing", attempt=attempt)
-            except (ConnectionLoss, self.client.handler.timeout_exception) as exc:
-                self.log.debug("create_retry", attempt=attempt, error=type(exc).__name__)
-                if not self._connected_now():
-                    return False
-                time.sleep(min(0.05 * 2**attempt, 1.0))
-        return False
-
-    def _ensure_paths(self) -> None:
-        self._op(self.client.ensure_path_async(self.paths.election, acl=self.acl))
-        for path in (self.paths.commit, self.paths.handover):
-            with contextlib.suppress(NodeExistsError):
-                self._op(self.client.create_async(path, b"", acl=self.acl))
-
-    def _find_own(self, session: int | None) -> bool:
-        try:
-            names = sort_nodes(self._op(self.client.get_children_async(self.paths.election)))
-        except NoNodeError:
-            return False  # no parent, so no node of ours: create (after ensuring the parent)
-        assert self._guid is not None
-        for name in (n for n in names if n.startswith(self._guid + NODE_MARK)):
-            path = self.paths.node(name)
-            stat = self._op(self.client.exists_async(path))
-            if stat is not None and stat.ephemeralOwner == session:
-                self.log.info("own_node_found_after_retry", node=name)
-                self._adopt(path, stat, session)
-                return True
-        return False
-
-    def _adopt(self, path: str, stat: Any, session: int | None) -> None:
-        with self._lock:
-            self._node = path
-            self._node_version = int(stat.version)
-            self._node_epoch = int(stat.czxid)
-            self._session_id = session
-        self._guid = None
-        self.log.info("joined", node=path.rsplit("/", 1)[1], czxid=int(stat.czxid))
+    def _follow(self, predecessor: str, position: int, leader_node: str) -> None:
+        """Step 5 passed: the next-lower node is watched; tell the consumer when the predecessor changed."""
+        if self._state is _S.JOINING:
+            self._transition(_S.FOLLOWING)
+        if predecessor != self._predecessor:
+            self._predecessor = predecessor
+            leader = self._line.replica_of(leader_node)
+            self.log.info("following", predecessor=predecessor, position=position, leader=leader)
+            self._emit(Following(leader, position))
 
     def _forget_node(self) -> None:
         with self._lock:
-            self._node = None
-            self._node_epoch = None
-            self._session_id = None
+            self._own = None
             self._fence = None
-        self._guid = None
+        self._line.abandon()
         self._predecessor = None
         self._next_token()
-
-    def _replica_of(self, name: str) -> str | None:
-        if name not in self._replica_names:
-            if len(self._replica_names) > 1000:
-                self._replica_names.clear()
-            try:
-                raw, _ = self._op(self.client.get_async(self.paths.node(name)))
-            except NoNodeError:
-                return None
-            identity = Identity.from_bytes(raw)
-            self._replica_names[name] = identity.replica_id if identity else None
-        return self._replica_names[name]
 
     # -- terms ------------------------------------------------------------------------------
 
     def _end_term(self, reason: str) -> None:
         with self._lock:
-            was, epoch = self._term, self._node_epoch
+            was, own = self._term, self._own
             self._term = False
             self._fence = None
-        if was and epoch is not None:
-            self.log.info("revoked", epoch=epoch, reason=reason)
-            self._emit(Revoked(epoch, reason))
+        if was and own is not None:
+            self.log.info("revoked", epoch=own.epoch, reason=reason)
+            self._emit(Revoked(own.epoch, reason))
 
     def _revoke_and_rejoin(self, reason: str, *, delete: bool) -> None:
-        node = self._node
+        own = self._own
         self._end_term(reason)
-        if delete and node is not None:
-            self._orphans.append(node)
-            self._delete_orphans()
+        if delete and own is not None:
+            self._line.leave(own.path)
         self._forget_node()
         self._transition(_S.JOINING)
         self._advance()
@@ -667,45 +575,32 @@ class Election:
     def _reverify(self) -> None:
         """After a reconnect (or a deadline suspension) on the same session: own node must exist, be the
         lowest and be owned by this session — then resume; otherwise the term is revoked."""
-        if self._node is None or not self._connected_now():
+        own = self._own
+        if own is None or not self._connected_now():
             return
-        session = self._current_session()
-        own = self._node.rsplit("/", 1)[1]
         sent = self._clock()
         try:
-            names = sort_nodes(self._op(self.client.get_children_async(self.paths.election)))
-            token = self._next_token()
-            try:
-                _, stat = self._op(self.client.get_async(self._node, watch=self._watch(token, "own")))
-            except NoNodeError:
-                stat = None
-        except NoNodeError:
-            names, stat = [], None
+            verdict = self._line.recheck(own, self._current_session(), self._arm)
         except self._transient() as exc:
             self.log.debug("reverify_interrupted", error=type(exc).__name__)
             self._schedule_retry()
             return
-        if stat is None:
-            self._revoke_and_rejoin("node deleted", delete=False)
-        elif stat.ephemeralOwner != session or session != self._session_id:
-            self._revoke_and_rejoin("node not owned by this session", delete=False)
-        elif not names or names[0] != own:
-            self._revoke_and_rejoin("not the lowest node after reconnect", delete=True)
-        else:
-            self._heard(sent)
-            self._retry_backoff_s = 0.0
-            if self._state is _S.SUSPENDED:
-                self._transition(_S.LEADING)
-                self.log.info("resumed", epoch=self._node_epoch)
-                assert self._node_epoch is not None
-                self._emit(Resumed(self._node_epoch))
+        if verdict is not Verdict.HOLDS:
+            # a node that is not the lowest is still ours: delete it so it does not stand in line
+            self._revoke_and_rejoin(verdict.value, delete=verdict is Verdict.NOT_LOWEST)
+            return
+        self._heard(sent)
+        self._retry_backoff_s = 0.0
+        if self._state is _S.SUSPENDED:
+            self._transition(_S.LEADING)
+            self.log.info("resumed", epoch=own.epoch)
+            self._emit(Resumed(own.epoch))
 
     def _suspend(self, reason: str) -> None:
-        if self._state is _S.LEADING:
+        if self._state is _S.LEADING and self._own is not None:
             self._transition(_S.SUSPENDED)
-            assert self._node_epoch is not None
-            self.log.info("suspended", epoch=self._node_epoch, reason=reason)
-            self._emit(Suspended(self._node_epoch, reason))
+            self.log.info("suspended", epoch=self._own.epoch, reason=reason)
+            self._emit(Suspended(self._own.epoch, reason))
 
     # -- connection events ------------------------------------------------------------------
 
@@ -715,23 +610,23 @@ class Election:
             self._suspend("connection suspended")
         elif state == KazooState.LOST:
             self._set_connected(False)
-            self._orphans.clear()  # they died with the session
+            self._line.orphans_died()
             self._session_lost()
         elif state == KazooState.CONNECTED:
             self._set_connected(True)
-            if self._node is not None and session != self._session_id:
-                self._orphans.clear()
+            if self._own is not None and session != self._own.session_id:
+                self._line.orphans_died()
                 self._session_lost()  # missed the LOST: a new session means the old node is gone
             if self._state in (_S.LEADING, _S.SUSPENDED):
                 self._reverify()
             elif self._state in (_S.JOINING, _S.FOLLOWING):
                 self._advance()
-            self._delete_orphans()
+            self._line.delete_orphans()
 
     def _session_lost(self) -> None:
         self._end_term("session lost")
-        if self._node is not None:
-            self.log.info("node_lost_with_session", node=self._node)
+        if self._own is not None:
+            self.log.info("node_lost_with_session", node=self._own.path)
         self._forget_node()
         if self._state in (_S.LEADING, _S.SUSPENDED, _S.FOLLOWING):
             self._transition(_S.JOINING)
@@ -756,8 +651,8 @@ class Election:
             self._tick_in_flight = None  # kazoo drops queued requests on session loss without an answer
         if not self._connected_now():
             return
-        if self._node is not None and self._tick_in_flight is None:
-            node, sent = self._node, self._clock()
+        if self._own is not None and self._tick_in_flight is None:
+            node, sent = self._own.path, self._clock()
             self._tick_in_flight = sent
             result = self.client.exists_async(node)
             result.rawlink(lambda res: self._queue.put(_Pong(node, sent, res)))
@@ -767,22 +662,23 @@ class Election:
                 self._reverify()
             else:
                 self._advance()
-        self._delete_orphans()
+        self._line.delete_orphans()
 
     def _on_pong(self, msg: _Pong) -> None:
         self._tick_in_flight = None
-        if msg.node != self._node or not msg.result.successful():
+        own = self._own
+        if own is None or msg.node != own.path or not msg.result.successful():
             return
         if msg.result.value is None:  # own node is gone
             if self._state in (_S.LEADING, _S.SUSPENDED):
                 self._revoke_and_rejoin("node deleted", delete=False)
             elif self._state is _S.FOLLOWING:
-                self.log.info("own_node_missing", node=self._node)
+                self.log.info("own_node_missing", node=own.path)
                 self._forget_node()
                 self._transition(_S.JOINING)
                 self._advance()
             return
-        if self._current_session() == self._session_id:
+        if self._current_session() == own.session_id:
             self._heard(msg.sent_at)
         if self._state is _S.SUSPENDED and self._connected_now() and self._clock() < self.safe_until():
             self._reverify()  # a deadline suspension while kazoo stayed connected: fresh answers again
@@ -792,60 +688,11 @@ class Election:
     def _on_release(self, msg: _Release) -> None:
         if self._state in (_S.IDLE, _S.CLOSED):
             return
-        node = self._node
+        own = self._own
         self._transition(_S.RELEASING)
-        if node is not None:
-            msg.error = self._delete_until(node, msg.deadline)
+        if own is not None:
+            msg.error = self._line.delete_until(own.path, msg.deadline)
         self._end_term("released")
         self._forget_node()
         self._retry_at = None
         self._transition(_S.IDLE)
-
-    def _delete_until(self, node: str, deadline: float) -> ElectionError | None:
-        """Delete ``node`` now; retry transient errors with back-off until ``deadline`` (logged, not swallowed)."""
-        attempt = 0
-        while True:
-            attempt += 1
-            remaining = deadline - self._clock()
-            try:
-                self._op(self.client.delete_async(node), timeout_s=max(0.01, min(self.op_timeout_s, remaining)))
-                self.log.info("released", node=node.rsplit("/", 1)[1], attempt=attempt)
-                return None
-            except NoNodeError:
-                self.log.info("released", node=node.rsplit("/", 1)[1], already_gone=True)
-                return None
-            except (SessionExpiredError, ConnectionClosedError) as exc:
-                self.log.info("released", node=node.rsplit("/", 1)[1], gone_with_session=type(exc).__name__)
-                return None
-            except (KazooException, self.client.handler.timeout_exception) as exc:
-                remaining = deadline - self._clock()
-                if remaining <= 0:
-                    self._orphans.append(node)
-                    self.log.warning("release_incomplete", node=node, attempts=attempt, error=type(exc).__name__)
-                    return ElectionError(
-                        f"group {self.group}: could not delete election node {node} after {attempt} attempts "
-                        f"({type(exc).__name__}); retrying in the background; it also goes when the session "
-                        "ends (stop the client to end it)")
-                self.log.debug("release_retry", attempt=attempt, error=type(exc).__name__)
-                time.sleep(min(0.05 * 2**attempt, 1.0, remaining))
-
-    def _delete_orphans(self) -> None:
-        """Nodes we own but left behind (a failed release, a revoked term): delete them when we can."""
-        if not self._orphans or not self._connected_now():
-            return
-        for node in list(self._orphans):
-            try:
-                self._op(self.client.delete_async(node))
-            except NoNodeError:
-                pass
-            except (KazooException, self.client.handler.timeout_exception) as exc:
-                self.log.debug("orphan_delete_retry", node=node, error=type(exc).__name__)
-                continue
-            self._orphans.remove(node)
-            self.log.info("orphan_deleted", node=node)
-
-    # -- counters for Fence -----------------------------------------------------------------
-
-    def _count(self, attr: str) -> None:
-        with self._lock:
-            setattr(self, attr, getattr(self, attr) + 1)

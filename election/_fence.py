@@ -1,86 +1,77 @@
-"""The fenced commit: one ZooKeeper transaction that checks the leader's own node and CASes a record."""
+"""The fenced commit of one term, and the narrow view of a term (``Term``) it writes through."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import threading
-import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import (
-    BadVersionError,
-    ConnectionClosedError,
-    ConnectionLoss,
-    NoAuthError,
-    NodeExistsError,
-    NoNodeError,
-    SessionExpiredError,
-)
+from kazoo.security import ACL
+from structlog.typing import FilteringBoundLogger
 
 from election._errors import ElectionError, Fenced, NotLeader
-from election._status import parse_record
+from election._layout import GroupPaths
+from election._states import LeadershipState
+from election._transaction import OutcomeUnknownError, encode_record, fenced_set, read_back, read_record
 
-if TYPE_CHECKING:
-    from election._election import Election
+__all__ = ["CommitTally", "Fence", "Term"]
 
-__all__ = ["Fence", "encode_record", "fenced_set"]
-
-
-def encode_record(record: dict[str, Any], epoch: int) -> bytes:
-    """The record as stored: the caller's fields plus ``epoch`` (ours wins), compact sorted JSON."""
-    return json.dumps({**record, "epoch": epoch}, sort_keys=True, separators=(",", ":")).encode()
+_Outcome = Literal["attempted", "fenced", "refused"]
 
 
-class _OutcomeUnknownError(Exception):
-    """The transaction was sent but its reply was lost: it may or may not have applied."""
+class Term(Protocol):
+    """What a ``Fence`` needs from the election that granted its term; ``Election`` satisfies it.
 
-
-def fenced_set(client: KazooClient, *, node: str, node_version: int, target: str, data: bytes,
-               expected_version: int, timeout_s: float, context: str) -> int:
-    """Send ``check(node, node_version) + set_data(target, data, version=expected_version)`` as ONE transaction.
-
-    Returns the target's new version. Raises ``Fenced`` when the node is gone (its session ended or it was
-    deleted) or the target's version moved; ``_OutcomeUnknownError`` when the reply was lost.
+    Modelled on client-go's ``resourcelock.Interface``: the fence sees the group's paths, the client and its
+    bounds, the election's current epoch and state, whether it still leads (``is_leader`` folds in the
+    safe-until deadline and the connection), the fault hook and the bound logger — and nothing else.
     """
-    if expected_version < 0:
-        raise ElectionError(f"{context}: expected_version={expected_version} would skip the compare-and-set; "
-                            "pass the version returned by the last read")
-    tx = client.transaction()
-    tx.check(node, node_version)
-    tx.set_data(target, data, version=expected_version)
-    try:
-        results = tx.commit_async().get(timeout=timeout_s)
-    except (SessionExpiredError, ConnectionClosedError) as exc:
-        raise Fenced(f"{context}: the session is gone ({type(exc).__name__}), so node {node} is gone with it; "
-                     "if the request reached ZooKeeper before that it may have applied: re-read the record") from exc
-    except (ConnectionLoss, client.handler.timeout_exception) as exc:
-        raise _OutcomeUnknownError(str(exc) or type(exc).__name__) from exc
-    check, set_result = results
-    if isinstance(check, NoNodeError):
-        raise Fenced(f"{context}: own election node {node} is gone (session expired or node deleted); "
-                     "this leader is fenced off: stop writing and hand over")
-    if isinstance(check, BadVersionError):
-        raise Fenced(f"{context}: own election node {node} changed (version is no longer {node_version}); fenced")
-    if isinstance(set_result, BadVersionError):
-        raise Fenced(f"{context}: {target} is no longer at version {expected_version} (another writer moved it); "
-                     "fenced: re-read before deciding anything")
-    if isinstance(set_result, NoNodeError):
-        raise Fenced(f"{context}: {target} does not exist (the group was deleted?); fenced")
-    for result in results:
-        if isinstance(result, NoAuthError):
-            raise ElectionError(f"{context}: ZooKeeper denied the write to {target} (NoAuth): the client needs "
-                                "auth_data=DigestCredential(...).auth_data() matching the group's ACL")
-        if isinstance(result, Exception):
-            raise ElectionError(f"{context}: transaction failed: {type(result).__name__}: {result}")
-    return int(set_result.version)
+
+    @property
+    def client(self) -> KazooClient: ...
+
+    @property
+    def paths(self) -> GroupPaths: ...
+
+    @property
+    def acl(self) -> list[ACL] | None: ...
+
+    @property
+    def op_timeout_s(self) -> float: ...
+
+    @property
+    def epoch(self) -> int | None: ...
+
+    @property
+    def state(self) -> LeadershipState: ...
+
+    @property
+    def faults(self) -> Callable[[str], None] | None: ...
+
+    @property
+    def log(self) -> FilteringBoundLogger: ...
+
+    def is_leader(self) -> bool: ...
 
 
-def ensure_record_node(election: Election, path: str) -> None:
-    """Create ``path`` empty (with the group's ACL) when missing, so a first commit can CAS version 0."""
-    with contextlib.suppress(NodeExistsError):
-        election.client.create_async(path, b"", acl=election.acl, makepath=True).get(timeout=election.op_timeout_s)
+class CommitTally:
+    """Counts of commits attempted, fenced (rejected by the fence) and refused (``NotLeader``, nothing sent).
+
+    Thread-safe. Each ``Fence`` keeps one for its term and adds to its election's, which spans every term.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[_Outcome, int] = {"attempted": 0, "fenced": 0, "refused": 0}
+
+    def add(self, outcome: _Outcome) -> None:
+        with self._lock:
+            self._counts[outcome] += 1
+
+    def __getitem__(self, outcome: _Outcome) -> int:
+        with self._lock:
+            return self._counts[outcome]
 
 
 class Fence:
@@ -96,16 +87,16 @@ class Fence:
     by the fence (``Fenced``) and refusals before sending (``NotLeader``) for this term.
     """
 
-    def __init__(self, election: Election, *, epoch: int, node: str, node_version: int) -> None:
-        self._election = election
+    def __init__(self, term: Term, *, epoch: int, node: str, node_version: int, tally: CommitTally) -> None:
+        """``epoch``, ``node`` and ``node_version`` are the term's own node; ``tally`` the election's counts."""
+        self._term = term
         self._epoch = epoch
         self._node = node
         self._node_version = node_version
+        self._election_tally = tally
+        self._tally = CommitTally()
         self._stored_epoch: int | None = None
         self._lock = threading.Lock()
-        self.commits_attempted = 0
-        self.commits_fenced = 0
-        self.commits_refused = 0
 
     @property
     def epoch(self) -> int:
@@ -117,46 +108,50 @@ class Fence:
         """The path of the election node every commit of this term checks."""
         return self._node
 
+    @property
+    def commits_attempted(self) -> int:
+        return self._tally["attempted"]
+
+    @property
+    def commits_fenced(self) -> int:
+        return self._tally["fenced"]
+
+    @property
+    def commits_refused(self) -> int:
+        return self._tally["refused"]
+
     def _context(self, expected_version: int | None = None) -> str:
-        text = f"group {self._election.group}, epoch {self._epoch}, node {self._node}"
+        text = f"group {self._term.paths.group}, epoch {self._epoch}, node {self._node}"
         return text if expected_version is None else f"{text}, expected version {expected_version}"
 
     def read_commit(self) -> tuple[dict[str, Any] | None, int]:
         """The stored commit record (``None`` if never committed) and its znode version."""
-        election = self._election
-        path = election.paths.commit
-        for _ in range(2):
-            try:
-                raw, stat = election.client.get_async(path).get(timeout=election.op_timeout_s)
-            except NoNodeError:
-                ensure_record_node(election, path)
-                continue
-            record = parse_record(raw)
-            with self._lock:
-                self._stored_epoch = None if record is None or record.get("epoch") is None else int(record["epoch"])
-            return record, int(stat.version)
-        raise ElectionError(f"{self._context()}: {path} vanished twice while reading it: "
-                            "is someone deleting the group?")
-
-    def _count(self, attr: str) -> None:
+        term = self._term
+        record, version = read_record(term.client, term.paths.commit, acl=term.acl, timeout_s=term.op_timeout_s,
+                                      context=self._context())
         with self._lock:
-            setattr(self, attr, getattr(self, attr) + 1)
-        self._election._count(attr)  # cumulative, across terms, for metrics
+            self._stored_epoch = None if record is None or record.get("epoch") is None else int(record["epoch"])
+        return record, version
+
+    def _count(self, outcome: _Outcome) -> None:
+        self._tally.add(outcome)
+        self._election_tally.add(outcome)  # cumulative, across terms, for metrics
 
     def _precheck(self, context: str) -> None:
         """Python-side refusals before anything is sent (the transaction below is what makes them atomic)."""
-        election = self._election
-        if election.epoch != self._epoch:
-            self._count("commits_fenced")
-            raise Fenced(f"{context}: this term is over (the election is now at epoch {election.epoch}); fenced")
-        if not election.is_leader():
-            self._count("commits_refused")
-            raise NotLeader(f"{context}: not leading now (state {election.state.name}, suspended or past the "
+        term = self._term
+        current = term.epoch
+        if current != self._epoch:
+            self._count("fenced")
+            raise Fenced(f"{context}: this term is over (the election is now at epoch {current}); fenced")
+        if not term.is_leader():
+            self._count("refused")
+            raise NotLeader(f"{context}: not leading now (state {term.state.name}, suspended or past the "
                             "safe-until deadline); no commit may start")
         with self._lock:
             stored = self._stored_epoch
         if stored is not None and stored > self._epoch:
-            self._count("commits_fenced")
+            self._count("fenced")
             raise Fenced(f"{context}: the stored commit has epoch {stored}, higher than ours; a newer leader "
                          "has committed: fenced")
 
@@ -170,58 +165,48 @@ class Fence:
             Fenced: the node is gone, the version moved, or a higher epoch is stored.
             ElectionError: the reply was lost and the outcome could not be read back (re-read).
         """
-        self._count("commits_attempted")
+        self._count("attempted")
         context = self._context(expected_version)
         self._precheck(context)
-        election = self._election
-        if election.faults is not None:
-            election.faults("before_transaction")  # a pause here is what the fence exists for
+        term = self._term
+        if term.faults is not None:
+            term.faults("before_transaction")  # a pause here is what the fence exists for
         data = encode_record(record, self._epoch)
         try:
-            version = fenced_set(election.client, node=self._node, node_version=self._node_version,
-                                 target=election.paths.commit, data=data, expected_version=expected_version,
-                                 timeout_s=election.op_timeout_s, context=context)
+            version = fenced_set(term.client, node=self._node, node_version=self._node_version,
+                                 target=term.paths.commit, data=data, expected_version=expected_version,
+                                 timeout_s=term.op_timeout_s, context=context)
         except Fenced:
-            self._count("commits_fenced")
-            election.log.info("commit_fenced", epoch=self._epoch, expected_version=expected_version)
+            self._count("fenced")
+            term.log.info("commit_fenced", epoch=self._epoch, expected_version=expected_version)
             raise
-        except _OutcomeUnknownError as exc:
+        except OutcomeUnknownError as exc:
             return self._resolve_unknown(data, expected_version, context, exc)
         with self._lock:
             self._stored_epoch = self._epoch
-        election.log.debug("committed", epoch=self._epoch, version=version)
+        term.log.debug("committed", epoch=self._epoch, version=version)
         return version
 
-    def _resolve_unknown(self, data: bytes, expected_version: int, context: str, exc: _OutcomeUnknownError) -> int:
-        """The reply was lost: read the record back (retrying connection losses until ``op_timeout_s``) to learn
-        whether our transaction applied."""
-        election = self._election
-        deadline = time.monotonic() + election.op_timeout_s
-        while True:
-            try:
-                raw, stat = election.client.get_async(election.paths.commit).get(timeout=election.op_timeout_s)
-                break
-            except (SessionExpiredError, ConnectionLoss) as retry_exc:
-                if time.monotonic() < deadline:
-                    time.sleep(0.05)
-                    continue
-                read_exc: Exception = retry_exc
-            except Exception as other:
-                read_exc = other
+    def _resolve_unknown(self, data: bytes, expected_version: int, context: str, exc: OutcomeUnknownError) -> int:
+        """The reply was lost: read the record back to learn whether our transaction applied."""
+        term = self._term
+        try:
+            raw, version = read_back(term.client, term.paths.commit, timeout_s=term.op_timeout_s)
+        except Exception as read_exc:
             raise ElectionError(f"{context}: connection lost during the commit ({exc}) and the record could not "
                                 f"be read back ({type(read_exc).__name__}): outcome unknown; re-read with "
                                 "read_commit() once connected") from read_exc
-        if stat.version == expected_version + 1 and raw == data:
-            election.log.info("commit_confirmed_after_connection_loss", epoch=self._epoch, version=stat.version)
-            return int(stat.version)
-        if stat.version == expected_version:
-            self._count("commits_refused")
+        if version == expected_version + 1 and raw == data:
+            term.log.info("commit_confirmed_after_connection_loss", epoch=self._epoch, version=version)
+            return version
+        if version == expected_version:
+            self._count("refused")
             raise NotLeader(f"{context}: connection lost during the commit ({exc}); it did not apply")
-        self._count("commits_fenced")
-        election.log.info("commit_fenced", epoch=self._epoch, expected_version=expected_version,
-                          after="connection loss")
+        self._count("fenced")
+        term.log.info("commit_fenced", epoch=self._epoch, expected_version=expected_version,
+                      after="connection loss")
         raise Fenced(f"{context}: connection lost during the commit and the record moved to version "
-                     f"{stat.version} by someone else; fenced")
+                     f"{version} by someone else; fenced")
 
     def __repr__(self) -> str:
-        return f"Fence(group={self._election.group!r}, epoch={self._epoch}, node={self._node!r})"
+        return f"Fence(group={self._term.paths.group!r}, epoch={self._epoch}, node={self._node!r})"

@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from election._errors import ElectionError
+from election._errors import ConfigError
 
 __all__ = ["Identity"]
 
@@ -32,7 +32,7 @@ class Identity:
 
     def __post_init__(self) -> None:
         if not self.replica_id:
-            raise ElectionError("Identity.replica_id is empty: give each replica a unique, non-empty id")
+            raise ConfigError("Identity.replica_id='' is empty: give each replica a unique, non-empty id")
 
     @classmethod
     def local(cls, replica_id: str, metrics_url: str = "") -> Identity:
@@ -57,5 +57,5 @@ class Identity:
         try:
             data = json.loads(raw.decode())
             return cls.from_json(data) if isinstance(data, dict) else None
-        except (ValueError, KeyError, TypeError, ElectionError):
+        except (ValueError, KeyError, TypeError):
             return None

@@ -1,11 +1,11 @@
-"""The ZooKeeper layout of one group (DESIGN.md "ZooKeeper layout") and election-node name parsing."""
+"""The ZooKeeper layout of one group (ARCHITECTURE.md "ZooKeeper layout") and election-node name parsing."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from election._errors import ElectionError
+from election._errors import ConfigError
 
 __all__ = ["NODE_MARK", "GroupPaths", "node_sequence", "sort_nodes"]
 
@@ -24,8 +24,8 @@ class GroupPaths:
 
     def __post_init__(self) -> None:
         if not _GROUP_RE.match(self.group):
-            raise ElectionError(f"group={self.group!r} is not a valid group name: use 1–128 letters, digits, "
-                                "'_', '.' or '-', starting with a letter or digit")
+            raise ConfigError(f"group={self.group!r} is not a valid group name: use 1–128 letters, digits, "
+                              "'_', '.' or '-', starting with a letter or digit")
 
     @property
     def root(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import signal
 import sys
@@ -15,11 +16,10 @@ import click
 import structlog
 from pydantic_core import PydanticUndefined
 
+from career.queue import DEFAULT_MAX_LINE_BYTES
 from election import TenureError
-from service import __version__
+from service import __version__, ops
 from service.local import Ensemble, Topology, run_demo, run_up
-from service.ops import _producer as producer_mod
-from service.ops import _verify as verify_mod
 from service.replica import ReplicaConfig, configure_logging, load_config, run_replica
 
 __all__ = ["main"]
@@ -155,7 +155,7 @@ def up(replicas: int, directory: Path, career: str, group: str, session_timeout_
 @click.option("--bad", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="Probability, after each record, of a bad line (each class in turn).")
 @click.option("--seed", type=int, default=None, help="Makes ids, keys, seqs and payloads reproducible.")
-@click.option("--max-line-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True,
+@click.option("--max-line-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_LINE_BYTES, show_default=True,
               envvar="TENURE_MAX_LINE_BYTES", help="Size of the injected oversized lines; match the pipeline.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def produce(data_root: Path, records: int, keys: int, rate: float | None, duplicates: float, bad: float,
@@ -164,8 +164,8 @@ def produce(data_root: Path, records: int, keys: int, rate: float | None, duplic
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())
     try:
-        summary = producer_mod.produce(data_root, records=records, keys=keys, rate=rate, duplicates=duplicates,
-                                       bad=bad, seed=seed, stop=stop, max_line_bytes=max_line_bytes)
+        summary = ops.produce(data_root, records=records, keys=keys, rate=rate, duplicates=duplicates,
+                             bad=bad, seed=seed, stop=stop, max_line_bytes=max_line_bytes)
     except TenureError as exc:
         _fail(exc)
     click.echo(summary.to_json() if as_json else summary.render())
@@ -174,7 +174,7 @@ def produce(data_root: Path, records: int, keys: int, rate: float | None, duplic
 
 @main.command()
 @click.option("--data-root", type=click.Path(path_type=Path), required=True, envvar="TENURE_DATA_ROOT")
-@click.option("--max-line-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True,
+@click.option("--max-line-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_LINE_BYTES, show_default=True,
               envvar="TENURE_MAX_LINE_BYTES", help="The pipeline's line size limit.")
 @click.option("--queue-dir", type=click.Path(path_type=Path), default=None, envvar="TENURE_QUEUE_DIR",
               help="The shared queue (landing/, archive/) the group reads, if not the data root.")
@@ -187,11 +187,11 @@ def produce(data_root: Path, records: int, keys: int, rate: float | None, duplic
 def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, allow_empty: bool,
            ignore_fields: tuple[str, ...], as_json: bool) -> None:
     """Audit exactly-once, content and per-key order: exit 1 on any violation or an empty queue, 2 on a bad path."""
-    fields = [f for f in verify_mod.CONTENT_FIELDS if f not in ignore_fields]
+    fields = [f for f in ops.CONTENT_FIELDS if f not in ignore_fields]
     try:
-        verify_mod.check_data_root(data_root, queue_dir)
-        report = verify_mod.verify(data_root, max_line_bytes=max_line_bytes, queue_dir=queue_dir,
-                                   allow_empty=allow_empty, content_fields=fields)
+        ops.check_data_root(data_root, queue_dir)
+        report = ops.verify(data_root, max_line_bytes=max_line_bytes, queue_dir=queue_dir,
+                            allow_empty=allow_empty, content_fields=fields)
     except TenureError as exc:
         _fail(exc)
     click.echo(report.to_json() if as_json else report.render())
@@ -310,6 +310,9 @@ def drill(scenarios: tuple[str, ...], json_out: Path | None, plot_out: Path | No
     from service.drill import run_drills
 
     try:
+        if plot_out is not None and importlib.util.find_spec("matplotlib") is None:
+            raise TenureError("--plot needs matplotlib, which a replica's install leaves out: "
+                              "pip install 'tenure[drill]' (or drop --plot)")
         if "chaos" in scenarios:
             from service.drill import run_chaos
 

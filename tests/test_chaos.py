@@ -12,17 +12,9 @@ import psutil
 import pytest
 
 from service.drill import DrillError
-from service.drill._chaos import (
-    CAREER_POINTS,
-    FAULT_KINDS,
-    AuditSummary,
-    ChaosResult,
-    ChaosSettings,
-    FaultOutcome,
-    judge_chaos,
-    plan_faults,
-    render_chaos,
-)
+from service.drill._chaos import FaultOutcome
+from service.drill._chaos_plan import CAREER_POINTS, FAULT_KINDS, ChaosSettings, plan_faults
+from service.drill._chaos_run import AuditSummary, ChaosResult, judge_chaos, render_chaos
 from service.local import ReplicaProcess
 from tests._replicas import wait_for
 
@@ -62,7 +54,7 @@ def test_ci_seed_plan() -> None:
     """The plan tests/test_drill.py's chaos run relies on."""
     settings = ChaosSettings.make(career="spark", records=3000, faults=3, seed=12, short=True)
     assert [f.label for f in plan_faults(12, 3, settings.window_s, career="spark")] == \
-        ["inject after_checkpoint kill", "pause", "zk-restart (leader)"]
+        ["inject after_publish kill", "pause", "zk-restart (leader)"]
     assert settings.drill.produce_s > settings.window_s  # the producer outlasts the last planned fault
 
 

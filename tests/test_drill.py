@@ -5,29 +5,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from service.drill._drill import (
-    SCENARIOS,
-    CommitSample,
-    DrillError,
-    DrillSettings,
-    LogEvent,
-    Measurements,
-    ScenarioResult,
-    _commit_interval,
-    _leader_intervals,
-    audit_counter,
-    career_unavailable,
-    expand,
-    judge,
-    read_events,
-    render_report,
-    run_drills,
-    run_scenario,
-)
+from service.drill import DrillError, read_events, run_drills
+from service.drill._criteria import ScenarioResult, judge
+from service.drill._measures import Measurements, audit_counter, commit_interval, leader_intervals
+from service.drill._monitor import CommitSample, LogEvent
+from service.drill._report import render_report
+from service.drill._run import run_scenario
+from service.drill._scenarios import SCENARIOS, expand
+from service.drill._settings import DrillSettings, career_unavailable
 from service.local import NetNamespace, netns_unavailable
 
 FIRST_COMMIT = "successor's first commit: about 1 s after the handover, plus one batch"
@@ -151,9 +141,9 @@ def test_commit_interval_is_the_median_of_one_epochs_consecutive_commits() -> No
         return CommitSample(observed_at=at, version=version, epoch=epoch, committed_at=at, batch=version)
 
     commits = [c(1, 5, 0.0), c(2, 5, 0.4), c(3, 9, 1.0), c(4, 9, 3.0), c(5, 9, 5.5), c(7, 9, 20.0), c(8, 9, 22.1)]
-    assert _commit_interval(commits, 9) == pytest.approx(2.1)
-    assert _commit_interval(commits, 5) == pytest.approx(0.4)
-    assert _commit_interval([c(1, 9, 0.0)], 9) is None
+    assert commit_interval(commits, 9) == pytest.approx(2.1)
+    assert commit_interval(commits, 5) == pytest.approx(0.4)
+    assert commit_interval([c(1, 9, 0.0)], 9) is None
 
 
 def test_read_events_survives_a_torn_line(tmp_path: Path) -> None:
@@ -180,7 +170,7 @@ def test_leader_intervals_from_runner_states() -> None:
         ev("r1", 5.0, "runner_state", old="leading", new="backing_off", epoch=7),
         ev("r2", 4.0, "runner_state", old="following", new="leading", epoch=9),
     ]
-    spans = _leader_intervals(events, killed={"r2": 8.0}, end=10.0)
+    spans = leader_intervals(events, killed={"r2": 8.0}, end=10.0)
     assert {(s["replica"], s["state"], s["start"], s["end"]) for s in spans} == {
         ("r1", "leading", 1.0, 5.0), ("r1", "suspended", 3.0, 5.0), ("r2", "leading", 4.0, 8.0)}
 
@@ -322,7 +312,7 @@ def test_chaos_drill_spark_short(tmp_path: Path) -> None:
     failed = [f"{c['name']}: {c['detail']}" for c in doc["criteria"] if not c["passed"]]
     assert code == 0, f"chaos failed: {failed}\n{report}"
     assert doc["seed"] == CI_CHAOS_SEED and [f["label"] for f in doc["faults"]] == \
-        ["inject after_checkpoint kill", "pause", "zk-restart (leader)"]
+        ["inject after_publish kill", "pause", "zk-restart (leader)"]
     assert all(f["status"] == "recovered" and f["recovery_s"] is not None for f in doc["faults"]), doc["faults"]
     audit = doc["audit"]
     assert audit["ok"] and audit["ids_in"] == 3000 and audit["lost"] == audit["duplicated"] == audit["inversions"] == 0
@@ -330,3 +320,18 @@ def test_chaos_drill_spark_short(tmp_path: Path) -> None:
     assert f"seed {CI_CHAOS_SEED}" in report and "chaos: OK" in report
     assert not any(line.lstrip().startswith("{") for line in report.splitlines()), "JSON log lines in the report"
     assert plot_out.stat().st_size > 10_000
+
+
+def test_plot_without_matplotlib_is_refused_before_the_drill_runs(tmp_path: Path) -> None:
+    """A replica's install leaves matplotlib out (it is the `drill` extra): `--plot` says so in one line, exit 2,
+    before any topology starts. ``sys.modules[name] = None`` is how Python marks a module as not installed."""
+    script = ("import sys; sys.modules['matplotlib'] = None\n"
+              "from service.cli import main\n"
+              f"sys.argv = ['tenure', 'drill', 'handover', '--career', 'counter', '--short', "
+              f"'--plot', {str(tmp_path / 'p.png')!r}, '--dir', {str(tmp_path / 'd')!r}]\n"
+              "main()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == ("tenure: error: --plot needs matplotlib, which a replica's "
+                                                     "install leaves out: pip install 'tenure[drill]' (or drop --plot)")
+    assert not (tmp_path / "d").exists()

@@ -17,6 +17,7 @@ from kazoo.exceptions import NoAuthError
 
 from election import (
     TRANSITIONS,
+    ConfigError,
     DigestCredential,
     Elected,
     Election,
@@ -33,7 +34,7 @@ from election import (
     check_transition,
     group_status,
 )
-from election._fence import fenced_set
+from election._transaction import fenced_set
 from tests._replicas import wait_for
 
 T = TypeVar("T")
@@ -213,7 +214,7 @@ def test_config_is_validated_with_clear_messages(kwargs: dict[str, Any], message
     """Bad settings fail at construction, naming the field and its value."""
     client = KazooClient(hosts="127.0.0.1:1", timeout=SESSION_TIMEOUT_S)
     args: dict[str, Any] = {"group": "g", "identity": Identity.local("r1"), **kwargs}
-    with pytest.raises(ElectionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Election(client, **args)
 
 

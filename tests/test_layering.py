@@ -8,6 +8,7 @@ other, directly or round a longer circle. Lazy imports inside functions count to
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,23 @@ def test_no_module_cycle() -> None:
         if start not in seen and visit(start, [start]):
             break
     assert not cycle, " -> ".join(cycle)
+
+
+def test_architecture_names_only_files_that_exist() -> None:
+    """ARCHITECTURE.md is the map of the code: every path it names must be there (a moved file fails this)."""
+    text = (REPO / "ARCHITECTURE.md").read_text()
+    named = set(re.findall(r"`((?:election|career|service|deploy|bench|tests)/[\w/.\-]*)`", text))
+    assert len(named) > 20
+    assert not sorted(p for p in named if not (REPO / p).exists())
+
+
+def test_every_module_is_on_the_map() -> None:
+    """Every module of the three packages has a line of ARCHITECTURE.md naming its folder and its file."""
+    lines = (REPO / "ARCHITECTURE.md").read_text().splitlines()
+    missing = []
+    for pkg in PACKAGES:
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            folder = str(path.parent.relative_to(REPO)) + "/"
+            if path.name != "__init__.py" and not any(folder in line and path.name in line for line in lines):
+                missing.append(str(path.relative_to(REPO)))
+    assert not missing, missing

@@ -1,4 +1,6 @@
-"""Per-key order is the consumer's to keep (DESIGN.md I3): whatever the files' mtimes, whatever the transform.
+"""Per-key order is the consumer's to keep: whatever the files' mtimes, whatever the transform.
+
+The guarantee's place among the others: ARCHITECTURE.md "Where each guarantee is enforced".
 
 Each test reads the published output the way a reader does (part files in name order, rows in file order)
 and fails on any per-key inversion; a record that arrives after a higher seq of its key was published must

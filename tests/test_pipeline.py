@@ -11,13 +11,12 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from career.queue import REASONS, classify_line
 from career.spark._pipeline import (
     QUARANTINE_COLUMNS,
-    REASONS,
     TABLE_COLUMNS,
     classified_batch,
     classified_stream,
-    classify_line,
     quarantine_rows,
     table_rows,
 )
@@ -82,15 +81,12 @@ def test_every_reason_has_a_case() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_classify_line_matches_verify(name: str) -> None:
-    """The pipeline's classifier and the independent auditor's agree on every case (reason included)."""
+def test_classify_line(name: str) -> None:
+    """The queue's one classifier (used by the pipeline and by verify) gives each case its reason, or a record."""
     raw, expected = CASES[name]
     record, reason = classify_line(raw, MAX)
     assert reason == expected
     assert (record is None) == (expected is not None)
-    from service.ops._verify import classify_line as verify_classify
-
-    assert verify_classify(raw, MAX)[1] == expected
 
 
 @pytest.fixture(scope="module")

@@ -19,18 +19,19 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from service.ops._producer import (
+from career.queue import classify_line
+from service.ops._produce import (
     BAD_CLASSES,
     Producer,
     ProducerError,
-    RetryPolicy,
+    WriteRetry,
     bad_line,
     produce,
     write_lines,
 )
-from service.ops._verify import classify_line, iter_queue_files, verify
+from service.ops._verify import iter_queue_files, verify
 
-FAST = RetryPolicy(max_attempts=4, initial_backoff_s=0.01, max_backoff_s=0.05)
+FAST = WriteRetry(max_attempts=4, initial_backoff_s=0.01, max_backoff_s=0.05)
 
 
 def _record(i: int, key: str = "k", pad: int = 0) -> dict[str, Any]:
@@ -208,7 +209,7 @@ def test_disk_full_is_retried_with_backoff_and_reported(tmp_path: Path,
     """ENOSPC from write() is retried with doubling waits, logged as write_failed; the file lands intact."""
     monkeypatch.setattr(os, "write", _failing(os.write, 3, errno.ENOSPC))
     waits: list[float] = []
-    policy = RetryPolicy(max_attempts=5, initial_backoff_s=0.1, max_backoff_s=0.3)
+    policy = WriteRetry(max_attempts=5, initial_backoff_s=0.1, max_backoff_s=0.3)
     with capture_logs() as logs, Producer(tmp_path, autoflush=False, retry=policy, sleep=waits.append) as p:
         for i in range(3):
             p.send(_record(i))

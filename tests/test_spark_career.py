@@ -17,7 +17,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from career import CareerContext, Outcome
-from career.spark import InjectedFaultError, SparkCareer, SparkCareerConfig, SparkCareerError
+from career.spark import SparkCareer, SparkCareerConfig, SparkCareerError
 from election import Elected, Election, Fenced, Identity
 from service.ops import VerifyReport, verify
 
@@ -130,6 +130,20 @@ def make_config(root: Path, **overrides: Any) -> SparkCareerConfig:
     return SparkCareerConfig(**settings)
 
 
+class Crash(Exception):
+    """The deliberate crash a :func:`crash_at` fault hook raises."""
+
+
+def crash_at(point: str) -> Callable[[str], None]:
+    """A fault hook that raises :class:`Crash` every time the career reaches ``point``."""
+
+    def hook(reached: str) -> None:
+        if reached == point:
+            raise Crash(f"injected crash at {point}")
+
+    return hook
+
+
 def audit(root: Path) -> VerifyReport:
     return verify(root, max_line_bytes=MAX_LINE)
 
@@ -224,30 +238,30 @@ def test_exactly_once_warm_then_second_term_reads_only_new_files(
     career2.close()
 
 
-@pytest.mark.parametrize("point", ["staged", "committed", "published"])
+@pytest.mark.parametrize("point", ["after_stage", "after_commit", "after_publish"])
 def test_crash_window_then_new_leader_exactly_once(
     spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path, point: str
 ) -> None:
     """A crash forced inside a batch — after staging, after the fenced commit, or after publishing — then a
-    new leader (new epoch) on the same data root: output ends exactly once. After 'committed' the new
-    leader's inaugurate rolls the publish forward; after 'staged' it deletes the dead staging; after
-    'published' Spark re-runs the batch and the career skips it."""
+    new leader (new epoch) on the same data root: output ends exactly once. After 'after_commit' the new
+    leader's inaugurate rolls the publish forward; after 'after_stage' it deletes the dead staging; after
+    'after_publish' Spark re-runs the batch and the career skips it."""
     root = tmp_path / "data"
     q = Queue(root)
     q.standard(files=3)
     first = Recorder()
-    career = SparkCareer(make_config(root, fail_after=point, max_files_per_trigger=3), first, replica_id="r1")
+    career = SparkCareer(make_config(root, max_files_per_trigger=3), first, replica_id="r1", faults=crash_at(point))
     with leadership(zk_client, zk_group, "r1") as (_, ctx):
         career.inaugurate(ctx)
-        with pytest.raises(InjectedFaultError):
+        with pytest.raises(Crash):
             run_until(career, lambda: False)
         career.hand_over(Outcome.FAILED)
         record, _ = ctx.fence.read_commit()
     table_files = sorted(p.name for p in (root / "table").glob("*.parquet"))
     staged = list((root / "table").glob("_staging/*/*"))
-    if point == "staged":
+    if point == "after_stage":
         assert record is None and not table_files and staged
-    elif point == "committed":
+    elif point == "after_commit":
         assert record is not None and record["batch_id"] == 0 and not table_files and staged
     else:
         assert record is not None and table_files and not staged
@@ -258,12 +272,12 @@ def test_crash_window_then_new_leader_exactly_once(
     with leadership(zk_client, zk_group, "r2") as (_, ctx2):
         career2.inaugurate(ctx2)
         assert not list((root / "table").glob("_staging/*")), "dead staging survived inauguration"
-        if point == "committed":
+        if point == "after_commit":
             assert list((root / "table").glob("batch-000000000000-*.parquet")), "not rolled forward"
         run_until(career2, drained(root))
         career2.hand_over(Outcome.CLEAN)
     assert_exactly_once(root)
-    assert second.outcomes()[0] == ("committed" if point == "staged" else "skipped")
+    assert second.outcomes()[0] == ("committed" if point == "after_stage" else "skipped")
     career.close()
     career2.close()
 

@@ -16,7 +16,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from career import Outcome
-from career.spark import InjectedFaultError, SparkCareer
+from career.spark import SparkCareer
 from career.spark._storage import (
     Layout,
     StaleTermError,
@@ -26,9 +26,11 @@ from career.spark._storage import (
 )
 from election import Fenced, NotLeader
 from tests.test_spark_career import (
+    Crash,
     Queue,
     Recorder,
     assert_exactly_once,
+    crash_at,
     drained,
     leadership,
     make_config,
@@ -78,11 +80,11 @@ def test_a_leader_paused_inside_inaugurate_cannot_destroy_its_successors_batch(
         thread.start()
         assert pause.reached.wait(120)
     # r1's term is over (its node is gone); it is still inside inaugurate.
-    second = SparkCareer(make_config(root, fail_after="committed", max_files_per_trigger=2), Recorder(),
-                         replica_id="r2")
+    second = SparkCareer(make_config(root, max_files_per_trigger=2), Recorder(), replica_id="r2",
+                         faults=crash_at("after_commit"))
     with leadership(zk_client, zk_group, "r2") as (_, ctx2):
         second.inaugurate(ctx2)
-        with pytest.raises(InjectedFaultError):
+        with pytest.raises(Crash):
             run_until(second, lambda: False)
         second.hand_over(Outcome.FAILED)
         record, _ = ctx2.fence.read_commit()

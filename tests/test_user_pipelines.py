@@ -18,12 +18,14 @@ import pytest
 from kazoo.client import KazooClient
 
 from career import Outcome
-from career.spark import HookError, InjectedFaultError, SparkCareer
+from career.spark import HookError, SparkCareer
 from tests.test_spark_career import (
+    Crash,
     Queue,
     Recorder,
     assert_exactly_once,
     audit,
+    crash_at,
     landing_names,
     leadership,
     make_config,
@@ -176,10 +178,10 @@ def test_crash_after_the_commit_rolls_the_retry_store_and_dead_letter_forward(
                     record(3, "bad", 1, poison=True), record(4, "fine", 1)])
     settings = {"row_function": "tests.pipelines:flaky", "retry_attempts": 2, "retry_backoff_s": 0.5,
                 "retry_backoff_max_s": 0.5}
-    career = SparkCareer(make_config(root, fail_after="committed", **settings), Recorder(), replica_id="r1")
+    career = SparkCareer(make_config(root, **settings), Recorder(), replica_id="r1", faults=crash_at("after_commit"))
     with leadership(zk_client, zk_group, "r1") as (_, ctx):
         career.inaugurate(ctx)
-        with pytest.raises(InjectedFaultError):
+        with pytest.raises(Crash):
             run_until(career, lambda: False)
         career.hand_over(Outcome.FAILED)
     career.close()

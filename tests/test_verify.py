@@ -14,14 +14,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from career.queue import REASONS, classify_line
 from service.ops import write_lines
 from service.ops._verify import (
     CONTENT_FIELDS,
     LATE_REASON,
-    REASONS,
     VerifyError,
     check_data_root,
-    classify_line,
     iter_queue_files,
     verify,
 )

@@ -3,7 +3,8 @@
 The leader reads ``<data-root>/landing/*.jsonl`` (or another configured source), quarantines bad lines with a
 reason, drops repeated message ids with Spark state kept in the checkpoint, orders each batch by (key, seq),
 stages Parquet, commits through the ZooKeeper fence, then publishes into ``table/``. A re-run of a committed
-batch id is skipped; a new leader rolls a committed-but-unpublished batch forward. See docs/readme/spark.md.
+batch id is skipped; a new leader rolls a committed-but-unpublished batch forward. ARCHITECTURE.md "One record's
+path" follows a record through it; "Data root layout" names every folder.
 
 What is guaranteed: every distinct valid id is written once and every bad line quarantined once, across any
 number of leader changes, provided the data root has atomic rename (local disk, HDFS) and a repeat of an id
@@ -12,15 +13,15 @@ batch while its part files are being renamed into place; a repeat later than the
 as late (its seq is at or below its key's published high-water mark), not written again.
 """
 
-from career.spark._career import HandingOverError, HookError, InjectedFaultError, SparkCareer, SparkCareerError
-from career.spark._config import FAULT_POINTS, SparkCareerConfig
+from career.spark._career import SparkCareer
+from career.spark._config import SparkCareerConfig
+from career.spark._errors import HandingOverError, SparkCareerError
+from career.spark._hooks import HookError
 from career.spark._session import build_session
 
 __all__ = [
-    "FAULT_POINTS",
     "HandingOverError",
     "HookError",
-    "InjectedFaultError",
     "SparkCareer",
     "SparkCareerConfig",
     "SparkCareerError",

@@ -1,4 +1,4 @@
-"""The Spark career's settings: one frozen dataclass, validated at construction."""
+"""The Spark career's settings: one frozen dataclass, validated at construction (``ConfigError`` names the fix)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from career.spark._pipeline import BINARY_FILE, DEFAULT_MAX_LINE_BYTES
+from career.queue import DEFAULT_MAX_LINE_BYTES
+from career.spark._pipeline import BINARY_FILE
 from career.spark._retry import RetryPolicy
+from election._errors import ConfigError
 
-__all__ = ["FAULT_POINTS", "SparkCareerConfig"]
-
-FAULT_POINTS: tuple[str, ...] = ("staged", "committed", "published")
-"""Where ``fail_after`` can raise inside a batch (test and drill fault injection)."""
+__all__ = ["SparkCareerConfig"]
 
 _WINDOW = re.compile(r"^\s*\d+\s+(second|minute|hour|day|week)s?\s*$", re.IGNORECASE)
 
@@ -74,9 +73,10 @@ class SparkCareerConfig:
             A raise holds the record, and its key's later records, in the retry store.
         retry_attempts: attempts of a failing record before it is dead-lettered (default 5).
         retry_backoff_s: delay after the first failure; doubles per attempt (default 1).
-        retry_backoff_max_s: cap of the retry delay (default 300).
-        fail_after: fault injection for tests and drills: raise inside the batch right after ``staged``,
-            ``committed`` or ``published`` (default None: never). Never set it in production.
+        retry_backoff_max_s: cap of the retry delay (default 300); at least ``retry_backoff_s``.
+
+    Raises:
+        ConfigError: a setting cannot work; the message names it, its value and the fix (a ``ValueError`` too).
     """
 
     data_root: Path
@@ -105,36 +105,37 @@ class SparkCareerConfig:
     retry_attempts: int = 5
     retry_backoff_s: float = 1.0
     retry_backoff_max_s: float = 300.0
-    fail_after: Literal["staged", "committed", "published"] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_root", Path(self.data_root))
         if self.queue_dir is not None:
             object.__setattr__(self, "queue_dir", Path(self.queue_dir))
         if self.standby not in ("warm", "cold"):
-            raise ValueError(f"standby={self.standby!r} is not a standby mode; use 'warm' or 'cold'")
+            raise ConfigError(f"standby={self.standby!r} is not a standby mode; use 'warm' or 'cold'")
         for name in ("max_files_per_trigger", "max_bytes_per_trigger"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"{name}={value} must be at least 1 (or None to leave it unbounded)")
-        for name in ("trigger_interval_s", "handover_timeout_s", "archive_retention_s", "warmup_timeout_s"):
+                raise ConfigError(f"{name}={value} is below 1: raise it to at least 1")
+        for name in ("max_line_bytes", "shuffle_partitions", "retry_attempts"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)} is below 1; raise it to at least 1")
+        for name in ("trigger_interval_s", "handover_timeout_s", "archive_retention_s", "warmup_timeout_s",
+                     "retry_backoff_s"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be above 0 seconds")
-        if self.max_line_bytes < 1:
-            raise ValueError(f"max_line_bytes={self.max_line_bytes} must be at least 1")
-        if self.shuffle_partitions < 1:
-            raise ValueError(f"shuffle_partitions={self.shuffle_partitions} must be at least 1")
+                raise ConfigError(f"{name}={getattr(self, name):g} is not above 0 seconds; raise it")
+        if self.retry_backoff_max_s < self.retry_backoff_s:
+            raise ConfigError(f"retry_backoff_max_s={self.retry_backoff_max_s:g} is below retry_backoff_s="
+                              f"{self.retry_backoff_s:g}; raise it to at least {self.retry_backoff_s:g}")
         if not _WINDOW.match(self.dedup_window):
-            raise ValueError(f"dedup_window={self.dedup_window!r} is not a Spark interval; use e.g. '24 hours'")
-        if any(key.lower() == "cleansource" for key in self.source_options):
-            raise ValueError("source_options sets cleanSource: the career archives consumed files itself, "
-                             "once no re-run can need them; Spark's cleanSource is unsafe with two drivers")
-        RetryPolicy(self.retry_attempts, self.retry_backoff_s, self.retry_backoff_max_s)  # raises if unusable
-        if self.fail_after is not None and self.fail_after not in FAULT_POINTS:
-            raise ValueError(f"fail_after={self.fail_after!r} is not a fault point; use one of {FAULT_POINTS}")
+            raise ConfigError(f"dedup_window={self.dedup_window!r} is not a Spark interval; use e.g. '24 hours'")
+        clean = next((key for key in self.source_options if key.lower() == "cleansource"), None)
+        if clean is not None:
+            raise ConfigError(f"source_options sets {clean}={self.source_options[clean]!r}; remove it: the career "
+                              "archives consumed files itself, and Spark's cleanSource is unsafe with two drivers")
 
     @property
     def retry_policy(self) -> RetryPolicy:
+        """The retry settings as the batch writer uses them."""
         return RetryPolicy(self.retry_attempts, self.retry_backoff_s, self.retry_backoff_max_s)
 
     @property

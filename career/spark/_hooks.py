@@ -10,14 +10,16 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType
 
+from career.spark._retry import RetryPolicy, RowFunction
 from election._errors import TenureError
 
-__all__ = ["HookError", "Transform", "check_transform", "load_hook", "output_schema_problem"]
+__all__ = ["HookError", "Hooks", "Transform", "check_transform", "load_hook", "output_schema_problem"]
 
 Transform = Callable[[DataFrame], DataFrame]
 """A transform takes the batch's validated, deduplicated, ordered records and returns the rows to write."""
@@ -29,6 +31,16 @@ _RECORDS_DDL = "id STRING, key STRING, seq BIGINT, ts BIGINT, payload STRING"
 
 class HookError(TenureError):
     """A ``transform`` or ``row_function`` cannot be used as configured; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """The user's code in the batch path, loaded once; ``row_function`` None means no retry store unless one
+    is left over from a term that had one (then it drains through ``_retry.identity_row``)."""
+
+    transform: Transform | None = None
+    row_function: RowFunction | None = None
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
 
 
 def load_hook(setting: str, spec: str) -> Callable[..., Any]:

@@ -1,11 +1,12 @@
 """Consumption marks on a queue that several consumer groups share, and the archiving they gate.
 
 A group's leader *marks* a queue file once its own Spark checkpoint has committed the batch that read it (no
-re-run of that group can need the file again): an empty file ``<queue>/consumed/<group>/<name>``. A landing
-file is moved to ``archive/`` once every registered group — and always this one — has marked it; the marks of
-an archived file are then removed. Each step is idempotent, so a crash anywhere leaves nothing a later round
-cannot finish: a file marked but not archived is archived next round, and marks whose file has left
-``landing/`` (archived, but the process died before unmarking) are swept as stale.
+re-run of that group can need the file again): an empty file ``<queue>/consumed/<group>/<name>``
+(:meth:`career.queue.QueueLayout.marks`). A landing file is moved to ``archive/`` once every registered group —
+and always this one — has marked it; the marks of an archived file are then removed. Each step is idempotent,
+so a crash anywhere leaves nothing a later round cannot finish: a file marked but not archived is archived next
+round, and marks whose file has left ``landing/`` (archived, but the process died before unmarking) are swept
+as stale.
 
 If the registry of groups cannot be read (ZooKeeper unreachable, a timeout), nothing is archived that round:
 a file some group may still need is never moved. With no registry at all (``registered_groups=None``) the
@@ -62,7 +63,7 @@ class ConsumptionMarks:
 
         A mark is an empty file created in one step (``O_CREAT|O_EXCL``): it exists or it does not.
         """
-        folder = self._layout.consumed / self.group
+        folder = self._layout.queue.marks(self.group)
         made = 0
         for name in names:
             if not _valid_name(name) or not (self._layout.landing / name).exists():
@@ -78,7 +79,7 @@ class ConsumptionMarks:
     def marked(self, group: str | None = None) -> set[str]:
         """Names of the files ``group`` (default: ours) has marked consumed."""
         try:
-            return {entry.name for entry in os.scandir(self._layout.consumed / (group or self.group))
+            return {entry.name for entry in os.scandir(self._layout.queue.marks(group or self.group))
                     if entry.is_file()}
         except FileNotFoundError:
             return set()
@@ -141,7 +142,7 @@ class ConsumptionMarks:
 
     def _mark_folders(self) -> list[str]:
         try:
-            return sorted(entry.path for entry in os.scandir(self._layout.consumed) if entry.is_dir())
+            return sorted(entry.path for entry in os.scandir(self._layout.queue.consumed) if entry.is_dir())
         except FileNotFoundError:
             return []
 

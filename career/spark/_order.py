@@ -1,4 +1,6 @@
-"""Per-key order (DESIGN.md I3): per key, ``seq`` is the order, enforced by the consumer, not by file mtimes.
+"""Per-key order: per key, ``seq`` is the order, enforced by the consumer, not by file mtimes.
+
+ARCHITECTURE.md "Where each guarantee is enforced" places this guarantee among the others.
 
 Spark's file source orders files by modification time in milliseconds and breaks ties by listing order, so a
 fast producer's files can reach batches out of order. The consumer therefore keeps, per key, the highest ``seq``

@@ -1,4 +1,7 @@
-"""The consumer's pure DataFrame functions: queue lines → classified rows → deduplicated → ordered output."""
+"""The consumer's pure DataFrame functions: queue lines → classified rows → deduplicated → ordered output.
+
+What a queue line must be, and why a bad one is bad, is the queue's contract (:mod:`career.queue`).
+"""
 
 from __future__ import annotations
 
@@ -10,22 +13,20 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 
+# Re-exported (see __all__): career.spark._config, _query and _career import the first two from here.
+from career.queue import TICK_SUFFIX, classify_line
+
 __all__ = [
     "BINARY_FILE",
     "BINARY_FILE_SCHEMA",
     "CLASSIFIED_SCHEMA",
-    "DEFAULT_MAX_LINE_BYTES",
-    "FIELDS",
     "KIND_BAD",
     "KIND_FILE",
     "KIND_ROW",
     "QUARANTINE_COLUMNS",
-    "REASONS",
     "TABLE_COLUMNS",
-    "TICK_SUFFIX",
     "classified_batch",
     "classified_stream",
-    "classify_line",
     "deduplicated",
     "ordered",
     "ordered_records",
@@ -36,36 +37,11 @@ __all__ = [
     "with_batch",
 ]
 
-DEFAULT_MAX_LINE_BYTES = 1 << 20
-"""A line of more bytes than this (its ``\\n`` not counted) is ``oversized``."""
-
 BINARY_FILE = "binaryFile"
 """The default source format: whole files, so lines keep their file and 1-based line number."""
 
 BINARY_FILE_SCHEMA = "path STRING, modificationTime TIMESTAMP, length BIGINT, content BINARY"
 """The ``binaryFile`` source's fixed schema (a streaming file source must be given one)."""
-
-FIELDS: tuple[str, ...] = ("id", "key", "seq", "ts", "payload")
-_TYPED = ("id", "key", "seq", "ts")
-_FIELD_SET = frozenset(FIELDS)
-
-REASONS: tuple[str, ...] = (
-    "oversized",
-    "empty_line",
-    "not_utf8",
-    "bad_json",
-    "not_object",
-    *(f"missing_field:{name}" for name in FIELDS),
-    *(f"bad_type:{name}" for name in _TYPED),
-)
-"""The quarantine ``reason`` vocabulary (the same strings and rules as ``tenure verify``)."""
-
-TICK_SUFFIX = ".tick"
-"""A queue file with this suffix is a wake-up, not data: it yields only its ``file`` marker (no line is read).
-
-The career drops one into ``landing/`` when held records fall due and no data is arriving, because a
-file-source streaming query runs a batch only when a new file appears.
-"""
 
 KIND_ROW = "row"  # a valid record
 KIND_BAD = "bad"  # a bad line, bound for quarantine
@@ -85,70 +61,11 @@ deduplication operator, so one streaming branch carries everything (two branches
 TABLE_COLUMNS: tuple[str, ...] = ("id", "key", "seq", "ts", "payload", "_epoch", "_batch")
 QUARANTINE_COLUMNS: tuple[str, ...] = ("value", "reason", "source_file", "line", "_epoch", "_batch")
 
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
 _CHUNK_ROWS = 8192  # rows per Arrow batch handed back to Spark
 
-
-def _reject_constant(name: str) -> Any:
-    # Python's json accepts NaN/Infinity; RFC 8259 does not (and verify rejects them the same way).
-    raise ValueError(f"non-standard JSON constant {name}")
-
-
-# One decoder and one encoder for the process: ``json.loads``/``json.dumps`` with keyword arguments build a new
-# one on every call, which costs more than the parsing of a short line.
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+# One encoder for the process: ``json.dumps`` with keyword arguments builds a new one on every call, which costs
+# more than the encoding of a short payload.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-
-
-def classify_line(raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> tuple[dict[str, Any] | None, str | None]:
-    """Validate one queue line; the rules and reasons of ``service.ops._verify.classify_line``, checked in order.
-
-    ``oversized`` (more than ``max_line_bytes``, never parsed), ``empty_line`` (ASCII whitespace only),
-    ``not_utf8``, ``bad_json`` (RFC 8259: no NaN/Infinity, no BOM), ``not_object``, ``missing_field:<f>``
-    (``id``, ``key``, ``seq``, ``ts``, ``payload``, first missing), ``bad_type:<f>`` (``id``/``key`` not a
-    string; ``seq``/``ts`` not an int64 integer — booleans, floats like ``5.0`` and numeric strings are not).
-    ``payload`` may be any JSON, ``null`` included. Kept apart from verify on purpose (career does not import
-    service; the auditor stays independent); ``tests/test_pipeline.py`` checks both agree case by case.
-
-    Args:
-        raw: the line's bytes without its ``\\n``.
-        max_line_bytes: the longest acceptable line, in bytes.
-
-    Returns:
-        ``(record, None)`` for a good line, ``(None, reason)`` for a bad one.
-
-    Example:
-        >>> classify_line(b'{"id":"a","key":"k","seq":true,"ts":2,"payload":null}')
-        (None, 'bad_type:seq')
-    """
-    if len(raw) > max_line_bytes:
-        return None, "oversized"
-    if not raw.strip():
-        return None, "empty_line"
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None, "not_utf8"
-    try:
-        value = _DECODER.decode(text)
-    except (ValueError, RecursionError):
-        return None, "bad_json"
-    if type(value) is not dict:
-        return None, "not_object"
-    if not value.keys() >= _FIELD_SET:
-        return None, next(f"missing_field:{name}" for name in FIELDS if name not in value)
-    # Unrolled: this runs once per line. type(...) is int, not isinstance: bool is an int subclass.
-    if type(value["id"]) is not str:
-        return None, "bad_type:id"
-    if type(value["key"]) is not str:
-        return None, "bad_type:key"
-    seq, ts = value["seq"], value["ts"]
-    if type(seq) is not int or not _INT64_MIN <= seq <= _INT64_MAX:
-        return None, "bad_type:seq"
-    if type(ts) is not int or not _INT64_MIN <= ts <= _INT64_MAX:
-        return None, "bad_type:ts"
-    return value, None
 
 
 def _payload_text(payload: Any) -> str:

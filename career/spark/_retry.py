@@ -77,19 +77,13 @@ class RetryPolicy:
     """How often and how late a failed record is tried again.
 
     Attempt ``n`` (1-based) that fails is retried ``min(backoff_s × 2^(n-1), backoff_max_s)`` later; the
-    ``attempts``-th failure dead-letters the record.
+    ``attempts``-th failure dead-letters the record. The values are checked where they are set
+    (``SparkCareerConfig``'s ``retry_*`` settings).
     """
 
     attempts: int = 5
     backoff_s: float = 1.0
     backoff_max_s: float = 300.0
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"retry_attempts={self.attempts} must be at least 1 (1: dead-letter on first failure)")
-        if self.backoff_s <= 0 or self.backoff_max_s < self.backoff_s:
-            raise ValueError(f"retry back-off {self.backoff_s:g}–{self.backoff_max_s:g} s is not a range: "
-                             "use 0 < retry_backoff_s <= retry_backoff_max_s")
 
     def delay(self, attempts: int) -> float:
         return min(self.backoff_s * math.pow(2, attempts - 1), self.backoff_max_s)

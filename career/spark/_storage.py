@@ -13,6 +13,8 @@ from typing import Any
 
 import structlog
 
+from career.queue import QueueLayout, is_hidden, is_queue_file
+
 __all__ = [
     "Layout",
     "StaleTermError",
@@ -36,10 +38,6 @@ _EPOCH_PREFIX = "epoch="
 
 class StaleTermError(Exception):
     """A newer term has already started on this data root: this term must not touch the shared files."""
-
-
-def _hidden(name: str) -> bool:
-    return name.startswith((".", "_"))
 
 
 def _epoch_of(name: str) -> int | None:
@@ -73,36 +71,32 @@ def sync_tree(path: Path) -> None:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where everything lives under a data root (DESIGN.md, "Output").
+    """Where everything lives under a data root (ARCHITECTURE.md, "Data root layout").
 
     ``table/`` and ``quarantine/`` hold flat part files named ``batch-<B, 12 digits>-part-….parquet``, so
     ``spark.read.parquet`` and ``pyarrow.dataset`` read them without options; staging sits under
     ``_staging/epoch=<e>/batch=<B>/``, which both readers skip (a leading ``_``).
 
-    The queue — ``landing/``, ``archive/`` and the groups' consumption marks ``consumed/<group>/`` — lives
-    under ``queue_root``, which several consumer groups may share; it defaults to the data root.
+    The queue — ``landing/``, ``archive/`` and the groups' consumption marks ``consumed/<group>/``, laid out as
+    :class:`career.queue.QueueLayout` says — lives under ``queue_root``, which several consumer groups may
+    share; it defaults to the data root.
     """
 
     root: Path
     queue_root: Path | None = None
 
     @property
-    def queue(self) -> Path:
-        """The queue folder: ``queue_root``, or the data root when no shared queue is configured."""
-        return self.root if self.queue_root is None else self.queue_root
+    def queue(self) -> QueueLayout:
+        """The queue: under ``queue_root``, or under the data root when no shared queue is configured."""
+        return QueueLayout(self.root if self.queue_root is None else self.queue_root)
 
     @property
     def landing(self) -> Path:
-        return self.queue / "landing"
+        return self.queue.landing
 
     @property
     def archive(self) -> Path:
-        return self.queue / "archive"
-
-    @property
-    def consumed(self) -> Path:
-        """``consumed/<group>/<file name>``: empty marks, one per queue file a group no longer needs."""
-        return self.queue / "consumed"
+        return self.queue.archive
 
     @property
     def table(self) -> Path:
@@ -252,7 +246,7 @@ def _publish_folder(staged: Path, output: Path, batch_id: int) -> int:
     moved = 0
     if staged.is_dir():
         for entry in sorted(staged.iterdir()):
-            if _hidden(entry.name) or not entry.is_file():
+            if is_hidden(entry.name) or not entry.is_file():
                 continue
             target = output / published_name(batch_id, entry.name)
             try:
@@ -360,7 +354,7 @@ def empty_landing_files(layout: Layout, min_age_s: float) -> list[str]:
     except FileNotFoundError:
         return found
     for entry in entries:
-        if _hidden(entry.name) or not entry.name.endswith(".jsonl"):
+        if not is_queue_file(entry.name):
             continue
         try:
             info = entry.stat()
@@ -374,8 +368,7 @@ def empty_landing_files(layout: Layout, min_age_s: float) -> list[str]:
 def landing_files(layout: Layout) -> list[str]:
     """Names of visible queue files in ``landing/`` (what the file source would list)."""
     try:
-        return [e.name for e in os.scandir(layout.landing)
-                if e.name.endswith(".jsonl") and not _hidden(e.name)]
+        return [e.name for e in os.scandir(layout.landing) if is_queue_file(e.name)]
     except FileNotFoundError:
         return []
 

@@ -21,129 +21,32 @@ leader); after it, for recovery: a leader committing again (a new term's commit 
 after a ZooKeeper restart), each with a deadline. Then the producer finishes, the queue drains, everything stops
 and ``tenure verify`` (or the counter audit) checks the whole output. What is measured reuses the drill's
 monitor (commit record polled every 50 ms, /metrics) and the replicas' logs.
+
+This module executes the faults and waits for the recoveries (``Chaos``); ``_chaos_plan`` draws the plan,
+``_chaos_run`` runs it end to end, audits, judges and reports.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
-import itertools
-import json
-import random
-import shutil
 import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import Any, Final
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import structlog
 
-from service.drill._drill import (
-    Criterion,
-    Drill,
-    DrillError,
-    DrillSettings,
-    ScenarioResult,
-    _stepped_down,
-    _timeline,
-    audit_counter,
-    career_unavailable,
-    plot_timeline,
-    verdict,
-)
-from service.local import NetNamespace, NetnsError, ReplicaProcess, netns_unavailable
-from service.ops import verify
-from service.replica import FAULT_POINTS
+from service.drill._chaos_plan import ChaosSettings, PlannedFault
+from service.drill._context import Drill
+from service.drill._monitor import INAUGURATING
+from service.drill._settings import DrillSettings
+from service.local import ReplicaProcess
 
-__all__ = [
-    "FAULT_KINDS",
-    "ChaosSettings",
-    "FaultOutcome",
-    "PlannedFault",
-    "plan_faults",
-    "render_chaos",
-    "run_chaos",
-]
+__all__ = ["Chaos", "FaultOutcome", "route_to_zk"]
 
 _log = structlog.get_logger("tenure.chaos")
-
-#: The kinds a fault is drawn from, each equally likely.
-FAULT_KINDS: Final = ("sigkill", "sigterm", "pause", "partition", "zk-restart", "inject")
-#: Fault points each career reaches (the Spark career's batch windows and inauguration; any career's fence).
-CAREER_POINTS: Final = {"spark": tuple(FAULT_POINTS), "counter": ("before_transaction",)}
-INJECT_ACTIONS: Final = ("pause", "kill")
-ZK_ROLES: Final = ("leader", "follower")
-#: A planned fault lands at a uniform point of the middle of its slot: never two faults back to back.
-_SLOT_MARGIN = 0.15
-
-
-@dataclass(frozen=True)
-class PlannedFault:
-    """One fault of the plan: its kind, when (seconds from the production start) and its parameters."""
-
-    index: int
-    kind: str
-    at_s: float
-    point: str | None = None
-    action: str | None = None
-    zk_role: str | None = None
-
-    @property
-    def label(self) -> str:
-        if self.kind == "inject":
-            return f"inject {self.point} {self.action}"
-        if self.kind == "zk-restart":
-            return f"zk-restart ({self.zk_role})"
-        return self.kind
-
-
-def plan_faults(seed: int, count: int, window_s: float, *, career: str) -> list[PlannedFault]:
-    """The seeded plan: ``count`` faults over ``[0, window_s)``, one per equal slot, kinds drawn uniformly.
-
-    The same seed, count, window and career give the same plan wherever it runs: a kind that cannot run here
-    (``partition`` without root) stays in the plan and is reported as skipped.
-    """
-    if count < 1:
-        raise DrillError(f"--faults {count}: a chaos run needs at least one fault")
-    rng = random.Random(seed)
-    points = CAREER_POINTS.get(career, CAREER_POINTS["counter"])
-    slot = window_s / count
-    plan = []
-    for i in range(count):
-        at_s = slot * (i + rng.uniform(_SLOT_MARGIN, 1 - _SLOT_MARGIN))
-        kind = rng.choice(FAULT_KINDS)
-        # Every parameter is drawn for every fault, so one fault's kind never shifts the next one's draws.
-        point, action, role = rng.choice(points), rng.choice(INJECT_ACTIONS), rng.choice(ZK_ROLES)
-        plan.append(PlannedFault(i + 1, kind, round(at_s, 2), point=point if kind == "inject" else None,
-                                 action=action if kind == "inject" else None,
-                                 zk_role=role if kind == "zk-restart" else None))
-    return plan
-
-
-@dataclass(frozen=True)
-class ChaosSettings:
-    """A chaos run: the drill timings (``drill``), the fault count, the seed and the production window."""
-
-    drill: DrillSettings
-    faults: int
-    seed: int
-    #: faults are spread over [0, window_s) from the production start; the producer runs a little longer
-    window_s: float
-
-    @classmethod
-    def make(cls, *, career: str, records: int | None, faults: int, seed: int | None,
-             short: bool) -> ChaosSettings:
-        """Spark needs about 30 s per fault (a session timeout, an inauguration, a batch; a restarted replica's
-        warm-up comes on top), the counter about 10 s."""
-        base = DrillSettings.make(career=career, records=records, short=short)
-        spacing = (30.0 if short else 40.0) if career == "spark" else (10.0 if short else 15.0)
-        window = faults * spacing
-        drill = replace(base, produce_s=window + spacing / 2)
-        drawn = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
-        return cls(drill=drill, faults=faults, seed=drawn, window_s=window)
 
 
 @dataclass
@@ -168,53 +71,19 @@ class FaultOutcome:
         return asdict(self)
 
 
-@dataclass
-class AuditSummary:
-    """The end-of-run audit: ``tenure verify`` (Spark) or the counter check; ids fields are None for the counter."""
-
-    ok: bool = False
-    ids_in: int | None = None
-    ids_written: int | None = None
-    quarantined: int | None = None
-    late: int | None = None
-    lost: int | None = None
-    duplicated: int | None = None
-    inversions: int | None = None
-    detail: str = ""
-
-
-@dataclass
-class ChaosResult:
-    settings: ChaosSettings
-    plan: list[PlannedFault]
-    faults: list[FaultOutcome] = field(default_factory=list)
-    audit: AuditSummary = field(default_factory=AuditSummary)
-    criteria: list[Criterion] = field(default_factory=list)
-    status: str = "fail"
-    error: str | None = None
-    seconds: float = 0.0
-    replicas_alive_at_end: int = 0
-    namespaces: str = ""
-    timeline: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "seed": self.settings.seed, "status": self.status, "error": self.error,
-            "seconds": round(self.seconds, 2), "faults_requested": self.settings.faults,
-            "window_s": self.settings.window_s, "settings": asdict(self.settings.drill),
-            "plan": [asdict(p) for p in self.plan], "faults": [o.to_dict() for o in self.faults],
-            "audit": asdict(self.audit), "criteria": [asdict(c) for c in self.criteria],
-            "replicas_alive_at_end": self.replicas_alive_at_end, "namespaces": self.namespaces,
-            "timeline": self.timeline,
-        }
-
-
 class _FaultFailed(Exception):
     """One fault's step did not happen in time; the run restores the topology and goes on."""
 
 
 class Chaos:
-    """Runs a plan on a drill topology: faults, recoveries, restores."""
+    """Runs a plan on a drill topology: faults, recoveries, restores.
+
+    Example::
+
+        chaos = Chaos(Drill("chaos", settings.drill, directory, None), settings, plan, netns_why=None)
+        chaos.run()
+        outcomes = chaos.outcomes
+    """
 
     def __init__(self, drill: Drill, settings: ChaosSettings, plan: list[PlannedFault], netns_why: str | None):
         self.d = drill
@@ -281,7 +150,7 @@ class Chaos:
     def _epoch_of(self, replica: ReplicaProcess, since: float) -> int | None:
         """The epoch of the term ``replica`` began since ``since`` (its ``inaugurating`` event), if any."""
         for e in reversed(self.d.events()):
-            if e.replica_id == replica.replica_id and e.event == "inaugurating" and e.at >= since - 1.0:
+            if e.replica_id == replica.replica_id and e.event == INAUGURATING and e.at >= since - 1.0:
                 epoch = e.fields.get("epoch")
                 return int(epoch) if isinstance(epoch, int) else None
         return None
@@ -324,7 +193,7 @@ class Chaos:
     def _resume_and_rejoin(self, replica: ReplicaProcess, o: FaultOutcome) -> None:
         heal = self.d.mark("heal", f"#{o.index} resume {replica.replica_id}")
         replica.resume()
-        self.d.wait(lambda: _stepped_down(self.d, replica.replica_id, heal) or not replica.alive,
+        self.d.wait(lambda: self.d.stepped_down(replica.replica_id, heal) or not replica.alive,
                     self.s.work_timeout_s, f"{replica.replica_id} to rejoin as follower")
 
     def _disarm_all(self) -> None:
@@ -340,7 +209,7 @@ class Chaos:
         for ns in d.namespaces.values():
             with contextlib.suppress(Exception):
                 ns.heal()
-        _route_to_zk(d)
+        route_to_zk(d)
         ensemble = d.topology.ensemble
         for server in ensemble.servers:
             if not server.running:
@@ -389,8 +258,8 @@ class Chaos:
         finally:
             heal = self.d.mark("heal", f"#{o.index} heal {leader.replica_id}")
             ns.heal()
-            _route_to_zk(self.d)
-        self.d.wait(lambda: _stepped_down(self.d, leader.replica_id, heal), self.s.work_timeout_s,
+            route_to_zk(self.d)
+        self.d.wait(lambda: self.d.stepped_down(leader.replica_id, heal), self.s.work_timeout_s,
                     f"{leader.replica_id} to rejoin as follower after the heal")
 
     def _zk_restart(self, fault: PlannedFault, o: FaultOutcome) -> None:
@@ -463,7 +332,7 @@ class Chaos:
             self._resume_and_rejoin(target, o)
 
 
-def _route_to_zk(d: Drill) -> None:
+def route_to_zk(d: Drill) -> None:
     """Namespaces other than the first reach the ensemble (on the first one's host end) through their own
     host end: a /32 route to that one address, added again after a heal (a link going down drops it)."""
     spaces = list(d.namespaces.values())
@@ -473,168 +342,3 @@ def _route_to_zk(d: Drill) -> None:
     for ns in spaces[1:]:
         subprocess.run([*ns.exec_prefix, "ip", "route", "replace", f"{zk_address}/32", "via", ns.host_address],
                        capture_output=True, text=True, check=False, timeout=30)
-
-
-# -- audit and verdict ------------------------------------------------------------------------------------------
-
-
-def _audit(d: Drill) -> AuditSummary:
-    if d.settings.career == "spark":
-        report = verify(d.topology.data_root)
-        return AuditSummary(ok=report.ok, ids_in=report.ids_in, ids_written=report.ids_written,
-                            quarantined=report.quarantined, late=report.ids_late, lost=report.lost,
-                            duplicated=report.duplicated, inversions=report.inversions,
-                            detail=f"unexpected {report.unexpected}, unquarantined {report.unquarantined}, "
-                                   f"dead-lettered {report.ids_dead_lettered}, waiting {report.ids_waiting}")
-    commits = d.commits()
-    lost, dup, inv, detail = audit_counter(d.topology.data_root, commits[-1].batch if commits else None)
-    return AuditSummary(ok=lost == dup == inv == 0, lost=lost, duplicated=dup, inversions=inv, detail=detail)
-
-
-def judge_chaos(result: ChaosResult) -> list[Criterion]:
-    """The run's criteria: it completed, every fault that ran recovered, the replica count recovered, the audit
-    is clean and the commit epochs never went down."""
-    ran = [o for o in result.faults if o.status != "skipped"]
-    failed = [f"#{o.index} {o.label}: {o.reason}" for o in ran if o.status != "recovered"]
-    a = result.audit
-    audit = (f"ids in {a.ids_in}, written {a.ids_written}, quarantined {a.quarantined}, late {a.late}, "
-             if a.ids_in is not None else "") + f"lost {a.lost}, duplicated {a.duplicated}, inversions {a.inversions}"
-    epochs = [c["epoch"] for c in result.timeline.get("commits", [])]
-    monotonic = all(x <= y for x, y in itertools.pairwise(epochs))
-    return [
-        Criterion("ran to completion", result.error is None, result.error or "ok"),
-        Criterion("every fault recovered (a leader commits again)", not failed and len(result.faults) ==
-                  len(result.plan), "; ".join(failed) or f"{len(ran)} of {len(ran)} recovered"),
-        Criterion("the replica count recovers", result.replicas_alive_at_end == 3,
-                  f"{result.replicas_alive_at_end} of 3 alive at the end, every one ready before the audit"
-                  if result.error is None else f"{result.replicas_alive_at_end} of 3 alive at the end"),
-        Criterion("audit: nothing lost, duplicated or out of order", a.ok, audit + (f"; {a.detail}" if a.detail
-                                                                                       else "")),
-        Criterion("commit epochs never go down", monotonic,
-                  "monotonic" if monotonic else "a lower epoch committed after a higher one"),
-    ]
-
-
-def run_chaos_once(settings: ChaosSettings, directory: Path) -> ChaosResult:
-    """One chaos run in ``directory`` (wiped first); never raises for a failed run: the result says it."""
-    plan = plan_faults(settings.seed, settings.faults, settings.window_s, career=settings.drill.career)
-    result = ChaosResult(settings=settings, plan=plan)
-    if directory.exists():
-        shutil.rmtree(directory)
-    started = time.monotonic()
-    wants_netns = any(f.kind == "partition" for f in plan)
-    netns_why = netns_unavailable() if wants_netns else None
-    spaces: dict[str, NetNamespace] = {}
-    _log.info("chaos_starting", seed=settings.seed, faults=settings.faults, career=settings.drill.career,
-              plan=[f.label for f in plan], directory=str(directory))
-    try:
-        if wants_netns and netns_why is None:
-            try:
-                for i in range(1, 4):
-                    spaces[f"replica-{i}"] = NetNamespace.create()
-            except NetnsError as exc:
-                netns_why = f"network namespaces could not be created: {exc}"
-                for ns in spaces.values():
-                    ns.close()
-                spaces = {}
-            result.namespaces = ", ".join(f"{rid} in {ns.name}" for rid, ns in spaces.items())
-        drill = Drill("chaos", settings.drill, directory, None, namespaces=spaces)
-        _route_to_zk(drill)
-        chaos = Chaos(drill, settings, plan, netns_why)
-        try:
-            chaos.run()
-        except Exception as exc:  # a step of the run itself (start, settle) failed: reported, not raised
-            result.error = f"{type(exc).__name__}: {exc}"
-            _log.error("chaos_failed", error=result.error)
-        finally:
-            result.replicas_alive_at_end = sum(1 for r in drill.topology.replicas if r.alive)
-            drill.ended_at = time.time()
-            if drill.monitor is not None:
-                drill.monitor.stop()
-            drill.topology.stop()
-        result.faults = chaos.outcomes
-        for planned in plan[len(chaos.outcomes):]:
-            result.faults.append(FaultOutcome(planned.index, planned.kind, planned.label, planned.at_s,
-                                              status="failed", reason="not reached: the run stopped before it"))
-    finally:
-        for ns in spaces.values():
-            ns.close()
-    try:
-        result.audit = _audit(drill)
-    except Exception as exc:
-        result.audit = AuditSummary(ok=False, detail=f"audit failed: {type(exc).__name__}: {exc}")
-    result.timeline = _timeline(drill)
-    result.criteria = judge_chaos(result)
-    result.status = verdict(result.criteria)
-    result.seconds = time.monotonic() - started
-    _log.info("chaos_finished", status=result.status, seconds=round(result.seconds, 1))
-    return result
-
-
-# -- presenting ------------------------------------------------------------------------------------------------
-
-
-def _num(value: float | None, unit: str = "s", sign: str = "") -> str:
-    return "—" if value is None else f"{value:{sign}.1f} {unit}"
-
-
-def render_chaos(result: ChaosResult, *, width: int = 120) -> str:
-    """The terminal report: the seed and settings, one row per fault, the audit, every criterion."""
-    from rich.console import Console
-    from rich.table import Table
-
-    s = result.settings
-    console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
-    console.print(f"tenure drill chaos — seed {s.seed}, career {s.drill.career}, 3 replicas, "
-                  f"{s.faults} faults over {s.window_s:.0f} s of production"
-                  + (f", {s.drill.records} records at {s.drill.rate:.0f}/s" if s.drill.career == "spark" else "")
-                  + f", session timeout {s.drill.session_timeout_s:g} s")
-    if result.namespaces:
-        console.print(f"network namespaces: {result.namespaces}")
-    faults = Table(title="faults", title_justify="left")
-    for column in ("#", "at", "planned", "fault", "target", "result", "recovery", "detail"):
-        faults.add_column(column, justify="right" if column in ("#", "at", "planned", "recovery") else "left")
-    for o in result.faults:
-        colour = {"recovered": "green", "skipped": "yellow"}.get(o.status, "red")
-        faults.add_row(str(o.index), _num(o.at_s, sign="+"), _num(o.planned_s, sign="+"), o.label, o.target or "",
-                       f"[{colour}]{o.status}[/]", _num(o.recovery_s), o.reason or o.detail)
-    console.print(faults)
-    a = result.audit
-    if a.ids_in is not None:
-        console.print(f"audit (tenure verify): ids in {a.ids_in}, written {a.ids_written}, quarantined "
-                      f"{a.quarantined}, late {a.late}, lost {a.lost}, duplicated {a.duplicated}, inversions "
-                      f"{a.inversions} — {'OK' if a.ok else 'FAILED'}")
-    else:
-        console.print(f"audit (counter): lost {a.lost}, duplicated {a.duplicated}, inversions {a.inversions} "
-                      f"({a.detail}) — {'OK' if a.ok else 'FAILED'}")
-    checks = Table(title="criteria", title_justify="left")
-    for column in ("criterion", "", "measured"):
-        checks.add_column(column)
-    for c in result.criteria:
-        checks.add_row(c.name, "[green]PASS[/]" if c.passed else "[red]FAIL[/]", c.detail)
-    console.print(checks)
-    counts = {k: sum(o.status == k for o in result.faults) for k in ("recovered", "failed", "skipped")}
-    console.print(f"chaos: {'OK' if result.status == 'pass' else 'FAILED'} — seed {s.seed}, "
-                  f"{counts['recovered']} recovered, {counts['failed']} failed, {counts['skipped']} skipped, "
-                  f"audit {'clean' if a.ok else 'NOT clean'}, {result.seconds:.0f} s")
-    out = console.file
-    assert isinstance(out, io.StringIO)
-    return out.getvalue()
-
-
-def run_chaos(*, directory: Path, records: int | None, faults: int, seed: int | None, career: str = "spark",
-              short: bool = False, json_out: Path | None = None, plot_out: Path | None = None,
-              echo: Callable[[str], None] = print) -> int:
-    """``tenure drill chaos``: run, print the report, write JSON and the plot; 1 when any criterion failed."""
-    if why := career_unavailable(career):
-        raise DrillError(why)
-    settings = ChaosSettings.make(career=career, records=records, faults=faults, seed=seed, short=short)
-    result = run_chaos_once(settings, directory / "chaos")
-    echo(render_chaos(result))
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(result.to_dict(), indent=2, default=str))
-    if plot_out is not None:
-        plot_timeline([ScenarioResult("chaos", f"{faults} faults, seed {settings.seed}", result.status,
-                                      seconds=result.seconds, timeline=result.timeline)], plot_out)
-    return 0 if result.status == "pass" else 1

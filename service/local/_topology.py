@@ -20,9 +20,20 @@ import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.local._ensemble import Ensemble, die_with_parent, free_base_port
-from service.replica import arm, pause_tree, resume_tree, tree_pids
+from service.replica import (
+    BATCHES,
+    IS_LEADER,
+    LEADER_EPOCH,
+    RECORDS,
+    SOURCE_BACKLOG_FILES,
+    ZK_CONNECTED,
+    arm,
+    pause_tree,
+    resume_tree,
+    tree_pids,
+)
 
-__all__ = ["ReplicaLaunch", "ReplicaProcess", "ReplicaStatus", "Topology", "free_port", "scrape"]
+__all__ = ["ReplicaLaunch", "ReplicaProcess", "ReplicaStatus", "Topology", "free_port", "sample_key", "scrape"]
 
 _log = structlog.get_logger("tenure.up")
 
@@ -32,6 +43,12 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def sample_key(metric: str, **labels: str) -> str:
+    """How :func:`scrape` names a sample: ``name{label=value,…}``, labels sorted (a Counter's name ends ``_total``)."""
+    inner = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    return f"{metric}{{{inner}}}" if inner else metric
 
 
 def scrape(port: int, timeout_s: float = 1.0, host: str = "127.0.0.1") -> dict[str, float]:
@@ -44,8 +61,7 @@ def scrape(port: int, timeout_s: float = 1.0, host: str = "127.0.0.1") -> dict[s
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(body):
         for sample in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-            out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+            out[sample_key(sample.name, **sample.labels)] = sample.value
     return out
 
 
@@ -165,12 +181,12 @@ class ReplicaProcess:
             replica_id=self.replica_id,
             pid=self.pid if self.alive else None,
             up=bool(m),
-            leader=m.get("tenure_is_leader") == 1.0,
-            epoch=int(m.get("tenure_leader_epoch", 0)),
-            batches=int(m.get("tenure_batches_total{outcome=committed}", 0)),
-            records=int(m.get("tenure_records_total{outcome=written}", 0)),
-            backlog=int(m.get("tenure_source_backlog_files", 0)),
-            zk_connected=m.get("tenure_zk_connected") == 1.0,
+            leader=m.get(IS_LEADER) == 1.0,
+            epoch=int(m.get(LEADER_EPOCH, 0)),
+            batches=int(m.get(sample_key(f"{BATCHES}_total", outcome="committed"), 0)),
+            records=int(m.get(sample_key(f"{RECORDS}_total", outcome="written"), 0)),
+            backlog=int(m.get(SOURCE_BACKLOG_FILES, 0)),
+            zk_connected=m.get(ZK_CONNECTED) == 1.0,
         )
 
     def stop(self, timeout_s: float) -> int | None:

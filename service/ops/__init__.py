@@ -1,17 +1,21 @@
 """Operator tools that work against a running deployment: ``tenure status``, ``verify``, ``groups``, ``produce``.
 
-They talk to ZooKeeper and read the data root; none starts a replica or a ZooKeeper server.
+They talk to ZooKeeper and read the data root; none starts a replica or a ZooKeeper server. ``_produce/`` is
+the producer, ``_verify/`` the auditor, ``_groups`` and ``_status`` the views of groups and leaders; all take the
+queue's contract (layout, names, record) from :mod:`career.queue`.
 """
 
 from service.ops._groups import connected, format_groups, queue_lag, queue_report, remove_group
-from service.ops._producer import Producer, ProducerError, produce, write_lines
+from service.ops._produce import Producer, ProducerError, produce, write_lines
 from service.ops._status import fetch_status, format_status_table, show_status
-from service.ops._verify import VerifyReport, verify
+from service.ops._verify import CONTENT_FIELDS, VerifyReport, check_data_root, verify
 
 __all__ = [
+    "CONTENT_FIELDS",
     "Producer",
     "ProducerError",
     "VerifyReport",
+    "check_data_root",
     "connected",
     "fetch_status",
     "format_groups",

@@ -22,6 +22,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from career.queue import QueueLayout, is_queue_file
 from election import ElectionError, GroupPaths
 from service.replica._registry import (
     QUEUES,
@@ -41,10 +42,6 @@ __all__ = [
     "queue_report",
     "remove_group",
 ]
-
-#: ``<queue>/consumed/<group>/<file name>``: the marks ``career/spark/_marks.py`` writes (kept apart on purpose,
-#: so that ``tenure status`` and ``tenure groups`` never import Spark).
-_MARKS = "consumed"
 
 _log = structlog.get_logger("tenure.groups")
 
@@ -79,14 +76,13 @@ def group_queues(client: KazooClient, group: str) -> list[Path]:
 
 def queue_lag(queue_dir: str | os.PathLike[str], group: str) -> int | None:
     """Queue files in ``landing/`` that ``group`` has not consumed yet; None when the queue is not readable here."""
-    queue = Path(queue_dir)
+    queue = QueueLayout(Path(queue_dir))
     try:
-        waiting = {e.name for e in os.scandir(queue / "landing")
-                   if e.name.endswith(".jsonl") and not e.name.startswith((".", "_"))}
+        waiting = {e.name for e in os.scandir(queue.landing) if is_queue_file(e.name)}
     except OSError:
         return None
     try:
-        consumed = set(os.listdir(queue / _MARKS / group))
+        consumed = set(os.listdir(queue.marks(group)))
     except FileNotFoundError:
         consumed = set()
     except OSError:
@@ -116,7 +112,7 @@ def remove_group(client: KazooClient, queue_dir: str | os.PathLike[str], group: 
         raise GroupError(f"group {group!r} still has {len(contenders)} live election contender(s): stop its "
                          "replicas first (a running leader would keep consuming), or pass --force")
     client.delete(node)
-    marks = Path(queue_dir) / _MARKS / group
+    marks = QueueLayout(Path(queue_dir)).marks(group)
     deleted = len(os.listdir(marks)) if marks.is_dir() else 0
     shutil.rmtree(marks, ignore_errors=True)
     entry = RegisteredGroup.from_bytes(group, raw)

@@ -9,7 +9,16 @@ from service.replica._faults import FAULT_POINTS, FaultFile, InjectedFault, arm
 from service.replica._four_letter import four_letter_word
 from service.replica._health import Health, HealthServer
 from service.replica._logs import configure_logging
-from service.replica._metrics import Metrics
+from service.replica._metrics import (
+    BATCHES,
+    COMMITS_FENCED,
+    IS_LEADER,
+    LEADER_EPOCH,
+    RECORDS,
+    SOURCE_BACKLOG_FILES,
+    ZK_CONNECTED,
+    Metrics,
+)
 from service.replica._process import run_replica
 from service.replica._proctree import pause_tree, resume_tree, tree_pids
 from service.replica._registry import (
@@ -21,10 +30,18 @@ from service.replica._registry import (
     register_group,
     registered_groups,
 )
+from service.replica._runner import RunnerState
 
 __all__ = [
+    "BATCHES",
+    "COMMITS_FENCED",
     "FAULT_POINTS",
+    "IS_LEADER",
+    "LEADER_EPOCH",
     "QUEUES",
+    "RECORDS",
+    "SOURCE_BACKLOG_FILES",
+    "ZK_CONNECTED",
     "FaultFile",
     "GroupError",
     "Health",
@@ -33,6 +50,7 @@ __all__ = [
     "Metrics",
     "RegisteredGroup",
     "ReplicaConfig",
+    "RunnerState",
     "arm",
     "configure_logging",
     "four_letter_word",

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import socket
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from election import ConfigError
+from election import ConfigError, DigestCredential, ElectionSettings, GroupPaths
+from service.replica._runner import RunnerSettings
+
+if TYPE_CHECKING:
+    from career.spark import SparkCareerConfig
 
 __all__ = ["ReplicaConfig", "load_config"]
 
@@ -92,9 +97,8 @@ class ReplicaConfig(BaseModel):
 
     @field_validator("group")
     @classmethod
-    def _group_format(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,64}", value):
-            raise ValueError("must be 1–64 letters, digits, '.', '_' or '-' (it becomes a znode name)")
+    def _group_name(cls, value: str) -> str:
+        GroupPaths(value)  # the election's rule: the name becomes a znode
         return value
 
     @field_validator("metrics_port")
@@ -104,37 +108,7 @@ class ReplicaConfig(BaseModel):
             raise ValueError("is not a TCP port: choose 1024–65535 (0 picks a free one)")
         return value
 
-    @field_validator("session_timeout_s")
-    @classmethod
-    def _session_range(cls, value: float) -> float:
-        if not 1.0 <= value <= 600.0:
-            raise ValueError("is outside 1–600 s: ZooKeeper grants 2 to 20 ticks (4–40 s at tickTime 2000)")
-        return value
-
-    @field_validator("safe_fraction")
-    @classmethod
-    def _fraction(cls, value: float) -> float:
-        if not 0.1 <= value <= 0.9:
-            raise ValueError("must be between 0.1 and 0.9 of the session timeout (0.5 is a good default)")
-        return value
-
-    @field_validator("transform", "row_function")
-    @classmethod
-    def _hook_format(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", value):
-            raise ValueError("is not package.module:function (e.g. career.examples:enrich)")
-        return value
-
-    @field_validator("max_files_per_trigger", "max_line_bytes", "shuffle_partitions", "retry_attempts")
-    @classmethod
-    def _at_least_one(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("must be at least 1")
-        return value
-
-    @field_validator("handover_timeout_s", "connect_timeout_s", "idle_backoff_s", "failure_backoff_s",
-                     "failure_backoff_max_s", "liveness_timeout_s", "counter_interval_s", "trigger_interval_s",
-                     "archive_retention_s", "retry_backoff_s", "retry_backoff_max_s")
+    @field_validator("connect_timeout_s", "counter_interval_s")
     @classmethod
     def _positive(cls, value: float) -> float:
         if value <= 0:
@@ -144,23 +118,52 @@ class ReplicaConfig(BaseModel):
     @field_validator("zk_auth")
     @classmethod
     def _auth_format(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[^:\s]+:\S+", value):
-            raise ValueError("must be user:password")
+        if value is not None:
+            user, colon, password = value.partition(":")
+            if not colon:
+                raise ValueError("must be user:password")
+            DigestCredential(user, password)  # the election's rules for a digest credential
         return value
 
     @model_validator(mode="after")
-    def _cross_field(self) -> ReplicaConfig:
+    def _parts(self) -> ReplicaConfig:
+        """Each part validates its own settings where they are defined; a bad value surfaces here as one line."""
+        self.election_settings()
+        self.runner_settings()
+        if self.career == "spark":
+            self.spark_career_config()
         if self.handover_timeout_s >= self.session_timeout_s:
             raise ValueError(f"handover_timeout_s={self.handover_timeout_s:g} is not below session_timeout_s="
                              f"{self.session_timeout_s:g}: lower handover_timeout_s or raise session_timeout_s, "
                              "or a stuck leader outlives its lease")
-        if self.retry_backoff_max_s < self.retry_backoff_s:
-            raise ValueError(f"retry_backoff_max_s={self.retry_backoff_max_s:g} is below retry_backoff_s="
-                             f"{self.retry_backoff_s:g}: raise retry_backoff_max_s")
-        if self.failure_backoff_max_s < self.failure_backoff_s:
-            raise ValueError(f"failure_backoff_max_s={self.failure_backoff_max_s:g} is below failure_backoff_s="
-                             f"{self.failure_backoff_s:g}: raise failure_backoff_max_s")
         return self
+
+    def election_settings(self) -> ElectionSettings:
+        """The election's timing: every ZooKeeper call bounded by the safe-until window, so a commit stuck on a
+        dead link cannot hold the control thread for a whole session timeout."""
+        return ElectionSettings.resolve(session_timeout_s=self.session_timeout_s, safe_fraction=self.safe_fraction,
+                                        op_timeout_s=self.safe_fraction * self.session_timeout_s)
+
+    def runner_settings(self) -> RunnerSettings:
+        """The runner's timings, by name."""
+        return RunnerSettings(**self._same_names(RunnerSettings))
+
+    def spark_career_config(self) -> SparkCareerConfig:
+        """The Spark career's settings, by name. The runner's watchdog allows ``handover_timeout_s`` for
+        everything (stop the query, write the handover record, release the node): the batch in flight gets 80 %.
+
+        Raises:
+            ConfigError: a Spark setting that cannot work (imports Spark's settings only when called).
+        """
+        from career.spark import SparkCareerConfig
+
+        return SparkCareerConfig(**{**self._same_names(SparkCareerConfig),
+                                    "handover_timeout_s": 0.8 * self.handover_timeout_s})
+
+    def _same_names(self, settings: type[Any]) -> dict[str, Any]:
+        """This config's values for the fields ``settings`` (a dataclass) shares with it."""
+        names = type(self).model_fields
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(settings) if f.name in names}
 
 
 def _one_line(err: ValidationError, source: dict[str, Any]) -> str:
@@ -173,6 +176,8 @@ def _one_line(err: ValidationError, source: dict[str, Any]) -> str:
         return f"{loc} is required: pass --{loc.replace('_', '-')} or set TENURE_{loc.upper()}"
     if first["type"] == "extra_forbidden":
         return f"{loc} is not a setting: remove it from the config file (see `tenure run --help`)"
+    if msg.startswith(f"{loc}="):  # a part's own message names the setting already
+        return msg
     value = source.get(loc, first.get("input"))
     return f"{loc}={value!r} {msg}"
 

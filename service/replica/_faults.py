@@ -24,6 +24,7 @@ __all__ = ["FAULT_ACTIONS", "FAULT_POINTS", "FaultFile", "InjectedFault", "arm"]
 
 FAULT_POINTS: Final[dict[str, str]] = {
     "inaugurate": "inside inaugurate: the commit record is read, nothing rolled forward or removed yet",
+    "after_stage": "the batch's output staged and fsynced, the fenced commit not yet sent",
     "before_transaction": "inside the fence: the local leadership checks passed, the transaction not yet sent",
     "after_commit": "the fenced commit applied, the batch not yet published",
     "after_publish": "the batch published, Spark's checkpoint not yet told (foreachBatch about to return)",

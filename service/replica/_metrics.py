@@ -16,7 +16,27 @@ from prometheus_client.gc_collector import GCCollector
 
 from service import __version__
 
-__all__ = ["BATCH_OUTCOMES", "RECORD_OUTCOMES", "Metrics"]
+__all__ = [
+    "BATCHES",
+    "BATCH_OUTCOMES",
+    "COMMITS_FENCED",
+    "IS_LEADER",
+    "LEADER_EPOCH",
+    "RECORDS",
+    "RECORD_OUTCOMES",
+    "SOURCE_BACKLOG_FILES",
+    "ZK_CONNECTED",
+    "Metrics",
+]
+
+# The names other tools read from a replica's /metrics (a Counter's samples add ``_total``).
+IS_LEADER = "tenure_is_leader"
+LEADER_EPOCH = "tenure_leader_epoch"
+BATCHES = "tenure_batches"
+RECORDS = "tenure_records"
+SOURCE_BACKLOG_FILES = "tenure_source_backlog_files"
+ZK_CONNECTED = "tenure_zk_connected"
+COMMITS_FENCED = "tenure_commits_fenced"
 
 BATCH_OUTCOMES = ("committed", "skipped", "fenced", "failed")
 RECORD_OUTCOMES = ("written", "duplicate", "quarantined", "late", "retried", "dead_lettered")
@@ -46,9 +66,9 @@ class Metrics:
         self.info = Gauge("tenure_info", "Replica identity (value is always 1).",
                           ["replica_id", "group", "version", "host"], registry=registry)
         self.info.labels(replica_id, group, __version__, platform.node()).set(1)
-        self.is_leader = Gauge("tenure_is_leader", "1 while this replica leads with its writer active.",
+        self.is_leader = Gauge(IS_LEADER, "1 while this replica leads with its writer active.",
                                registry=registry)
-        self.leader_epoch = Gauge("tenure_leader_epoch", "Fencing token of the current term (0 when following).",
+        self.leader_epoch = Gauge(LEADER_EPOCH, "Fencing token of the current term (0 when following).",
                                   registry=registry)
         self.leadership_changes = Counter("tenure_leadership_changes_total",
                                           "Terms this replica began or ended.", registry=registry)
@@ -58,8 +78,8 @@ class Metrics:
         self.handover_seconds = Histogram("tenure_handover_seconds",
                                           "From the decision to step down to the election node released.",
                                           buckets=_LIFECYCLE_BUCKETS, registry=registry)
-        self.batches = Counter("tenure_batches", "Batches by outcome.", ["outcome"], registry=registry)
-        self.records = Counter("tenure_records", "Records by outcome.", ["outcome"], registry=registry)
+        self.batches = Counter(BATCHES, "Batches by outcome.", ["outcome"], registry=registry)
+        self.records = Counter(RECORDS, "Records by outcome.", ["outcome"], registry=registry)
         for outcome in BATCH_OUTCOMES:
             self.batches.labels(outcome)
         for outcome in RECORD_OUTCOMES:
@@ -69,16 +89,16 @@ class Metrics:
         self.commit_duration = Histogram("tenure_commit_duration_seconds",
                                          "Latency of one fenced commit transaction.",
                                          buckets=_COMMIT_BUCKETS, registry=registry)
-        self.backlog_files = Gauge("tenure_source_backlog_files", "Landing files not yet consumed.",
+        self.backlog_files = Gauge(SOURCE_BACKLOG_FILES, "Landing files not yet consumed.",
                                    registry=registry)
         self.retry_waiting_records = Gauge("tenure_retry_waiting_records",
                                            "Records held in the retry store (failed, or behind a failed one).",
                                            registry=registry)
         self.last_commit = Gauge("tenure_last_commit_timestamp_seconds",
                                  "Unix time of this replica's last fenced commit.", registry=registry)
-        self.zk_connected = Gauge("tenure_zk_connected", "1 while the ZooKeeper session is connected.",
+        self.zk_connected = Gauge(ZK_CONNECTED, "1 while the ZooKeeper session is connected.",
                                   registry=registry)
-        self.commits_fenced = Counter("tenure_commits_fenced", "Commits rejected by the fence.",
+        self.commits_fenced = Counter(COMMITS_FENCED, "Commits rejected by the fence.",
                                       registry=registry)
         self.career_failures = Counter("tenure_career_failures",
                                        "Terms ended because the career raised.", registry=registry)

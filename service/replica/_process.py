@@ -24,7 +24,7 @@ from service.replica._four_letter import four_letter_word
 from service.replica._health import HealthServer
 from service.replica._metrics import Metrics
 from service.replica._registry import register_group, registered_groups
-from service.replica._runner import Runner, RunnerSettings
+from service.replica._runner import Runner
 
 __all__ = ["run_replica"]
 
@@ -117,31 +117,10 @@ def _make_career(config: ReplicaConfig, metrics: Metrics,
     if config.career == "counter":
         return CounterCareer(config.data_root / "counter.log", interval_s=config.counter_interval_s,
                              observer=metrics)
-    from career.spark import HookError, SparkCareer, SparkCareerConfig  # imported only when Spark is the career
+    from career.spark import HookError, SparkCareer  # imported only when Spark is the career
 
     try:
-        spark_config = SparkCareerConfig(
-            data_root=config.data_root,
-            queue_dir=config.queue_dir,
-            spark_master=config.spark_master,
-            standby=config.standby,
-            max_files_per_trigger=config.max_files_per_trigger,
-            max_bytes_per_trigger=config.max_bytes_per_trigger,
-            # The runner's watchdog allows handover_timeout_s for everything (stop the query, write the
-            # handover record, release the node): the batch in flight gets 80 % of it.
-            handover_timeout_s=0.8 * config.handover_timeout_s,
-            trigger_interval_s=config.trigger_interval_s,
-            max_line_bytes=config.max_line_bytes,
-            dedup_window=config.dedup_window,
-            archive_retention_s=config.archive_retention_s,
-            shuffle_partitions=config.shuffle_partitions,
-            transform=config.transform,
-            row_function=config.row_function,
-            retry_attempts=config.retry_attempts,
-            retry_backoff_s=config.retry_backoff_s,
-            retry_backoff_max_s=config.retry_backoff_max_s,
-        )
-        return SparkCareer(spark_config, metrics, replica_id=config.replica_id, group=config.group,
+        return SparkCareer(config.spark_career_config(), metrics, replica_id=config.replica_id, group=config.group,
                            registered_groups=registered, faults=_faults(config))
     except (ValueError, HookError) as exc:  # what only the career can check: the dedup interval, the hooks
         raise ConfigError(str(exc)) from exc
@@ -191,27 +170,12 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
     credential = _credential(config)
 
     def election_factory(on_event: Callable[[ElectionEvent], None]) -> Election:
-        # Bound every recipe call by the safe-until window, so a commit stuck on a dead link cannot hold the
-        # control thread for a whole session timeout.
-        return Election(client, group=config.group, identity=identity, on_event=on_event,
-                        safe_fraction=config.safe_fraction, credential=credential,
-                        session_timeout_s=config.session_timeout_s,
-                        op_timeout_s=config.safe_fraction * config.session_timeout_s,
-                        faults=_faults(config))
+        timing = config.election_settings()
+        return Election(client, group=config.group, identity=identity, on_event=on_event, credential=credential,
+                        session_timeout_s=timing.session_timeout_s, safe_fraction=timing.safe_fraction,
+                        op_timeout_s=timing.op_timeout_s, faults=_faults(config))
 
-    runner = Runner(
-        election_factory,
-        career,
-        metrics,
-        RunnerSettings(
-            replica_id=config.replica_id,
-            handover_timeout_s=config.handover_timeout_s,
-            idle_backoff_s=config.idle_backoff_s,
-            failure_backoff_s=config.failure_backoff_s,
-            failure_backoff_max_s=config.failure_backoff_max_s,
-            liveness_timeout_s=config.liveness_timeout_s,
-        ),
-    )
+    runner = Runner(election_factory, career, metrics, config.runner_settings())
 
     runner.install_signal_handlers()
     metrics.zk_connected.set(1 if client.connected else 0)

@@ -2,6 +2,8 @@
 
 Every input — election events (posted from the election's thread), signals, the clock — arrives on one
 bounded queue, and only the control thread changes the runner's state (the seeds' singular update queue).
+One module past 400 lines on purpose: the loop, its transition table and the handlers of each event share that
+state, and reading them side by side is how a reader checks that every state answers every event.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from kazoo.exceptions import KazooException
 
 from career import Career, CareerContext, HandoverRecord, Outcome
 from election import (
+    ConfigError,
     ConnectionChanged,
     Elected,
     Election,
@@ -73,7 +76,16 @@ _TRANSITIONS: dict[RunnerState, frozenset[RunnerState]] = {
 
 @dataclass(frozen=True)
 class RunnerSettings:
-    """The runner's timings (validated by ``ReplicaConfig``)."""
+    """The runner's timings, validated here (``ReplicaConfig`` builds them from its flags).
+
+    Attributes:
+        handover_timeout_s: the graceful handover's budget: stop the career, write the handover record, release.
+        idle_backoff_s: pause after an ``execute()`` that found no work.
+        failure_backoff_s: first back-off after the career raised; doubles up to ``failure_backoff_max_s``.
+        failure_backoff_max_s: cap of the failure back-off; a term longer than this forgives earlier failures.
+        liveness_timeout_s: ``/livez`` fails when the loop stalls this long.
+        tick_s: the loop's longest wait for an event.
+    """
 
     replica_id: str
     handover_timeout_s: float = 5.0
@@ -82,6 +94,15 @@ class RunnerSettings:
     failure_backoff_max_s: float = 60.0
     liveness_timeout_s: float = 30.0
     tick_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("handover_timeout_s", "idle_backoff_s", "failure_backoff_s", "failure_backoff_max_s",
+                     "liveness_timeout_s", "tick_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be a positive number of seconds")
+        if self.failure_backoff_max_s < self.failure_backoff_s:
+            raise ConfigError(f"failure_backoff_max_s={self.failure_backoff_max_s:g} is below failure_backoff_s="
+                              f"{self.failure_backoff_s:g}: raise failure_backoff_max_s")
 
 
 @dataclass(frozen=True)

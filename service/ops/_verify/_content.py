@@ -9,16 +9,18 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CONTENT_FIELDS", "ContentCheck", "QueueContent", "compact_json"]
+__all__ = ["CONTENT_FIELDS", "EXAMPLES", "ContentCheck", "QueueContent", "compact_json"]
 
 CONTENT_FIELDS: tuple[str, ...] = ("key", "seq", "ts", "payload")
 """The fields a written row must share with its queue line, in the order a mismatch is named."""
+
+EXAMPLES = 5
+"""How many examples of each kind of violation a report keeps."""
 
 Content = tuple[str | None, int | None, int | None, str | bytes | None]
 """One queue line's ``key``, ``seq``, ``ts`` and payload as kept: see :meth:`QueueContent.add`."""
 
 _INLINE_CHARS = 256  # a longer payload is kept as a 16-byte digest: memory per id stays bounded
-_EXAMPLES = 5
 _SHOWN_CHARS = 200  # an example's payload longer than this is cut
 _UNPARSED: Any = object()
 # The consumer's encoding (compact, key order kept): a correct row's payload text equals the queue's re-encoded.
@@ -106,7 +108,7 @@ class QueueContent:
                 seq if "seq" in fields else None, ts if "ts" in fields else None, kept)
 
     def add(self, record: dict[str, Any]) -> None:
-        """Remember a valid record (as :func:`~service.ops._verify.classify_line` returns it), in queue order."""
+        """Remember a valid record (as :func:`~career.queue.classify_line` returns it), in queue order."""
         value = record["payload"]
         payload = _COMPACT.encode(value)
         key = sys.intern(record["key"])  # a few keys shared by many ids are kept once
@@ -156,7 +158,7 @@ class QueueContent:
             return  # the same JSON payload, spelt differently
         check.mismatches += 1
         check.by_field[name] += 1
-        if len(check.examples) < _EXAMPLES:
+        if len(check.examples) < EXAMPLES:
             index = CONTENT_FIELDS.index(name)
             want: Any = expected[index]
             got: Any = row[index]

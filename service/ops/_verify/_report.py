@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.ops._verify_content import CONTENT_FIELDS
+from service.ops._verify._content import CONTENT_FIELDS
 
 __all__ = ["VerifyReport"]
 
@@ -18,7 +18,7 @@ class VerifyReport:
     Counts of ids are of distinct ids; counts of bad lines are of distinct ``(file base name, line)`` pairs.
 
     Example:
-        >>> from service.ops._verify import verify
+        >>> from service.ops import verify
         >>> report = verify("/srv/tenure")  # doctest: +SKIP
         >>> print(report.render()); raise SystemExit(0 if report.ok else 1)  # doctest: +SKIP
     """

@@ -7,14 +7,12 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.ops._verify_content import ContentCheck, QueueContent, compact_json
+from service.ops._verify._content import EXAMPLES, ContentCheck, QueueContent, compact_json
 
 __all__ = ["LATE_REASON", "LateCheck", "LateRow", "PublishedSeqs", "check_late"]
 
 LATE_REASON = "late"
 """The quarantine ``reason`` of a valid record whose ``seq`` its key had already passed in an earlier batch."""
-
-_EXAMPLES = 5
 
 
 @dataclass(frozen=True)
@@ -106,8 +104,8 @@ def check_late(rows: list[LateRow], published: PublishedSeqs, content: QueueCont
         else:
             late.append({"id": rid, "key": key, "seq": seq, "batch": row.batch, "published_before": highest})
     result.examples = {
-        "late": late[:_EXAMPLES],
-        "wrongly_late": wrong[:_EXAMPLES],
-        "duplicated_late_lines": [{"file": f, "line": n, "rows": lines[(f, n)]} for f, n in twice[:_EXAMPLES]],
+        "late": late[:EXAMPLES],
+        "wrongly_late": wrong[:EXAMPLES],
+        "duplicated_late_lines": [{"file": f, "line": n, "rows": lines[(f, n)]} for f, n in twice[:EXAMPLES]],
     }
     return result

@@ -1,0 +1,353 @@
+"""The fenced batch writer: one term's ``foreachBatch``, which makes a batch visible only by fenced commit.
+
+The numbered steps, and why each is safe for a stale term, are in :class:`BatchWriter`'s docstring.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
+
+from career._protocol import CareerObserver
+from career.spark._config import SparkCareerConfig
+from career.spark._errors import HandingOverError
+from career.spark._hooks import Hooks
+from career.spark._order import HighWaterMarks, maxima, split_late
+from career.spark._pipeline import KIND_BAD, KIND_FILE, KIND_ROW, ordered, quarantine_rows, records, with_batch
+from career.spark._retry import (
+    WRITTEN,
+    RowFunction,
+    dead_letter_table,
+    identity_row,
+    next_due,
+    process_records,
+    read_snapshot,
+    snapshot_table,
+    write_parquet,
+)
+from career.spark._storage import Layout, finish_publish, is_published, published_name, sync_tree
+from career.spark._term import Term, committed_batch, mark_consumed
+from election._errors import Fenced, NotLeader
+
+__all__ = ["BatchWriter"]
+
+
+def _source_name(source_file: str) -> str:
+    """``file:/…/landing/a%20b.jsonl`` → ``a b.jsonl`` (the name inside ``landing/``)."""
+    path = unquote(urlparse(source_file).path) if source_file.startswith("file:") else source_file
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+
+class BatchWriter:
+    """The ``foreachBatch`` function of one term (runs on Spark's stream thread, one batch at a time).
+
+    For batch ``B`` (the numbered steps are the order of side effects, ARCHITECTURE.md "One record's path"):
+
+    1. Refuse to start when the term is handing over or not leading: raise, never return — a returning
+       ``foreachBatch`` lets Spark mark the batch done (data loss); a raise makes Spark re-run it later.
+    2. Read the commit record. If ``B`` is already committed (a re-run after a failover), finish its publish
+       if unfinished, run the batch through the ``noop`` sink (Spark requires the batch's state stores to
+       commit), and return: ``skipped``. Otherwise the last committed batch is in this term's checkpoint
+       (Spark only starts ``B`` after committing ``B-1``), so its queue files are marked consumed by this group
+       now (and archived once every group on the queue has consumed them).
+    3. Classify, deduplicate, set late records aside (``_order``), order (through the row function and retry
+       store, when there is one; then the transform); write staged Parquet under ``_staging/epoch=<e>/batch=<B>/``
+       of each output, with the advanced per-key marks; fsync it all.
+    4. Fenced commit of a record naming the staged folders, the files read and the marks, at the version read
+       in 2.
+    5. Publish: move the staged part files into ``table/``, ``quarantine/``, ``retry/``, ``dead-letter/`` and
+       ``order/`` (idempotent renames), and fsync the folders.
+    6. Return: Spark then commits the batch to this term's checkpoint.
+
+    The fault hook is called at ``after_checkpoint`` (2, before marking), ``after_stage`` (end of 3),
+    ``after_commit`` (after 4) and ``after_publish`` (after 5); the fence calls it at ``before_transaction``.
+
+    Why each step is safe when the term is already stale (a pause of the whole process at any point, then a
+    successor elected; ``tests/test_stale_leader.py`` places the pauses; ARCHITECTURE.md "Where each guarantee
+    is enforced"):
+
+    - Inauguration: the checkpoint is a copy of the term's own (``adopt_checkpoint``; refused once a newer term
+      has one); roll-forward publishes a batch ZooKeeper says is committed, which is right whoever does it;
+      staging is removed only for lower epochs, which can never commit again (``remove_dead_staging``).
+    - Staging (3) writes under the term's own ``epoch=<e>`` folder: invisible until a commit names it.
+    - The commit (4) is the fence: one ZooKeeper transaction that fails once the term's election node is gone.
+    - Publishing (5, or 2's roll-forward) moves only what a committed record names; renames are idempotent, so
+      a stale term and its successor racing on the same batch produce the same files.
+    - Spark's checkpoint commit (6), and any batch the stale query plans, land in the term's own checkpoint
+      folder, which no later term reads.
+    - Consumption marks (2, and housekeeping) are written only after this term's checkpoint has the batch and
+      then only if no newer term has begun copying a checkpoint (``newer_term_started``): every later copy then
+      has the batch too, so no later term re-runs it and needs its archived files.
+    """
+
+    def __init__(self, term: Term, layout: Layout, config: SparkCareerConfig, observer: CareerObserver,
+                 replica_id: str, hooks: Hooks, faults: Callable[[str], None]) -> None:
+        self._term = term
+        self._faults = faults
+        self._layout = layout
+        self._config = config
+        self._observer = observer
+        self._replica_id = replica_id
+        self._hooks = hooks
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        term = self._term
+        started = time.monotonic()
+        with term.lock:
+            term.in_flight = batch_id
+        outcome = "failed"
+        counts: dict[str, int] = {}
+        try:
+            outcome, counts = self._run(df, batch_id)
+        except Fenced as exc:
+            outcome = "fenced"
+            term.error = exc
+            term.log.warning("batch_fenced", batch=batch_id, epoch=term.epoch, error=str(exc))
+            raise
+        except (HandingOverError, NotLeader) as exc:
+            outcome = "deferred"
+            term.error = exc
+            term.log.info("batch_deferred", batch=batch_id, epoch=term.epoch, reason=str(exc))
+            raise
+        except BaseException as exc:
+            term.error = exc
+            term.log.error("batch_failed", batch=batch_id, epoch=term.epoch, error=repr(exc)[:2000])
+            raise
+        finally:
+            duration = time.monotonic() - started
+            if outcome != "deferred":  # a deferred batch did nothing: Spark re-runs it
+                self._observer.batch_finished(outcome, duration, counts)
+            with term.lock:
+                term.in_flight = None
+                if outcome in ("committed", "skipped"):
+                    term.last_seen = batch_id
+                    term.completed += 1
+
+    def _fault(self, point: str) -> None:
+        """Call the fault hook at ``point``; what it raises is kept so ``execute`` re-raises it as is."""
+        try:
+            self._faults(point)
+        except BaseException as exc:
+            self._term.injected = exc
+            raise
+
+    def _run(self, df: DataFrame, batch_id: int) -> tuple[str, dict[str, int]]:
+        term, layout, config = self._term, self._layout, self._config
+        ctx = term.ctx
+        # 1. Cooperative stop and leadership, before anything runs (not even Spark's state store).
+        if term.stop.is_set():
+            raise HandingOverError(f"batch {batch_id} not started: epoch {term.epoch} is handing over")
+        if not ctx.still_leading():
+            raise NotLeader(f"batch {batch_id} not started: epoch {term.epoch} is not leading now "
+                            "(suspended or past safe-until)")
+        # 2. Already committed? Otherwise mark what the last committed batch read as consumed by this group,
+        #    and archive what every group on the queue has consumed.
+        record, version = ctx.fence.read_commit()
+        committed = committed_batch(record)
+        if record is not None and int(record.get("epoch") or 0) > term.epoch:
+            raise Fenced(f"batch {batch_id}: the commit record has epoch {record.get('epoch')}, above ours "
+                         f"({term.epoch}); a newer leader has committed")
+        if committed is not None and batch_id <= committed:
+            if batch_id == committed and not is_published(layout, record or {}):
+                moved = finish_publish(layout, record or {})
+                term.log.info("publish_rolled_forward", batch=batch_id, files=moved, by_epoch=term.epoch)
+            df.write.format("noop").mode("overwrite").save()  # Spark requires the batch's state stores to commit
+            term.log.info("batch_skipped", batch=batch_id, committed=committed, epoch=term.epoch)
+            return "skipped", {}
+        if committed is not None and record is not None and config.file_source and committed != term.marked:
+            mark_consumed(layout, term, record, self._fault)
+        # 3. Classify, deduplicate, hold back late records, order, run the user's code; stage every output.
+        phase = time.monotonic()
+        df.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            counts, files, spans = self._stats(df)
+            read_s = time.monotonic() - phase
+            marks = self._marks_at(record)
+            staged: dict[str, str] = {}
+            fresh, late = records(df), None
+            late_keys = marks.late_keys(spans)
+            if late_keys:
+                fresh, late = split_late(df, late_keys, df.sparkSession, epoch=term.epoch, batch_id=batch_id)
+                counts["late"] = late.count()
+                counts["written"] -= counts["late"]
+            retry: dict[str, Any] = {}
+            processed: DataFrame | None = None
+            held = read_snapshot(layout.resolve(record["retry"])) if record and record.get("retry") else None
+            row_function = self._hooks.row_function or (identity_row if held is not None and held.num_rows else None)
+            if row_function is not None:
+                processed, rows, retry = self._retry(fresh, held, row_function, counts, staged, batch_id)
+                written_max = maxima(rows) if counts["written"] else {}
+            else:
+                rows = ordered(fresh, partitions=config.shuffle_partitions)
+                written_max = {key: high for key, (_low, high) in spans.items()}
+            try:
+                if counts["written"]:
+                    self._stage_table(rows, staged, batch_id)
+            finally:
+                if processed is not None:
+                    processed.unpersist()
+            if counts["quarantined"] or late is not None:
+                path = layout.staging(layout.quarantine, term.epoch, batch_id)
+                bad = quarantine_rows(df, epoch=term.epoch, batch_id=batch_id)
+                (bad if late is None else bad.unionByName(late)).coalesce(1) \
+                    .write.mode("overwrite").parquet(str(path))
+                staged["quarantine"] = layout.relative(path)
+        finally:
+            df.unpersist()
+        new_marks = marks.advanced(written_max)
+        order = self._stage_marks(new_marks, marks, record, staged, batch_id)
+        for stored in staged.values():
+            sync_tree(layout.resolve(stored))  # durable before the commit says the batch exists
+        stage_s = time.monotonic() - phase - read_s
+        self._fault("after_stage")
+        # 4. The fenced commit: the only step that makes the batch count.
+        committed_at = time.time()
+        new_record: dict[str, Any] = {
+            "batch_id": batch_id,
+            "epoch": term.epoch,
+            "replica_id": self._replica_id,
+            "committed_at": committed_at,
+            "published_path": f"{layout.relative(layout.table)}/batch-{batch_id:012d}-*.parquet",
+            "staged": staged,
+            "counts": counts,
+            "files": files,
+            **order,
+            **retry,
+        }
+        commit_started = time.monotonic()
+        ctx.fence.commit(new_record, version)
+        commit_s = time.monotonic() - commit_started
+        self._observer.commit_finished(commit_s, committed_at)
+        with term.lock:
+            term.last_committed = batch_id
+            term.last_record = new_record
+            term.order = (order["order"], new_marks)
+        self._fault("after_commit")
+        # 5. Publish (a new leader's inaugurate, or a re-run of this batch, finishes it after a crash).
+        finish_publish(layout, new_record)
+        if retry:
+            self._observer.retry_waiting(int(retry["retry_waiting"]))
+        term.log.info("batch_committed", batch=batch_id, epoch=term.epoch, written=counts["written"],
+                      read_s=round(read_s, 3), stage_s=round(stage_s, 3), commit_s=round(commit_s, 3),
+                      duplicate=counts["duplicate"], quarantined=counts["quarantined"], files=len(files),
+                      **({"late": counts["late"]} if counts.get("late") else {}),
+                      **({"retried": counts["retried"], "dead_lettered": counts["dead_lettered"],
+                          "waiting": retry["retry_waiting"]} if retry else {}))
+        self._fault("after_publish")
+        return "committed", counts
+
+    def _marks_at(self, record: dict[str, Any] | None) -> HighWaterMarks:
+        """The per-key high-water marks as of the committed ``record`` (cached per term)."""
+        term = self._term
+        path = (record or {}).get("order")
+        if term.order is not None and term.order[0] == path:
+            return term.order[1]
+        if path is not None:
+            marks = HighWaterMarks.read(self._layout.resolve(path))
+        elif committed_batch(record) is not None:
+            marks = HighWaterMarks.of_table(self._layout.table)  # committed before marks were kept
+        else:
+            marks = HighWaterMarks()
+        term.order = (path, marks)
+        return marks
+
+    def _stage_marks(self, new: HighWaterMarks, old: HighWaterMarks, record: dict[str, Any] | None,
+                     staged: dict[str, str], batch_id: int) -> dict[str, str]:
+        """Stage the advanced marks when they moved; returns the commit record's ``order`` field."""
+        layout = self._layout
+        path = (record or {}).get("order")
+        if new is not old or path is None:
+            folder = layout.staging(layout.order, self._term.epoch, batch_id)
+            write_parquet(new.to_arrow(), folder)
+            staged["order"] = layout.relative(folder)
+            path = layout.relative(layout.order / published_name(batch_id, "part-00000.parquet"))
+        return {"order": path}
+
+    def _retry(self, fresh: DataFrame, held: Any, row_function: RowFunction, counts: dict[str, int],
+               staged: dict[str, str], batch_id: int) -> tuple[DataFrame, DataFrame, dict[str, Any]]:
+        """Run the row function over new and held records; stage the new retry snapshot and the dead letters.
+
+        Updates ``counts`` (``written`` becomes what is written now) and ``staged``; returns the processed
+        batch (persisted: the row function must run once per record), the rows to write, and the commit
+        record's retry fields.
+        """
+        term, layout = self._term, self._layout
+        now = time.time()
+        processed = process_records(  # it orders new and held records together: one shuffle, not two
+            fresh, held,
+            row_function=row_function, policy=self._hooks.policy, now=now,
+            partitions=self._config.shuffle_partitions,
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            rest = processed.where(F.col("status") != WRITTEN).toArrow()
+        except BaseException:
+            processed.unpersist()
+            raise
+        snapshot = snapshot_table(rest)
+        dead = dead_letter_table(rest, epoch=term.epoch, batch_id=batch_id)
+        held_before = held.num_rows if held is not None else 0
+        counts["written"] += held_before - snapshot.num_rows - dead.num_rows
+        counts["retried"] = sum(1 for at in snapshot.column("last_failed_at").to_pylist() if at == now)
+        counts["dead_lettered"] = dead.num_rows
+        path = layout.staging(layout.retry, term.epoch, batch_id)
+        write_parquet(snapshot, path)
+        staged["retry"] = layout.relative(path)
+        if dead.num_rows:
+            path = layout.staging(layout.dead_letter, term.epoch, batch_id)
+            write_parquet(dead, path)
+            staged["dead_letter"] = layout.relative(path)
+        fields = {
+            "retry": layout.relative(layout.retry / published_name(batch_id, "part-00000.parquet")),
+            "retry_waiting": snapshot.num_rows,
+            "retry_next_due": next_due(snapshot),
+        }
+        rows = processed.where(F.col("status") == WRITTEN).select("id", "key", "seq", "ts", "payload")
+        return processed, rows, fields
+
+    def _stage_table(self, rows: DataFrame, staged: dict[str, str], batch_id: int) -> None:
+        """Apply the transform (order re-imposed after it), add the batch columns, write the staged table."""
+        term, layout = self._term, self._layout
+        if self._hooks.transform is not None:  # it may repartition: each key back into one partition, by seq
+            rows = ordered(self._hooks.transform(rows), partitions=self._config.shuffle_partitions)
+        path = layout.staging(layout.table, term.epoch, batch_id)
+        with_batch(rows, epoch=term.epoch, batch_id=batch_id).write.mode("overwrite").parquet(str(path))
+        staged["table"] = layout.relative(path)
+
+    @staticmethod
+    def _stats(df: DataFrame) -> tuple[dict[str, int], list[str], dict[str, tuple[int, int]]]:
+        """One small action over the cached batch: counts by kind, valid lines read, the files read, and each
+        key's lowest and highest ``seq`` (to find late records without a second pass)."""
+        rows = df.groupBy("kind", "key").agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum("valid_lines").alias("valid"),
+            F.collect_list(F.when(F.col("kind") == KIND_FILE, F.col("source_file"))).alias("files"),
+            F.min("seq").alias("low"),
+            F.max("seq").alias("high"),
+        ).collect()
+        written = quarantined = valid = 0
+        marker_files: list[str] = []
+        markers = False
+        spans: dict[str, tuple[int, int]] = {}
+        for row in rows:
+            if row["kind"] == KIND_ROW:
+                written += int(row["n"])
+                spans[row["key"]] = (int(row["low"]), int(row["high"]))
+            elif row["kind"] == KIND_BAD:
+                quarantined += int(row["n"])
+            elif row["kind"] == KIND_FILE:
+                markers = True
+                valid += int(row["valid"] or 0)
+                marker_files += row["files"]
+        if not markers:
+            valid = written
+        files = sorted({_source_name(f) for f in marker_files if f})
+        counts = {"written": written, "duplicate": max(valid - written, 0), "quarantined": quarantined}
+        return counts, files, spans
+

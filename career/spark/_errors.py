@@ -1,0 +1,15 @@
+"""The Spark career's own errors, both :class:`TenureError` subclasses (hooks have ``HookError`` in ``_hooks``)."""
+
+from __future__ import annotations
+
+from election._errors import TenureError
+
+__all__ = ["HandingOverError", "SparkCareerError"]
+
+
+class SparkCareerError(TenureError):
+    """The Spark career cannot go on (the streaming query died, or it was driven out of order)."""
+
+
+class HandingOverError(SparkCareerError):
+    """A batch refused to start because the term is ending; Spark re-runs it from the checkpoint later."""

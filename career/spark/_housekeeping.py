@@ -1,0 +1,96 @@
+"""The leader's chores between batches, on the control thread: consumption marks, archiving, backlog, retry ticks.
+
+Rate-limited so that ``execute``, called every few milliseconds, touches the filesystem about once a second.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from career._protocol import CareerObserver
+from career.queue import TICK_SUFFIX
+from career.spark._config import SparkCareerConfig
+from career.spark._storage import (
+    Layout,
+    archive_files,
+    empty_landing_files,
+    landing_files,
+    spark_committed,
+    sweep_archive,
+)
+from career.spark._term import Term, committed_batch, mark_consumed
+
+__all__ = ["Housekeeper"]
+
+_BACKLOG_EVERY_S = 1.0
+_SWEEP_EVERY_S = 60.0
+_EMPTY_FILE_MIN_AGE_S = 2.0
+
+
+class Housekeeper:
+    """Archives what is safe to archive, reports the backlog and wakes the source for due retries.
+
+    One per career (its schedule outlives terms); each call is given the term to work for.
+    """
+
+    def __init__(self, layout: Layout, config: SparkCareerConfig, observer: CareerObserver,
+                 clock: Callable[[], float], faults: Callable[[str], None]) -> None:
+        self._layout = layout
+        self._config = config
+        self._observer = observer
+        self._clock = clock
+        self._faults = faults
+        self._next_backlog = 0.0
+        self._next_sweep = 0.0
+        self._ticked_for: float | None = None
+
+    def archive_committed(self, term: Term) -> int:
+        """Mark the last committed batch's files consumed once Spark's checkpoint has committed it, then
+        archive every queue file all groups have consumed (other groups' leaders may have caught up)."""
+        if not self._config.file_source:
+            return 0
+        record = term.last_record
+        committed = committed_batch(record)
+        if (record is not None and committed is not None and committed != term.marked
+                and spark_committed(term.checkpoint, committed)):
+            mark_consumed(self._layout, term, record, self._faults)
+        return term.marks.archive_ready()
+
+    def run(self, term: Term) -> None:
+        """One round, at most every ``_BACKLOG_EVERY_S`` (the archive sweep every ``_SWEEP_EVERY_S``)."""
+        now = self._clock()
+        if now < self._next_backlog:
+            return
+        self._next_backlog = now + _BACKLOG_EVERY_S
+        layout = self._layout
+        if self._config.file_source:
+            self.archive_committed(term)
+            empty = empty_landing_files(layout, _EMPTY_FILE_MIN_AGE_S)
+            if empty:
+                archive_files(layout, empty)
+            if now >= self._next_sweep:
+                self._next_sweep = now + _SWEEP_EVERY_S
+                swept = sweep_archive(layout, self._config.archive_retention_s)
+                if swept:
+                    term.log.info("archive_swept", files=swept)
+                stale = term.marks.sweep()
+                if stale:
+                    term.log.info("stale_marks_swept", marks=stale)
+            # Files this group consumed but a slower group still holds in landing/ are not this group's backlog.
+            pending = set((term.last_record or {}).get("files") or []) | term.marks.marked()
+            self._observer.backlog(len([n for n in landing_files(layout) if n not in pending]))
+            self._wake_for_retries(term)
+
+    def _wake_for_retries(self, term: Term) -> None:
+        """Drop a tick file into ``landing/`` once held records fall due: a file source runs no batch without
+        a new file, and a quiet queue must not keep a due retry waiting."""
+        due = (term.last_record or {}).get("retry_next_due")
+        if due is None or due > time.time() or due == self._ticked_for:
+            return
+        self._ticked_for = due
+        name = f"tenure-tick-{term.epoch}-{time.time_ns()}{TICK_SUFFIX}"
+        partial = self._layout.landing / f".{name}"
+        partial.write_bytes(b"tick\n")
+        partial.replace(self._layout.landing / name)
+        term.log.debug("retry_tick", due=due, file=name)

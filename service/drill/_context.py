@@ -1,0 +1,246 @@
+"""One drill's context (``Drill``): its topology, monitor and fault markers, and the steps scenarios and chaos
+build on (start, wait, mark, read the commits and logs, settle)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from service.drill._measures import Measurements
+from service.drill._monitor import (
+    FAULT_INJECTED,
+    FOLLOWING,
+    JOINED,
+    RUNNER_STATE,
+    CommitSample,
+    LogEvent,
+    Monitor,
+    http_status,
+    read_events,
+)
+from service.drill._settings import DrillSettings
+from service.local import NetNamespace, ReplicaLaunch, ReplicaProcess, Topology, free_base_port
+from service.ops import verify
+from service.replica import IS_LEADER
+
+__all__ = ["Drill", "Marker", "is_ready"]
+
+_log = structlog.get_logger("tenure.drill")
+
+_GROUP = "drill"
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A fault or heal on the timeline."""
+
+    at: float
+    kind: str  # "fault" or "heal"
+    label: str
+
+
+def is_ready(replica: ReplicaProcess) -> bool:
+    """``replica`` answers /readyz with 200."""
+    return http_status(replica, "/readyz") == 200
+
+
+def _is_leader(replica: ReplicaProcess) -> bool:
+    return replica.metrics().get(IS_LEADER) == 1.0
+
+
+class Drill:
+    """One scenario run: topology, namespaces, monitor, markers, and the helpers scenarios use.
+
+    ``ns`` puts ``replica-1`` in a network namespace (started first, so it leads); ``namespaces`` instead puts
+    each named replica in its own (the chaos drill: whichever replica leads can be cut off). The ensemble's
+    client port listens on the host end of ``ns`` (or of the first of ``namespaces``). Every replica runs with
+    a fault file (``Topology(fault_files=True)``), so a scenario can arm a fault at a named point.
+
+    Example::
+
+        drill = Drill("crash", DrillSettings.make(career="counter", records=None, short=True), path, None)
+        drill.prepare()
+        leader = drill.leader()
+        drill.mark("fault", f"SIGKILL {leader.replica_id}")
+    """
+
+    def __init__(self, name: str, settings: DrillSettings, directory: Path, ns: NetNamespace | None,
+                 *, namespaces: dict[str, NetNamespace] | None = None) -> None:
+        self.name = name
+        self.settings = settings
+        self.ns = ns
+        self.namespaces = dict(namespaces) if namespaces else ({"replica-1": ns} if ns else {})
+        zk_side = ns or next(iter(self.namespaces.values()), None)
+        # Inside a namespace only loopback and the veth exist: keep Spark's driver on loopback whatever the
+        # host name resolves to (`env` execs, so the replica keeps the pid the drill signals).
+        launch = {rid: ReplicaLaunch((*space.exec_prefix, "env", "SPARK_LOCAL_IP=127.0.0.1"), space.ns_address)
+                  for rid, space in self.namespaces.items()} or None
+        extra = ["--standby", "warm", "--counter-interval-s", f"{settings.counter_interval_s:g}",
+                 "--safe-fraction", f"{settings.safe_fraction:g}", "--failure-backoff-s", "1"]
+        self.topology = Topology(directory, replicas=3, group=_GROUP, career=settings.career,
+                                 session_timeout_s=settings.session_timeout_s,
+                                 handover_timeout_s=settings.handover_timeout_s, zk_tick_ms=settings.zk_tick_ms,
+                                 replica_args=extra,
+                                 zk_client_address=zk_side.host_address if zk_side else "127.0.0.1",
+                                 replica_launch=launch, zk_port=free_base_port(), fault_files=True)
+        self.monitor: Monitor | None = None
+        self.markers: list[Marker] = []
+        self.m = Measurements(scenario=name)
+        self.started_at = time.time()
+        self.ended_at: float | None = None
+        self.producer_started = False
+        self.restarts: list[tuple[float, str]] = []
+        self.killed: dict[str, float] = {}
+        self.old_pid: int | None = None
+        self._drained_checked = 0.0
+
+    # 1. Start: ensemble, replicas (the namespaced one first, so it leads), monitor, producer, some commits.
+    def start_topology(self, *, all_at_once: bool = False) -> None:
+        topo = self.topology
+        topo.make_dirs()
+        topo.ensemble.start()
+        self.monitor = Monitor(topo)
+        self.monitor.start()
+        if self.ns is not None and not all_at_once:
+            first = topo.replica("replica-1").start()
+            self.wait(lambda: _is_leader(first), self.settings.startup_timeout_s, "replica-1 (namespaced) to lead")
+            for replica in topo.replicas[1:]:
+                replica.start()
+        else:
+            if all_at_once:
+                self.mark("fault", "all replicas start")
+            for replica in topo.replicas:
+                replica.start()
+
+    def wait_ready(self) -> None:
+        self.wait(lambda: all(is_ready(r) for r in self.topology.replicas),
+                  self.settings.startup_timeout_s, "every replica ready (/readyz 200)")
+        self.wait(lambda: len(self.topology.leaders()) == 1, self.settings.startup_timeout_s, "exactly one leader")
+
+    def start_work(self, *, seed: int = 8) -> None:
+        """With Spark, start the producer; then wait for a few commits so the fault hits a working leader."""
+        if self.settings.career == "spark":
+            self.topology.start_producer(["--records", str(self.settings.records), "--keys", "50",
+                                          "--rate", f"{self.settings.rate:g}", "--duplicates", "0.02",
+                                          "--bad", "0.005", "--seed", str(seed)])
+            self.producer_started = True
+        t0 = time.time()
+        self.wait(lambda: self.commits_between(t0, math.inf) >= 3, self.settings.startup_timeout_s,
+                  "three commits before the fault")
+
+    def prepare(self) -> None:
+        self.start_topology()
+        self.wait_ready()
+        self.start_work()
+
+    # 2. Helpers for scenarios.
+    def mark(self, kind: str, label: str, *, at: float | None = None) -> float:
+        at = time.time() if at is None else at
+        self.markers.append(Marker(at, kind, label))
+        if kind == "fault" and self.m.fault_at is None:
+            self.m.fault_at = at
+        if kind == "heal":
+            self.m.heal_at = at
+        _log.info("drill_marker", scenario=self.name, kind=kind, label=label)
+        return at
+
+    def wait(self, predicate: Callable[[], object], timeout_s: float, what: str) -> None:
+        self.topology.wait_for(predicate, timeout_s, what, interval_s=0.05)
+
+    def leader(self) -> ReplicaProcess:
+        status = self.topology.wait_for_leader(self.settings.startup_timeout_s)
+        self.m.old_leader, self.m.old_epoch = status.replica_id, status.epoch
+        replica = self.topology.replica(status.replica_id)
+        self.old_pid = replica.pid
+        return replica
+
+    def commits(self) -> list[CommitSample]:
+        return self.monitor.commits_snapshot() if self.monitor is not None else []
+
+    def commits_between(self, start: float, end: float) -> int:
+        """Commits (by record version) whose change was observed in [start, end)."""
+        samples = self.commits()
+        inside = [c for c in samples if start <= c.observed_at < end]
+        if not inside:
+            return 0
+        before = [c for c in samples if c.observed_at < start]
+        base = before[-1].version if before else inside[0].version - 1
+        return inside[-1].version - base
+
+    def successor_commit(self) -> CommitSample | None:
+        old = self.m.old_epoch or 0
+        return next((c for c in self.commits() if c.epoch > old and c.observed_at >= (self.m.fault_at or 0)), None)
+
+    def wait_successor_commit(self, timeout_s: float) -> None:
+        self.wait(lambda: self.successor_commit() is not None, timeout_s, "a successor's first commit")
+
+    def wait_more_commits(self, count: int = 3) -> None:
+        """Wait for ``count`` more commits, or (Spark) until there is nothing left to commit."""
+        t0 = time.time()
+        self.wait(lambda: self.commits_between(t0, math.inf) >= count or self.drained(), self.settings.work_timeout_s,
+                  f"{count} more commits")
+
+    def drained(self) -> bool:
+        """With a producer: it has finished and every message of the queue is in the output (checked at most
+        every 2 s, since it reads the whole output). Without one there is always more to commit: False."""
+        producer = self.topology.producer
+        if not self.producer_started or producer is None or producer.poll() is None:
+            return False
+        if time.monotonic() - self._drained_checked < 2.0:
+            return False
+        self._drained_checked = time.monotonic()
+        try:
+            report = verify(self.topology.data_root)
+        except Exception:  # a part file being renamed into place: ask again later
+            return False
+        return report.lost == 0 and report.unquarantined == 0
+
+    def events(self) -> list[LogEvent]:
+        out: list[LogEvent] = []
+        for replica in self.topology.replicas:
+            out.extend(read_events(replica.log_path, replica.replica_id))
+        return sorted(out, key=lambda e: e.at)
+
+    def stepped_down(self, replica_id: str, since: float) -> bool:
+        """The replica follows and has (re)joined the election since ``since``: it may have stepped down earlier,
+        while still cut off (a commit whose outcome was unknown), and rejoin only once it reaches ZooKeeper."""
+        fault = self.m.fault_at if self.m.fault_at is not None else since
+        events = [e for e in self.events() if e.replica_id == replica_id]
+        return any(e.event == RUNNER_STATE and e.fields.get("new") == FOLLOWING and e.at >= fault for e in events) \
+            and any(e.event == JOINED and e.at >= since - 0.5 for e in events)
+
+    def injected(self, replica: ReplicaProcess, point: str, since: float) -> LogEvent | None:
+        """The ``fault_injected`` event of ``replica``'s current process at ``point`` since ``since``, if any."""
+        return next((e for e in read_events(replica.log_path, replica.replica_id)
+                     if e.event == FAULT_INJECTED and e.fields.get("point") == point and e.at >= since - 1.0
+                     and e.fields.get("pid") == replica.pid), None)
+
+    def wait_paused_at(self, replica: ReplicaProcess, point: str, since: float, timeout_s: float) -> LogEvent:
+        """Wait until ``replica`` logged ``fault_injected`` at ``point`` and its process is stopped (psutil
+        status 'stopped'): the whole tree paused itself there. Returns the event (its time is the pause)."""
+        found: list[LogEvent] = []
+
+        def paused() -> bool:
+            event = self.injected(replica, point, since)
+            if event is not None and replica.stopped():
+                found.append(event)
+                return True
+            return False
+
+        self.wait(paused, timeout_s, f"{replica.replica_id} to pause itself at {point}")
+        return found[0]
+
+    # 3. Settle: the producer done and the queue drained (Spark), or a few more commits (counter).
+    def settle(self) -> None:
+        topo = self.topology
+        if self.producer_started and topo.producer is not None:
+            producer = topo.producer
+            self.wait(lambda: producer.poll() is not None, self.settings.settle_timeout_s, "the producer to finish")
+            self.wait(self.drained, self.settings.settle_timeout_s, "the queue to drain")
+        else:
+            self.wait_more_commits(3)

@@ -1,0 +1,135 @@
+"""The criteria: PASS/FAIL lines judged on a scenario's measurements (pure), and a scenario's result."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from service.drill._measures import Measurements
+from service.drill._settings import ABOUT_ONE_S, FLAKY_MAX_CHANGES, SAFE_UNTIL_SLACK_S, DrillSettings
+
+__all__ = ["Criterion", "ScenarioResult", "judge", "verdict"]
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One PASS/FAIL line of the report."""
+
+    name: str
+    passed: bool
+    detail: str
+
+
+def _at_most(name: str, value: float | None, limit: float, unit: str = "s") -> Criterion:
+    if value is None:
+        return Criterion(name, False, f"not observed (limit {limit:g} {unit})")
+    return Criterion(name, value <= limit, f"{value:.2f} {unit} (limit {limit:g} {unit})")
+
+
+def _first_commit_criterion(m: Measurements) -> Criterion:
+    name = "successor's first commit: about 1 s after the handover, plus one batch"
+    interval = m.commit_interval_s or 0.0
+    limit = ABOUT_ONE_S + interval
+    budget = f"limit {ABOUT_ONE_S:g} s + commit interval {interval:.2f} s = {limit:.2f} s"
+    if m.handover_to_commit_s is None:
+        return Criterion(name, False, f"not observed ({budget})")
+    return Criterion(name, m.handover_to_commit_s <= limit, f"{m.handover_to_commit_s:.2f} s ({budget})")
+
+
+def judge(m: Measurements, s: DrillSettings) -> list[Criterion]:
+    """The criteria of ``m.scenario`` (issue 8's table) plus the common ones, evaluated on ``m`` (pure)."""
+    out = [Criterion("ran to completion", m.error is None, m.error or "ok")]
+    audit = "not run" if m.audit_ok is None else (
+        f"lost {m.audit_lost}, duplicated {m.audit_duplicated}, inversions {m.audit_inversions}"
+        + (f"; {m.audit_detail}" if m.audit_detail else ""))
+    out.append(Criterion("audit: nothing lost, duplicated or out of order", m.audit_ok is True, audit))
+    out.append(Criterion("commit epochs never go down", m.epochs_monotonic,
+                         "monotonic" if m.epochs_monotonic else "a lower epoch committed after a higher one"))
+    name = m.scenario
+    if name == "handover":
+        out.append(Criterion("clean handover record", m.clean_handover is True,
+                             {True: "clean=true", False: "not clean", None: "no handover_recorded"}[m.clean_handover]))
+        out.append(_first_commit_criterion(m))
+    elif name == "crash":
+        out.append(_at_most("new leader within session timeout + 1 s", m.new_leader_s, s.session_timeout_s + 1))
+        out.append(Criterion("successor commits", m.successor_committed, str(m.successor_committed).lower()))
+    elif name == "zombie":
+        attempted, committed = m.old_attempted_after_fault or 0, m.old_committed_after_fault
+        outcomes = f"fenced {m.old_fenced_after_fault}, outcome unknown {m.old_unknown_after_fault}"
+        out.append(Criterion("the zombie attempts a commit and none lands", attempted >= 1 and committed == 0,
+                             f"attempted {m.old_attempted_after_fault}, committed {committed} ({outcomes})"))
+        late = m.old_landed_before_pause or 0
+        out.append(Criterion("the fence turns the zombie's commit away", (m.old_fenced_after_fault or 0) >= 1
+                             and (m.old_unknown_after_fault or 0) == 0 and late == 0,
+                             outcomes + (f"; the paused commit landed before the successor's ({late}): the pause "
+                                         "took effect after its transaction was sent" if late else "")))
+        out.append(Criterion("successor commits", m.successor_committed, str(m.successor_committed).lower()))
+        out.append(Criterion("zombie rejoins as follower", m.old_rejoined_as_follower is True,
+                             str(m.old_rejoined_as_follower).lower()))
+    elif name == "partition":
+        out.append(_at_most("cut-off leader stops committing within safe-until", m.suspended_s,
+                            s.safe_until_s + SAFE_UNTIL_SLACK_S))
+        out.append(Criterion("no commit by the cut-off leader past the deadline", m.old_commits_past_deadline == 0,
+                             f"{m.old_commits_past_deadline}"))
+        out.append(Criterion("successor commits", m.successor_committed, str(m.successor_committed).lower()))
+        out.append(Criterion("rejoins as follower after heal", m.old_rejoined_as_follower is True,
+                             str(m.old_rejoined_as_follower).lower()))
+    elif name == "short-partition":
+        out.append(Criterion("no leadership change", m.leadership_changes == 0, f"{m.leadership_changes}"))
+        out.append(Criterion("commits continue after heal", m.commits_after_heal > 0, f"{m.commits_after_heal}"))
+    elif name in ("zk-follower-loss", "zk-leader-loss"):
+        out.append(Criterion("no leadership change", m.leadership_changes == 0, f"{m.leadership_changes}"))
+        out.append(Criterion("commits continue", m.commits_after_fault > 0, f"{m.commits_after_fault}"))
+    elif name == "quorum-loss":
+        out.append(Criterion("nobody commits during the outage", m.commits_during_outage == 0,
+                             f"{m.commits_during_outage}"))
+        out.append(Criterion("exactly one leader afterwards", m.leaders_after == 1, f"{m.leaders_after}"))
+        out.append(Criterion("commits resume after heal", m.commits_after_heal > 0, f"{m.commits_after_heal}"))
+    elif name == "flaky-link":
+        out.append(Criterion(f"leadership changes bounded (≤ {FLAKY_MAX_CHANGES})",
+                             m.leadership_changes <= FLAKY_MAX_CHANGES, f"{m.leadership_changes}"))
+        out.append(Criterion("no restart loop", m.career_failures <= 1 and m.processes_exited == 0,
+                             f"career failures {m.career_failures}, processes exited {m.processes_exited}"))
+        out.append(Criterion("commits continue after heal", m.commits_after_heal > 0, f"{m.commits_after_heal}"))
+    elif name == "spark-death":
+        out.append(Criterion("leadership released or the process exits", m.old_released is True,
+                             str(m.old_released).lower()))
+        out.append(Criterion("successor takes over", m.successor_committed, str(m.successor_committed).lower()))
+    elif name == "cold-start":
+        out.append(_at_most("one leader within the session timeout", m.first_leader_s, s.session_timeout_s))
+        out.append(Criterion("never two leaders at once", (m.max_simultaneous_leaders or 0) <= 1,
+                             f"max {m.max_simultaneous_leaders}"))
+    elif name == "rolling-restart":
+        worst = max(m.changes_per_restart, default=0)
+        out.append(Criterion("at most one leadership change per restart",
+                             bool(m.changes_per_restart) and worst <= 1, f"per restart {m.changes_per_restart}"))
+        out.append(Criterion("commits continue", m.commits_after_fault > 0, f"{m.commits_after_fault}"))
+    return out
+
+
+@dataclass
+class ScenarioResult:
+    """A scenario's verdict, figures, criteria and timeline (for the plot and ``--json``)."""
+
+    scenario: str
+    fault: str
+    status: str  # "pass", "fail" or "skipped"
+    reason: str = ""
+    seconds: float = 0.0
+    measurements: Measurements | None = None
+    criteria: list[Criterion] = field(default_factory=list)
+    timeline: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario, "fault": self.fault, "status": self.status, "reason": self.reason,
+            "seconds": round(self.seconds, 2),
+            "measurements": asdict(self.measurements) if self.measurements else None,
+            "criteria": [asdict(c) for c in self.criteria],
+            "timeline": self.timeline,
+        }
+
+
+def verdict(criteria: list[Criterion]) -> str:
+    """``pass`` when every criterion passed, else ``fail``."""
+    return "pass" if all(c.passed for c in criteria) else "fail"

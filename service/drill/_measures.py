@@ -1,0 +1,162 @@
+"""What a drill measures: the ``Measurements`` record and the pure figures behind it (leadership intervals,
+the commit cadence, commit versions, the counter career's audit)."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from service.drill._monitor import (
+    INAUGURATED,
+    RESUMED,
+    REVOKED,
+    RUNNER_LOGGER,
+    RUNNER_STARTING,
+    RUNNER_STATE,
+    SUSPENDED,
+    TERM_STATES,
+    CommitSample,
+    LogEvent,
+)
+
+__all__ = [
+    "Measurements",
+    "audit_counter",
+    "commit_interval",
+    "leader_intervals",
+    "runner_inaugurated",
+    "versions_where",
+]
+
+
+@dataclass
+class Measurements:
+    """Figures of one scenario run; ``None`` means not applicable or not observed.
+
+    Example::
+
+        m = Measurements(scenario="crash", fault_at=100.0, new_leader_s=6.5)
+    """
+
+    scenario: str
+    error: str | None = None
+    fault_at: float | None = None
+    heal_at: float | None = None
+    old_leader: str | None = None
+    old_epoch: int | None = None
+    new_leader: str | None = None
+    new_epoch: int | None = None
+    detect_s: float | None = None
+    new_leader_s: float | None = None
+    commit_gap_s: float | None = None
+    commits_attempted: int = 0
+    commits_fenced: int = 0
+    leadership_changes: int = 0
+    epochs_monotonic: bool = True
+    audit_lost: int | None = None
+    audit_duplicated: int | None = None
+    audit_inversions: int | None = None
+    audit_ok: bool | None = None
+    audit_detail: str = ""
+    # scenario-specific facts
+    successor_committed: bool = False
+    commits_after_fault: int = 0
+    commits_after_heal: int = 0
+    clean_handover: bool | None = None
+    handover_to_commit_s: float | None = None
+    #: The successor's median time between consecutive commits: the pipeline's own cadence in this run.
+    commit_interval_s: float | None = None
+    old_committed_after_fault: int | None = None
+    old_attempted_after_fault: int | None = None
+    #: the zombie's commits the fence rejected (commit_fenced, the runner's fenced, tenure_commits_fenced_total)
+    old_fenced_after_fault: int | None = None
+    #: the zombie's commits that ended "outcome unknown" (a lost reply that could not be read back)
+    old_unknown_after_fault: int | None = None
+    #: the commit the zombie was paused in, found in the record before any successor's: the pause took effect
+    #: only after the transaction was sent (its session still held, so the commit was legitimate, not fenced)
+    old_landed_before_pause: int | None = None
+    old_rejoined_as_follower: bool | None = None
+    old_released: bool | None = None
+    suspended_s: float | None = None
+    old_commits_past_deadline: int | None = None
+    commits_during_outage: int | None = None
+    leaders_after: int | None = None
+    max_simultaneous_leaders: int | None = None
+    first_leader_s: float | None = None
+    changes_per_restart: list[int] = field(default_factory=list)
+    career_failures: int = 0
+    processes_exited: int = 0
+
+
+def leader_intervals(events: list[LogEvent], killed: dict[str, float], end: float) -> list[dict[str, Any]]:
+    """[{replica, state (leading|paused|suspended), start, end, epoch}] from runner_state transitions and the
+    election's suspended/resumed/revoked events."""
+    open_: dict[str, tuple[str, float, Any]] = {}
+    suspended: dict[str, float] = {}  # the election suspended the term (safe-until or connection loss)
+    out: list[dict[str, Any]] = []
+    for e in events:
+        if e.event == RUNNER_STATE:
+            old, new = e.fields.get("old"), e.fields.get("new")
+            if old in TERM_STATES and e.replica_id in open_:
+                state, start, epoch = open_.pop(e.replica_id)
+                out.append({"replica": e.replica_id, "state": state, "start": start, "end": e.at, "epoch": epoch})
+            if new in TERM_STATES:
+                open_[e.replica_id] = (str(new), e.at, e.fields.get("epoch"))
+        elif e.event == RUNNER_STARTING and e.replica_id in open_:  # a restarted process: the old one died
+            state, start, epoch = open_.pop(e.replica_id)
+            out.append({"replica": e.replica_id, "state": state, "start": start,
+                        "end": killed.get(e.replica_id, e.at), "epoch": epoch})
+        elif e.event == SUSPENDED and e.replica_id not in suspended:
+            suspended[e.replica_id] = e.at
+        if e.replica_id in suspended and (e.event in (RESUMED, REVOKED) or (
+                e.event == RUNNER_STATE and e.fields.get("old") in TERM_STATES)):
+            out.append({"replica": e.replica_id, "state": "suspended", "start": suspended.pop(e.replica_id),
+                        "end": e.at, "epoch": e.fields.get("epoch")})
+    for replica_id, (state, start, epoch) in open_.items():
+        out.append({"replica": replica_id, "state": state, "start": start,
+                    "end": killed.get(replica_id, end), "epoch": epoch})
+    return out
+
+
+def runner_inaugurated(e: LogEvent) -> bool:
+    """The runner's ``inaugurated`` (a career may log an event of the same name: count each term once)."""
+    return e.event == INAUGURATED and e.fields.get("logger", RUNNER_LOGGER) == RUNNER_LOGGER
+
+
+def commit_interval(commits: list[CommitSample], epoch: int) -> float | None:
+    """Median time between consecutive commits of ``epoch`` (pairs the 50 ms poller saw one version apart)."""
+    ours = [c for c in commits if c.epoch == epoch]
+    gaps = [b.committed_at - a.committed_at for a, b in itertools.pairwise(ours) if b.version == a.version + 1]
+    return statistics.median(gaps) if gaps else None
+
+
+def versions_where(commits: list[CommitSample], pred: Callable[[CommitSample], bool]) -> int:
+    """How many commit versions the samples matching ``pred`` stand for (a sample covers the versions since
+    the previous sample, which the 50 ms poll may have skipped)."""
+    total = 0
+    for prev, cur in zip([None, *commits], commits, strict=False):
+        if pred(cur):
+            total += cur.version - prev.version if prev is not None else 1
+    return total
+
+
+def audit_counter(data_root: Path, committed_n: int | None) -> tuple[int, int, int, str]:
+    """The counter career's audit: (lost, duplicated, inversions, detail).
+
+    Every n from 1 to the last committed one appears once in ``counter.log``, and epochs never go down.
+    """
+    path = data_root / "counter.log"
+    lines = [ln.split(",") for ln in path.read_text().splitlines() if ln] if path.exists() else []
+    pairs = [(int(e), int(n)) for e, n in lines]
+    ns = [n for _, n in pairs]
+    top = max([*ns, committed_n or 0], default=0)
+    seen = set(ns)
+    lost = sum(1 for n in range(1, top + 1) if n not in seen)
+    duplicated = len(ns) - len(seen)
+    inversions = sum(1 for (a, _), (b, _) in itertools.pairwise(pairs) if b < a)
+    inversions += sum(1 for a, b in itertools.pairwise(ns) if b < a)
+    return lost, duplicated, inversions, f"{len(ns)} lines, last n {top}"

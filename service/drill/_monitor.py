@@ -1,0 +1,268 @@
+"""What a drill observes while it runs: the replicas' JSON logs, the commit record, the replicas' /metrics.
+
+The commit record is polled every 50 ms (each change kept), the replicas' ``/metrics`` scraped every 200 ms
+(kept per process, so a killed replica's last counts stay), and the logs are read back on demand. The event and
+metric names the drill reads are gathered below, with where each is defined.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final
+
+from kazoo.client import KazooClient
+
+from election import GroupPaths
+from service.local import ReplicaProcess, Topology, sample_key, scrape
+from service.replica import BATCHES, COMMITS_FENCED, IS_LEADER, LEADER_EPOCH, RunnerState
+
+__all__ = [
+    "BATCH_FAILED",
+    "BATCH_FENCED",
+    "CAREER_FAILED",
+    "COMMITS_FENCED_TOTAL",
+    "COMMIT_FENCED",
+    "COMMIT_OUTCOME_UNKNOWN",
+    "EXECUTE_NOT_LEADER",
+    "FAULT_INJECTED",
+    "FENCED",
+    "FOLLOWING",
+    "HANDED_OVER",
+    "HANDING_OVER",
+    "HANDOVER_RECORDED",
+    "INAUGURATED",
+    "INAUGURATING",
+    "JOINED",
+    "LEADERSHIP_SUSPENDED",
+    "LEADING",
+    "RESUMED",
+    "REVOKED",
+    "RUNNER_LOGGER",
+    "RUNNER_STARTING",
+    "RUNNER_STATE",
+    "SUSPENDED",
+    "TERM_STATES",
+    "CommitSample",
+    "LogEvent",
+    "Monitor",
+    "http_status",
+    "read_events",
+]
+
+# -- the log events the drill reads ------------------------------------------------------------------------------
+# Event names are bare strings where they are logged (no constant to import): kept here, in one place, under the
+# module that emits each, so a renamed event is found by grepping for it.
+
+# service/replica/_runner.py (logger ``tenure.runner``)
+RUNNER_LOGGER: Final = "tenure.runner"
+RUNNER_STARTING: Final = "runner_starting"
+RUNNER_STATE: Final = "runner_state"  # fields old, new (RunnerState values), epoch
+INAUGURATING: Final = "inaugurating"
+INAUGURATED: Final = "inaugurated"  # career/spark/_career.py logs one too (its own logger)
+LEADERSHIP_SUSPENDED: Final = "leadership_suspended"
+HANDING_OVER: Final = "handing_over"
+HANDOVER_RECORDED: Final = "handover_recorded"
+HANDED_OVER: Final = "handed_over"  # career/spark/_career.py logs one too
+FENCED: Final = "fenced"
+EXECUTE_NOT_LEADER: Final = "execute_not_leader"
+COMMIT_OUTCOME_UNKNOWN: Final = "commit_outcome_unknown"
+CAREER_FAILED: Final = "career_failed"
+# election/_election.py
+JOINED: Final = "joined"
+SUSPENDED: Final = "suspended"
+RESUMED: Final = "resumed"
+REVOKED: Final = "revoked"
+# election/_fence.py
+COMMIT_FENCED: Final = "commit_fenced"
+# career/spark/_career.py
+BATCH_FENCED: Final = "batch_fenced"
+BATCH_FAILED: Final = "batch_failed"
+# service/replica/_faults.py
+FAULT_INJECTED: Final = "fault_injected"
+
+#: ``runner_state``'s values the drill reads (service/replica/_runner.py ``RunnerState``)
+FOLLOWING: Final = RunnerState.FOLLOWING.value
+LEADING: Final = RunnerState.LEADING.value
+#: the runner states of a term: leading, or leading but paused
+TERM_STATES: Final = (LEADING, RunnerState.PAUSED.value)
+
+# -- the metric samples the drill reads (names from service/replica/_metrics.py, keys as ``scrape`` makes them) --
+_BATCHES_COMMITTED: Final = sample_key(f"{BATCHES}_total", outcome="committed")
+_BATCHES_FENCED: Final = sample_key(f"{BATCHES}_total", outcome="fenced")
+COMMITS_FENCED_TOTAL: Final = f"{COMMITS_FENCED}_total"
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """One JSON log line of a replica: its event name, time and every field."""
+
+    replica_id: str
+    at: float
+    event: str
+    fields: dict[str, Any]
+
+
+def _parse_ts(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def read_events(log_path: Path, replica_id: str) -> list[LogEvent]:
+    """The JSON log events of one replica's log file (every process of it); other lines are skipped."""
+    events = []
+    try:
+        text = log_path.read_text(errors="replace")
+    except FileNotFoundError:
+        return []
+    for line in text.splitlines():
+        # stderr (a traceback, Spark's own logging) shares the file and may leave a partial line before an event
+        start = line.find('{"')
+        if start < 0:
+            continue
+        try:
+            record = json.loads(line[start:])
+            at = _parse_ts(str(record["timestamp"]))
+        except (json.JSONDecodeError, KeyError, ValueError):
+            continue
+        events.append(LogEvent(replica_id, at, str(record.get("event")), record))
+    return events
+
+
+@dataclass(frozen=True)
+class CommitSample:
+    """One observed change of ``/tenure/<group>/commit``."""
+
+    observed_at: float
+    version: int
+    epoch: int
+    committed_at: float
+    batch: int | None
+
+
+class Monitor:
+    """Background observers: the commit record every 50 ms, every replica's /metrics every 200 ms.
+
+    Example::
+
+        monitor = Monitor(topology)
+        monitor.start()
+        ...
+        monitor.stop()
+        commits = monitor.commits_snapshot()
+    """
+
+    def __init__(self, topology: Topology, *, commit_interval_s: float = 0.05, scrape_interval_s: float = 0.2):
+        self._topology = topology
+        self._commit_path = GroupPaths(topology.group).commit
+        self._commit_interval_s = commit_interval_s
+        self._scrape_interval_s = scrape_interval_s
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.commits: list[CommitSample] = []
+        #: last successful scrape per process (replica id, pid): a killed process keeps its final counts
+        self.last_metrics: dict[tuple[str, int], dict[str, float]] = {}
+        #: (time, {replica id: (is leader, epoch)}) for replicas that answered
+        self.leader_samples: list[tuple[float, dict[str, tuple[bool, int]]]] = []
+        #: (time, committed total, fenced total) over all processes
+        self.totals: list[tuple[float, int, int]] = []
+        self._client = KazooClient(hosts=topology.ensemble.connect_string, timeout=10.0,
+                                   connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0})
+        self._threads = [threading.Thread(target=self._poll_commits, name="drill-commits", daemon=True),
+                         threading.Thread(target=self._scrape, name="drill-metrics", daemon=True)]
+
+    def start(self) -> None:
+        self._client.start(timeout=30)
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        with contextlib.suppress(Exception):
+            self._client.stop()
+            self._client.close()
+
+    def _poll_commits(self) -> None:
+        last_version = -1
+        while not self._stop.wait(self._commit_interval_s):
+            try:
+                data, stat = self._client.get_async(self._commit_path).get(timeout=0.5)
+            except Exception:  # no node yet, connection lost, quorum gone: try again next round
+                continue
+            if stat.version == last_version or not data:
+                continue
+            last_version = stat.version
+            now = time.time()
+            try:
+                record = json.loads(data)
+                epoch = int(record["epoch"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+            batch = record.get("batch_id", record.get("batch", record.get("n")))
+            with self._lock:
+                self.commits.append(CommitSample(now, int(stat.version), epoch,
+                                                 float(record.get("committed_at", now)),
+                                                 int(batch) if isinstance(batch, int) else None))
+
+    def _scrape(self) -> None:
+        while not self._stop.wait(self._scrape_interval_s):
+            now = time.time()
+            sample: dict[str, tuple[bool, int]] = {}
+            for replica in list(self._topology.replicas):
+                if not replica.alive or replica.pid is None:
+                    continue
+                metrics = scrape(replica.port, timeout_s=1.0, host=replica.metrics_host)
+                if not metrics:
+                    continue
+                with self._lock:
+                    self.last_metrics[(replica.replica_id, replica.pid)] = metrics
+                sample[replica.replica_id] = (metrics.get(IS_LEADER) == 1.0, int(metrics.get(LEADER_EPOCH, 0)))
+            with self._lock:
+                self.leader_samples.append((now, sample))
+                committed, fenced = self._sum_totals()
+                self.totals.append((now, committed, fenced))
+
+    def _sum_totals(self) -> tuple[int, int]:
+        committed = sum(int(m.get(_BATCHES_COMMITTED, 0)) for m in self.last_metrics.values())
+        fenced = sum(int(m.get(_BATCHES_FENCED, 0)) for m in self.last_metrics.values())
+        return committed, fenced
+
+    def commits_snapshot(self) -> list[CommitSample]:
+        with self._lock:
+            return list(self.commits)
+
+    def process_counts(self, replica_id: str, pid: int) -> tuple[int, int]:
+        """(committed, fenced) last scraped from one process."""
+        with self._lock:
+            m = self.last_metrics.get((replica_id, pid), {})
+        return int(m.get(_BATCHES_COMMITTED, 0)), int(m.get(_BATCHES_FENCED, 0))
+
+    def process_metric(self, replica_id: str, pid: int, name: str) -> float:
+        """One sample (by name, labels sorted as ``scrape`` writes them) last scraped from one process; 0 if none."""
+        with self._lock:
+            return self.last_metrics.get((replica_id, pid), {}).get(name, 0.0)
+
+    def totals_at(self, at: float) -> tuple[int, int]:
+        """(committed, fenced) over all processes as last seen at or before ``at``."""
+        with self._lock:
+            before = [t for t in self.totals if t[0] <= at]
+        return (before[-1][1], before[-1][2]) if before else (0, 0)
+
+
+def http_status(replica: ReplicaProcess, path: str) -> int:
+    """The HTTP status of ``path`` on ``replica``'s metrics port; 0 when it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://{replica.metrics_host}:{replica.port}{path}", timeout=3.0) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0

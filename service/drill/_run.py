@@ -1,0 +1,108 @@
+"""`tenure drill`: failover drills on the local topology, with measured figures, PASS/FAIL and a timeline plot.
+
+Each scenario starts a fresh topology (3 ZooKeeper servers, 3 replicas; a producer with the Spark career),
+injects one fault for real, keeps the work going, lets the system settle and audits the output. What it measures
+comes from three sources that do not depend on the career: ZooKeeper's commit record (polled every 50 ms, each
+change kept), the replicas' ``/metrics`` (scraped every 200 ms, kept per process so a killed replica's last
+counts stay) and the replicas' JSON logs (``runner_state``, ``inaugurated``, ``leadership_suspended`` …).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import structlog
+
+from service.drill._context import Drill
+from service.drill._criteria import ScenarioResult, judge, verdict
+from service.drill._readout import audit, measure, timeline
+from service.drill._report import plot_timeline, render_report, write_json
+from service.drill._scenarios import SCENARIOS, expand
+from service.drill._settings import DrillError, DrillSettings, career_unavailable
+from service.local import EnsembleError, NetNamespace, netns_unavailable
+
+__all__ = ["run_drills", "run_scenario"]
+
+_log = structlog.get_logger("tenure.drill")
+
+
+def run_scenario(name: str, settings: DrillSettings, directory: Path) -> ScenarioResult:
+    """Run one scenario in ``directory/<name>`` (wiped first) and judge it; never raises for a failed drill."""
+    spec = SCENARIOS[name]
+    if spec.spark_only and settings.career != "spark":
+        return ScenarioResult(name, spec.fault, "skipped", "needs the Spark career (a JVM to kill)")
+    if spec.netns and (why := netns_unavailable()):
+        return ScenarioResult(name, spec.fault, "skipped", why)
+    scenario_dir = directory / name
+    if scenario_dir.exists():
+        shutil.rmtree(scenario_dir)
+    started = time.monotonic()
+    ns: NetNamespace | None = None
+    _log.info("drill_starting", scenario=name, career=settings.career, directory=str(scenario_dir))
+    try:
+        ns = NetNamespace.create() if spec.netns else None
+        for attempt in (1, 2):
+            if scenario_dir.exists():
+                shutil.rmtree(scenario_dir)
+            drill = Drill(name, settings, scenario_dir, ns)
+            try:
+                if not spec.custom_start:
+                    drill.prepare()
+                spec.inject(drill)
+                drill.settle()
+            except EnsembleError as exc:
+                drill.m.error = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # a timeout or a failed step: reported as a failed criterion
+                drill.m.error = f"{type(exc).__name__}: {exc}"
+                _log.error("drill_step_failed", scenario=name, error=drill.m.error)
+            finally:
+                drill.ended_at = time.time()
+                if drill.monitor is not None:
+                    drill.monitor.stop()
+                drill.topology.stop()
+            # The ensemble's ports are picked free but can be taken by another process before it binds them:
+            # start over once on fresh ports.
+            if not (drill.monitor is None and drill.m.error and drill.m.error.startswith("EnsembleError")
+                    and attempt == 1):
+                break
+            _log.warning("drill_retrying", scenario=name, reason=drill.m.error)
+    finally:
+        if ns is not None:
+            ns.close()
+    try:
+        audit(drill)
+    except Exception as exc:
+        drill.m.audit_detail = f"audit failed: {type(exc).__name__}: {exc}"
+    if drill.monitor is not None:
+        measure(drill)
+    criteria = judge(drill.m, settings)
+    result = ScenarioResult(name, spec.fault, verdict(criteria), seconds=time.monotonic() - started,
+                            measurements=drill.m, criteria=criteria, timeline=timeline(drill))
+    _log.info("drill_finished", scenario=name, status=result.status, seconds=round(result.seconds, 1))
+    return result
+
+
+def run_drills(scenarios: list[str], *, directory: Path, records: int | None, json_out: Path | None,
+               plot_out: Path | None, short: bool = False, career: str = "spark",
+               echo: Callable[[str], None] = print) -> int:
+    """Run the named scenarios (or ``all``), print the report, write JSON and plot; 1 if any criterion failed."""
+    names = expand(scenarios)
+    settings = DrillSettings.make(career=career, records=records, short=short)
+    if why := career_unavailable(career):
+        raise DrillError(why)
+    results: list[ScenarioResult] = []
+    for name in names:
+        result = run_scenario(name, settings, directory)
+        results.append(result)
+        echo(f"drill {name}: {result.status.upper()}" + (f" ({result.reason})" if result.reason else "")
+             + (f" in {result.seconds:.0f} s" if result.status != "skipped" else ""))
+    echo(render_report(results))
+    if json_out is not None:
+        write_json(json_out, {"settings": asdict(settings), "results": [r.to_dict() for r in results]})
+    if plot_out is not None:
+        plot_timeline(results, plot_out)
+    return 1 if any(r.status == "fail" for r in results) else 0

@@ -1,0 +1,157 @@
+"""The auditor behind ``tenure verify``: exactly-once (I2) and per-key order (I3), from the files alone.
+
+See ARCHITECTURE.md, "Where each guarantee is enforced": verify recomputes the expected output from the queue,
+independently of the consumer (it shares only the queue's contract, :mod:`career.queue`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from career.queue import DEFAULT_MAX_LINE_BYTES
+from service.ops._verify._content import CONTENT_FIELDS, EXAMPLES, QueueContent
+from service.ops._verify._late import check_late
+from service.ops._verify._report import VerifyReport
+from service.ops._verify._scan import scan_quarantine, scan_queue, scan_retry_store, scan_table
+
+__all__ = ["verify"]
+
+_log = structlog.get_logger("tenure.verify")
+
+
+def verify(
+    data_root: str | os.PathLike[str], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    queue_dir: str | os.PathLike[str] | None = None, allow_empty: bool = False,
+    content_fields: Collection[str] = CONTENT_FIELDS, now: float | None = None,
+) -> VerifyReport:
+    """Audit a data root: each valid queue id written exactly once, as it was, in order; each bad line
+    quarantined once.
+
+    Every valid id is accounted for in exactly one of: written (``table/``), dead-lettered (``dead-letter/``),
+    waiting for a retry (the newest snapshot in ``retry/``) — never none (lost), never two (duplicated) — or
+    late (quarantined with reason ``late``: its key had published a seq at least its own in an earlier batch,
+    which is checked; a late id may also be written, when a repeat came after the dedup window). Each row of
+    ``table/``, and each late record, must hold its queue line's ``content_fields`` (the payload compared as a
+    JSON value); when the queue holds an id several times with different content, any of them will do.
+
+    Reads ``landing/`` and ``archive/`` (recursively) with :func:`career.queue.classify_line`, independently
+    of the pipeline, and ``table/``, ``quarantine/``, ``dead-letter/`` and ``retry/`` with pyarrow (hidden
+    folders and files are skipped; an absent folder is empty: see :func:`check_data_root`).
+    Per-key order follows the output: by ``_batch``, then part file (sorted by path), then row. Run it once the
+    consumer has caught up: ids still waiting in ``landing/`` count as lost, and ids whose queue files the
+    archive's retention already deleted count as unexpected.
+
+    Args:
+        data_root: the data root (``landing/``, ``archive/``, ``table/``, ``quarantine/``).
+        max_line_bytes: the pipeline's line size limit; must match it or oversized lines disagree.
+        queue_dir: the folder holding ``landing/`` and ``archive/`` when the group reads a queue shared with
+            other groups (``--queue-dir``); default: the data root.
+        allow_empty: a queue without a valid id passes (by default it fails: nothing was audited).
+        content_fields: the fields of :data:`CONTENT_FIELDS` a row must share with its queue line; leave out
+            ``payload`` (or ``ts``) when a row function or transform rewrites it.
+        now: the clock (Unix seconds) retry ages are measured against; default: now.
+
+    Returns:
+        The report; ``report.ok`` is False on any loss, duplicate, unexpected row, unquarantined bad line,
+        order inversion, content mismatch or wrongly late record, or when the queue held no valid id.
+    """
+    if max_line_bytes < 1:
+        raise ValueError(f"max_line_bytes={max_line_bytes} must be at least 1")
+    started = time.monotonic()
+    root = Path(data_root)
+    content = QueueContent(tuple(content_fields))
+    queue = scan_queue(root if queue_dir is None else Path(queue_dir), max_line_bytes, content)
+    quarantine = scan_quarantine(root / "quarantine")
+    table = scan_table(root / "table", content, {r.record["key"] for r in quarantine.late if r.record})
+    late = check_late(quarantine.late, table.published, content, table.content)
+    retry = scan_retry_store(root, time.time() if now is None else now)
+
+    def few(items: set[Any] | list[Any]) -> list[Any]:
+        return sorted(items, key=str)[:EXAMPLES]
+
+    dead, waiting = retry.dead, retry.waiting
+    accounted = table.written | dead.keys() | waiting | late.ids
+    lost_ids = queue.ids - accounted
+    unexpected = accounted - queue.ids
+    # An id in two places (written and dead-lettered, say), or dead-lettered twice, is duplicated too. A late
+    # id may also be written: a repeat later than the dedup window, checked as late like any other.
+    twice = ((table.written & dead.keys()) | (table.written & waiting) | (dead.keys() & waiting)
+             | {i for i, n in dead.items() if n > 1})
+    duplicated_examples = table.duplicated_examples + [{"id": i, "places": "more than one of table, "
+                                                        "dead-letter, retry"} for i in few(twice)]
+    bad_keys = queue.bad.keys()
+    quarantined = quarantine.bad
+    unquarantined = bad_keys - quarantined.keys()
+    unexpected_q = quarantined.keys() - bad_keys
+    dup_bad = sorted(k for k, n in quarantined.items() if n > 1)
+    q_reasons = quarantine.reasons
+    mismatched = sorted(k for k in bad_keys & quarantined.keys() if q_reasons[k] != queue.bad[k])
+
+    examples: dict[str, list[Any]] = {
+        "lost": few(lost_ids),
+        "duplicated_ids": duplicated_examples[:EXAMPLES],
+        "duplicated_bad_lines": [
+            {"file": f, "line": n, "rows": quarantined[(f, n)]} for f, n in dup_bad[:EXAMPLES]
+        ],
+        "unexpected_ids": few(unexpected),
+        "unexpected_quarantined": [{"file": f, "line": n} for f, n in few(unexpected_q)],
+        "unquarantined": [{"file": f, "line": n, "reason": queue.bad[(f, n)]} for f, n in few(unquarantined)],
+        "inversions": table.inversion_examples,
+        "reason_mismatches": [
+            {"file": f, "line": n, "expected": queue.bad[(f, n)], "quarantined": q_reasons[(f, n)]}
+            for f, n in mismatched[:EXAMPLES]
+        ],
+        "content_mismatches": table.content.examples,
+        "waiting": retry.examples,
+        **late.examples,
+    }
+    report = VerifyReport(
+        data_root=str(root),
+        queue_files=queue.files,
+        queue_lines=queue.lines,
+        ids_in=len(queue.ids),
+        repeated_lines_in=queue.valid_lines - len(queue.ids),
+        ids_written=table.ids_written,
+        rows_written=table.rows,
+        bad_lines_in=len(queue.bad),
+        quarantined=len(quarantined),
+        quarantine_rows=quarantine.bad_rows,
+        lost=len(lost_ids),
+        duplicated_ids=table.duplicated_ids + len(twice),
+        duplicated_bad_lines=len(dup_bad),
+        unexpected_ids=len(unexpected),
+        unexpected_quarantined=len(unexpected_q),
+        unquarantined=len(unquarantined),
+        inversions=table.inversions,
+        reason_mismatches=len(mismatched),
+        seconds=round(time.monotonic() - started, 3),
+        ids_dead_lettered=len(dead),
+        ids_waiting=len(waiting),
+        retry_batch=retry.batch,
+        retry_oldest_age_s=retry.oldest_age_s,
+        ids_late=len(late.ids),
+        late_rows=late.rows,
+        late_repeats=len(late.ids & table.written),
+        wrongly_late=late.wrongly_late,
+        duplicated_late_lines=late.duplicated_lines,
+        changed_repeats=len(content.others),
+        content_fields=content.fields,
+        rows_compared=table.content.rows,
+        content_mismatches=table.content.mismatches,
+        content_mismatches_by_field=dict(table.content.by_field),
+        allow_empty=allow_empty,
+        bad_by_reason=dict(Counter(queue.bad.values())),
+        examples={k: v for k, v in examples.items() if v},
+    )
+    _log.info("verified", ok=report.ok, ids_in=report.ids_in, written=report.ids_written, lost=report.lost,
+              duplicated=report.duplicated, inversions=report.inversions, unexpected=report.unexpected,
+              unquarantined=report.unquarantined, content_mismatches=report.content_mismatches,
+              late=report.ids_late, wrongly_late=report.wrongly_late, seconds=report.seconds)
+    return report

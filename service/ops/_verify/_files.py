@@ -1,0 +1,118 @@
+"""The files ``tenure verify`` reads: queue files and their lines, published Parquet, and the data root check."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from career.queue import QueueLayout, is_hidden, is_queue_file
+from election._errors import TenureError
+
+__all__ = [
+    "VerifyError",
+    "base_name",
+    "check_data_root",
+    "iter_lines",
+    "iter_queue_files",
+    "parquet_files",
+    "read_columns",
+]
+
+
+class VerifyError(TenureError):
+    """The output cannot be audited: not a data root, or a Parquet file unreadable or lacking a required column."""
+
+
+def iter_queue_files(queue_dir: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield every queue file under ``landing/`` and ``archive/``, recursively, in a stable order.
+
+    Queue files and hidden names are as :mod:`career.queue` defines them; hidden folders on the way are skipped
+    too, as Spark's file source skips them: they are files still being written, or internal folders.
+
+    Args:
+        queue_dir: the folder holding ``landing/`` and ``archive/`` (either may be absent): the data root,
+            or a shared queue.
+    """
+    queue = QueueLayout(Path(queue_dir))
+    for top in (queue.landing, queue.archive):
+        if not top.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames[:] = sorted(d for d in dirnames if not is_hidden(d))
+            for name in sorted(filenames):
+                if is_queue_file(name):
+                    yield Path(dirpath) / name
+
+
+def iter_lines(path: Path) -> Iterator[bytes]:
+    """The lines of a file split on ``\\n`` (the final line needs no terminator); an empty file has none."""
+    with path.open("rb") as handle:
+        for line in handle:
+            yield line[:-1] if line.endswith(b"\n") else line
+
+
+def base_name(source_file: str) -> str:
+    """A quarantine ``source_file`` (a path, or a ``file:`` URI as from ``input_file_name()``) → base name."""
+    if source_file.startswith("file:"):
+        source_file = unquote(urlparse(source_file).path)
+    return posixpath.basename(source_file.rstrip("/"))
+
+
+def parquet_files(folder: Path) -> list[Path]:
+    """Published Parquet files under ``folder`` (hidden files and folders skipped), by path."""
+    if not folder.is_dir():
+        return []
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = [d for d in dirnames if not is_hidden(d)]
+        found.extend(Path(dirpath) / n for n in filenames if n.endswith(".parquet") and not is_hidden(n))
+    return sorted(found)
+
+
+def check_data_root(data_root: str | os.PathLike[str], queue_dir: str | os.PathLike[str] | None = None) -> None:
+    """Refuse a path that is not a data root (or a queue) before an audit reads it as merely empty.
+
+    A data root is a directory holding at least one of ``landing/``, ``archive/`` and ``table/``; with
+    ``queue_dir``, the data root need only be a directory and the queue must hold ``landing/`` or ``archive/``.
+    (:func:`~service.ops._verify.verify` itself reads an absent folder as empty: a consumer that is starting
+    has none yet.)
+
+    Raises:
+        VerifyError: naming the path, what is wrong with it and the flag to fix.
+    """
+    root = Path(data_root)
+    queue = None if queue_dir is None else Path(queue_dir)
+    for path, what, flag in ((root, "data root", "--data-root"), (queue, "queue dir", "--queue-dir")):
+        if path is not None and not path.is_dir():
+            problem = "is not a directory" if path.exists() else "does not exist"
+            raise VerifyError(f"{what} {path} {problem}: check {flag}")
+    if queue is not None:
+        if not _holds_queue(queue):
+            raise VerifyError(f"queue dir {queue} is not a queue (no landing/ or archive/ in it): check --queue-dir")
+    elif not (_holds_queue(root) or (root / "table").is_dir()):
+        raise VerifyError(f"{root} is not a data root (no landing/, archive/ or table/ in it): check --data-root")
+
+
+def _holds_queue(path: Path) -> bool:
+    queue = QueueLayout(path)
+    return queue.landing.is_dir() or queue.archive.is_dir()
+
+
+def read_columns(path: Path, columns: list[str], optional: tuple[str, ...] = ()) -> pa.Table:
+    """``columns`` of a Parquet file, plus those of ``optional`` it has; a missing one of ``columns`` raises."""
+    try:
+        names = set(pq.read_schema(path).names)
+        missing = [c for c in columns if c not in names]
+        if missing:
+            skippable = [c for c in missing if c in ("ts", "payload")]  # a transform may drop them
+            hint = f": pass --ignore-field {skippable[0]} if the pipeline drops it" if skippable else ""
+            raise VerifyError(f"{path} lacks column(s) {', '.join(missing)}; has {', '.join(sorted(names))}{hint}")
+        return pq.read_table(path, columns=[*columns, *(c for c in optional if c in names)])
+    except (OSError, pa.ArrowException) as exc:
+        raise VerifyError(f"cannot read {path}: {exc}") from exc

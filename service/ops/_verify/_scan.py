@@ -1,0 +1,252 @@
+"""What each input of ``tenure verify`` holds: the queue, ``table/``, ``quarantine/`` and the retry store.
+
+Each scan reads one input once and keeps only what the audit compares (ids, bad lines, per-key order, content).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import KeysView
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from career.queue import classify_line
+from service.ops._verify._content import EXAMPLES, ContentCheck, QueueContent
+from service.ops._verify._files import base_name, iter_lines, iter_queue_files, parquet_files, read_columns
+from service.ops._verify._late import LATE_REASON, LateRow, PublishedSeqs
+
+__all__ = [
+    "QuarantineScan",
+    "QueueScan",
+    "RetryScan",
+    "TableScan",
+    "scan_quarantine",
+    "scan_queue",
+    "scan_retry_store",
+    "scan_table",
+]
+
+
+@dataclass
+class QueueScan:
+    """The queue's files and lines: each valid id's content (in ``content``), each bad line's reason."""
+
+    content: QueueContent
+    files: int = 0
+    lines: int = 0
+    valid_lines: int = 0
+    bad: dict[tuple[str, int], str] = field(default_factory=dict)
+
+    @property
+    def ids(self) -> KeysView[str]:
+        return self.content.first.keys()
+
+
+def scan_queue(queue_dir: Path, max_line_bytes: int, content: QueueContent) -> QueueScan:
+    """Classify every line of the queue's files (``landing/``, then ``archive/``), each file once."""
+    scan = QueueScan(content)
+    bad = scan.bad
+    add = content.add
+    seen: set[str] = set()
+    for path in iter_queue_files(queue_dir):
+        # A running leader moves consumed files from landing/ to archive/ while we read: a file read in
+        # landing/ shows up again in archive/ (skip it), and one gone before we opened it is found there later,
+        # because archive/ is walked after landing/.
+        if path.name in seen:
+            continue
+        try:
+            lines = list(enumerate(iter_lines(path), start=1))
+        except FileNotFoundError:
+            continue
+        seen.add(path.name)
+        scan.files += 1
+        name = path.name
+        for number, raw in lines:
+            record, reason = classify_line(raw, max_line_bytes)
+            if record is None:
+                bad[(name, number)] = reason or "?"
+            else:
+                scan.valid_lines += 1
+                add(record)
+        scan.lines += len(lines)
+    return scan
+
+
+@dataclass
+class TableScan:
+    """``table/``'s rows: ids written (and written twice), order inversions, content compared, late checks' seqs."""
+
+    content: ContentCheck
+    published: PublishedSeqs
+    rows: int = 0
+    ids_written: int = 0
+    written: set[str | None] = field(default_factory=set)
+    duplicated_ids: int = 0
+    duplicated_examples: list[Any] = field(default_factory=list)
+    inversions: int = 0
+    inversion_examples: list[Any] = field(default_factory=list)
+
+
+def scan_table(folder: Path, content: QueueContent, late_keys: set[str]) -> TableScan:
+    """Read every published part file, in (batch, file, row) order: ids, order, content, and per key the seqs
+    published by each batch for the keys in ``late_keys`` (to check late claims against)."""
+    files = parquet_files(folder)
+    fields = content.fields
+    check = ContentCheck()
+    late_rows: list[tuple[str, int, int]] = []  # (key, batch, seq) of the keys in late_keys
+    ids: list[pa.Array] = []
+    keys: list[pa.Array] = []
+    seqs: list[np.ndarray[Any, Any]] = []
+    batches: list[np.ndarray[Any, Any]] = []
+    file_idx: list[np.ndarray[Any, Any]] = []
+    row_idx: list[np.ndarray[Any, Any]] = []
+    rows = 0
+    for index, path in enumerate(files):
+        table = read_columns(path, ["id", "key", "seq", "_batch", *(f for f in ("ts", "payload") if f in fields)])
+        n = table.num_rows
+        if n == 0:
+            continue
+        ids.append(table.column("id").combine_chunks().cast(pa.large_string()))
+        keys.append(table.column("key").combine_chunks().cast(pa.large_string()))
+        seqs.append(pc.fill_null(table.column("seq"), 0).to_numpy().astype(np.int64, copy=False))
+        batches.append(pc.fill_null(table.column("_batch"), 0).to_numpy().astype(np.int64, copy=False))
+        file_idx.append(np.full(n, index, dtype=np.int64))
+        row_idx.append(np.arange(n, dtype=np.int64))
+        rows += n
+        # 1. Content: each row against its queue line (a field not compared is read as None).
+        absent = [None] * n
+        rid, key, seq, ts, payload = (table.column(name).to_pylist() if name in table.column_names else absent
+                                      for name in ("id", "key", "seq", "ts", "payload"))
+        content.check_rows(rid, key, seq, ts, payload, check)
+        if late_keys:
+            late_rows.extend(r for r in zip(key, table.column("_batch").to_pylist(), seq, strict=True)
+                             if r[0] in late_keys)
+    scan = TableScan(check, PublishedSeqs(late_rows), rows=rows)
+    if rows:
+        _check_ids_and_order(scan, files, pa.concat_arrays(ids), pa.concat_arrays(keys), np.concatenate(seqs),
+                             np.concatenate(batches), np.concatenate(file_idx), np.concatenate(row_idx))
+    return scan
+
+
+def _check_ids_and_order(scan: TableScan, files: list[Path], all_ids: pa.Array, all_keys: pa.Array,
+                         seq: np.ndarray[Any, Any], batch: np.ndarray[Any, Any], fidx: np.ndarray[Any, Any],
+                         ridx: np.ndarray[Any, Any]) -> None:
+    # 2. Duplicates: ids whose count is above one.
+    counts = pc.value_counts(all_ids)
+    values = counts.field("values")
+    times = counts.field("counts")
+    scan.ids_written = len(counts)
+    repeated = pc.greater(times, 1)
+    scan.duplicated_ids = int(pc.sum(repeated).as_py() or 0)
+    if scan.duplicated_ids:
+        dup_values = pc.filter(values, repeated).to_pylist()
+        dup_times = pc.filter(times, repeated).to_pylist()
+        scan.duplicated_examples = [
+            {"id": i, "rows": t} for i, t in sorted(zip(dup_values, dup_times, strict=True),
+                                                     key=lambda p: str(p[0]))[:EXAMPLES]
+        ]
+    scan.written = set(values.to_pylist())
+    # 3. Order: sort rows by (key, batch, file, row) and look for a seq that goes down within a key.
+    key_codes = pc.dictionary_encode(all_keys)
+    codes = key_codes.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    order = np.lexsort((ridx, fidx, batch, codes))  # the last key is the primary one
+    k = codes[order]
+    s = seq[order]
+    down = (k[1:] == k[:-1]) & (s[1:] < s[:-1])
+    scan.inversions = int(down.sum())
+    if scan.inversions:
+        dictionary = key_codes.dictionary
+        for pos in np.flatnonzero(down)[:EXAMPLES]:
+            before, after = order[pos], order[pos + 1]
+            scan.inversion_examples.append({
+                "key": dictionary[int(k[pos])].as_py(),
+                "seq_before": int(seq[before]), "batch_before": int(batch[before]),
+                "file_before": files[int(fidx[before])].name,
+                "seq_after": int(seq[after]), "batch_after": int(batch[after]),
+                "file_after": files[int(fidx[after])].name,
+            })
+
+
+@dataclass
+class QuarantineScan:
+    """``quarantine/``'s rows: bad lines by (file, line) with their reasons, and ``late`` records apart."""
+
+    bad_rows: int = 0
+    bad: Counter[tuple[str, int]] = field(default_factory=Counter)
+    """Each (file, line) quarantined as a bad line, with its count of rows."""
+    reasons: dict[tuple[str, int], str] = field(default_factory=dict)
+    late: list[LateRow] = field(default_factory=list)
+
+
+def scan_quarantine(folder: Path) -> QuarantineScan:
+    """Bad-line rows by (file, line), and the rows of reason ``late`` (records, not bad lines) apart."""
+    scan = QuarantineScan()
+    for path in parquet_files(folder):
+        table = read_columns(path, ["source_file", "line", "reason"])
+        is_late = pc.fill_null(pc.equal(table.column("reason"), LATE_REASON), False)
+        if pc.any(is_late).as_py():
+            late = read_columns(path, ["source_file", "line", "value", "_batch"]).filter(is_late)
+            for source, line, value, batch in zip(*(late.column(c).to_pylist() for c in late.column_names),
+                                                  strict=True):
+                raw = str(value or "").encode("utf-8", "replace")
+                record, _ = classify_line(raw, max(len(raw), 1))
+                scan.late.append(LateRow(base_name(str(source)), -1 if line is None else int(line),
+                                         -1 if batch is None else int(batch), record))
+            table = table.filter(pc.invert(is_late))
+        scan.bad_rows += table.num_rows
+        columns = (table.column(name).to_pylist() for name in ("source_file", "line", "reason"))
+        for source, line, reason in zip(*columns, strict=True):
+            key = (base_name(str(source)), int(line) if line is not None else -1)
+            scan.bad[key] += 1
+            scan.reasons.setdefault(key, str(reason))
+    return scan
+
+
+_SNAPSHOT = re.compile(r"batch-(\d+)-part-.+\.parquet")
+
+
+@dataclass
+class RetryScan:
+    """The retry store: ids dead-lettered, ids waiting in the newest snapshot, and how long the oldest waits."""
+
+    dead: Counter[str] = field(default_factory=Counter)
+    """Dead-lettered ids, with their row counts."""
+    waiting: set[str] = field(default_factory=set)
+    """Ids held in the current snapshot."""
+    batch: int | None = None
+    oldest_age_s: float | None = None
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+
+def scan_retry_store(root: Path, now: float) -> RetryScan:
+    """Ids dead-lettered, and ids held in the current retry snapshot: every part of the newest batch's."""
+    scan = RetryScan()
+    for path in parquet_files(root / "dead-letter"):
+        scan.dead.update(str(i) for i in read_columns(path, ["id"]).column("id").to_pylist())
+    snapshots: dict[int, list[Path]] = defaultdict(list)
+    for path in parquet_files(root / "retry"):
+        match = _SNAPSHOT.fullmatch(path.name)
+        if match:
+            snapshots[int(match.group(1))].append(path)
+    if not snapshots:
+        return scan
+    scan.batch = max(snapshots)  # older snapshots are superseded (deleted once the newer one is published)
+    held: list[dict[str, Any]] = []
+    for path in snapshots[scan.batch]:
+        held.extend(read_columns(path, ["id"], ("key", "attempts", "first_failed_at")).to_pylist())
+    scan.waiting = {str(row["id"]) for row in held}
+    # A record's age is since its first failure; one waiting behind its key's failed record has none.
+    for row in held:
+        first = row.get("first_failed_at")
+        row["age_s"] = None if first is None else round(now - float(first), 3)
+    ages = [row["age_s"] for row in held if row["age_s"] is not None]
+    scan.oldest_age_s = max(ages) if ages else None
+    held.sort(key=lambda r: (r["age_s"] is None, -(r["age_s"] or 0.0), str(r["id"])))
+    scan.examples = [{k: row.get(k) for k in ("id", "key", "attempts", "age_s")} for row in held[:EXAMPLES]]
+    return scan
