@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pty
+import re
+import select
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +52,60 @@ def test_up_elects_one_leader_and_stops_clean(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _read_pty(fd: int, out: bytearray, until: Callable[[str], bool], timeout_s: float) -> bool:
+    """Append what the terminal shows to ``out`` until ``until(text)`` or EOF; False on the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # EIO: the child side closed
+                chunk = b""
+            if not chunk:
+                return until(_ANSI.sub("", out.decode(errors="replace")))
+            out.extend(chunk)
+        if until(_ANSI.sub("", out.decode(errors="replace"))):
+            return True
+    return False
+
+
+def test_ctrl_c_at_a_terminal_stops_in_the_promised_order(tmp_path: Path) -> None:
+    """Ctrl-C at a terminal sends SIGINT to the terminal's whole foreground process group. Only `tenure up` may
+    take it: the followers, then the leader with a graceful handover, then ZooKeeper. Were the ZooKeeper servers in
+    the group, they would die first and every replica's release would fail (exit 1)."""
+    argv = [sys.executable, "-m", "service", "up", "--replicas", "3", "--dir", str(tmp_path), "--career", "counter",
+            "--session-timeout-s", "4", "--handover-timeout-s", "2"]
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a session leader with the pseudo-terminal as its controlling terminal
+        os.chdir(REPO)
+        os.execve(sys.executable, argv, {**os.environ, "PYTHONUNBUFFERED": "1"})
+    out = bytearray()
+    try:
+        assert _read_pty(fd, out, lambda text: " leader " in text, 90), _ANSI.sub("", out.decode(errors="replace"))
+        children = descendants(pid)
+        assert len(children) >= 6  # 3 ZooKeeper servers and 3 replicas
+        os.write(fd, b"\x03")  # Ctrl-C, as a user types it: the line discipline turns it into SIGINT
+        _read_pty(fd, out, lambda _text: False, 90)  # until EOF
+        _, status = os.waitpid(pid, 0)
+        text = _ANSI.sub("", out.decode(errors="replace"))
+        assert os.waitstatus_to_exitcode(status) == 0, text[-3000:]
+        stopped = re.findall(r"replica_stopped[^\n]*?exit_code=(\d+) replica_id=(\S+)", text)
+        assert [code for code, _ in stopped] == ["0", "0", "0"], text[-3000:]
+        leader_log = (tmp_path / "logs" / f"{stopped[-1][1]}.log").read_text()
+        assert '"handed_over"' in leader_log and "release_incomplete" not in leader_log
+        assert text.index("replica_stopped") < text.index("topology_stopped")
+        wait_for(lambda: not any(Path(f"/proc/{p}").exists() for p in children), 15, "every child process to be gone")
+    finally:
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        os.close(fd)
 
 
 @pytest.mark.skipif(prometheus_binary() is None, reason="prometheus server not installed (Debian package prometheus)")

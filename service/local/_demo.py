@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import time
 from pathlib import Path
 
+import pyarrow.dataset as ds
 from rich.console import Console
 
+from career.queue import QueueLayout, is_queue_file
 from service.local._topology import Topology
 from service.ops import verify
 
@@ -21,9 +24,33 @@ def _say(console: Console, text: str) -> None:
     console.print(f"[bold cyan]demo[/] {time.strftime('%H:%M:%S')} {text}")
 
 
-def _drained(data_root: Path) -> bool:
-    report = verify(data_root, max_line_bytes=_MAX_LINE_BYTES)
-    return report.lost == 0 and report.unquarantined == 0
+def _waiting_files(data_root: Path) -> int:
+    """Queue files still in ``landing/``: a file is archived only once its batch is published and checkpointed."""
+    return sum(1 for entry in os.scandir(QueueLayout(data_root).landing) if is_queue_file(entry.name))
+
+
+def _written(data_root: Path) -> int:
+    """Rows published in ``table/`` so far (staging folders start with ``_`` and are not read)."""
+    table = data_root / "table"
+    return ds.dataset(table, format="parquet").count_rows() if table.is_dir() else 0
+
+
+class _DrainProgress:
+    """The wait for the queue to drain, told as progress (written of expected, files waiting) every few seconds,
+    not as audits that fail until the end: the one audit runs once everything is stopped."""
+
+    def __init__(self, console: Console, data_root: Path, expected: int, every_s: float = 5.0) -> None:
+        self._console, self._data_root, self._expected, self._every_s = console, data_root, expected, every_s
+        self._next = 0.0
+
+    def __call__(self) -> bool:
+        waiting = _waiting_files(self._data_root)
+        now = time.monotonic()
+        if waiting == 0 or now >= self._next:
+            self._next = now + self._every_s
+            _say(self._console, f"written {_written(self._data_root)} of {self._expected} records, "
+                                f"{waiting} queue file{'' if waiting == 1 else 's'} waiting")
+        return waiting == 0
 
 
 def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, keys: int = 50,
@@ -57,7 +84,8 @@ def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, key
                       f"{time.monotonic() - killed_at:.1f} s (session timeout {session_timeout_s:g} s)")
         topology.wait_for(lambda: producer.poll() is not None, settle_timeout_s, "the producer to finish")
         _say(console, "producer done; waiting for the new leader to drain the queue")
-        topology.wait_for(lambda: _drained(topology.data_root), settle_timeout_s, "the queue to drain", interval_s=2.0)
+        topology.wait_for(_DrainProgress(console, topology.data_root, records), settle_timeout_s, "the queue to drain",
+                          interval_s=0.5)
     except TimeoutError as exc:
         _say(console, f"[red]{exc}[/]: see the logs under {topology.logs}")
         return 1

@@ -270,7 +270,10 @@ class Ensemble:
             f"-Dzookeeper.log.dir={s.directory}", "-Dzookeeper.root.logger=INFO,CONSOLE",
             "-cp", self._classpath, "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg),
         ]
+        # A session of its own: Ctrl-C at a terminal signals the terminal's whole foreground process group, and
+        # the servers must outlive the replicas that release their nodes on them (`tenure up` stops them last).
         s.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True,
                                      preexec_fn=die_with_parent())  # noqa: PLW1509 - only prctl, async-signal-safe
         log.close()
         _log.debug("zk_launched", server=s.name, pid=s.process.pid, port=s.client_port)

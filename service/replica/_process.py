@@ -15,8 +15,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import CollectorRegistry
 
-from career import Career
-from career._counter import CounterCareer
+from career import Career, CounterCareer
 from election import ConfigError, DigestCredential, Election, ElectionEvent, Identity
 from service.replica._config import ReplicaConfig
 from service.replica._faults import FaultFile

@@ -22,7 +22,7 @@ import structlog
 import tenacity
 
 from career.queue import QUEUE_SUFFIX, QueueLayout
-from election._errors import TenureError
+from election import TenureError
 from service.ops._produce._atomic import fsync_dir, join_lines, write_hidden_then_rename
 
 __all__ = [

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from career.queue import QueueLayout, is_hidden, is_queue_file
-from election._errors import TenureError
+from election import TenureError
 
 __all__ = [
     "VerifyError",
