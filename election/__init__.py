@@ -62,6 +62,7 @@ from election._events import (
     Suspended,
 )
 from election._fence import Fence
+from election._history import HISTORY_LIMIT, TERM_ENDINGS, TermHistory, TermRecord, read_history
 from election._identity import Identity
 from election._layout import GroupPaths
 from election._settings import ElectionSettings
@@ -69,6 +70,8 @@ from election._states import TRANSITIONS, IllegalTransitionError, LeadershipStat
 from election._status import Contender, GroupStatus, group_status
 
 __all__ = [
+    "HISTORY_LIMIT",
+    "TERM_ENDINGS",
     "TRANSITIONS",
     "ConfigError",
     "ConnectionChanged",
@@ -92,6 +95,9 @@ __all__ = [
     "Revoked",
     "Suspended",
     "TenureError",
+    "TermHistory",
+    "TermRecord",
     "check_transition",
     "group_status",
+    "read_history",
 ]

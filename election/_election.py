@@ -33,13 +33,14 @@ from election._events import (
     Suspended,
 )
 from election._fence import CommitTally, Fence
+from election._history import TermHistory
 from election._identity import Identity
 from election._layout import GroupPaths
 from election._line import Line, OwnNode, Place, Verdict
 from election._settings import ElectionSettings
 from election._states import LeadershipState, check_transition
-from election._status import Contender, group_status, parse_record
-from election._transaction import OutcomeUnknownError, encode_record, fenced_set, read_record
+from election._status import Contender, group_status
+from election._transaction import OutcomeUnknownError, encode_record, fenced_set, parse_record, read_record
 
 __all__ = ["Election"]
 
@@ -158,6 +159,7 @@ class Election:
         self.op_timeout_s = settings.op_timeout_s
         self.faults = faults
         self.log = _log.bind(group=group, replica=identity.replica_id)
+        self.history = TermHistory(client, self.paths, acl=self.acl, timeout_s=self.op_timeout_s)
         self._on_event = on_event
         self._clock = clock
         self._line = Line(client, self.paths, identity, acl=self.acl, op_timeout_s=self.op_timeout_s, clock=clock,
@@ -233,6 +235,10 @@ class Election:
         """The clock value after which the leader must not commit (last answered send + fraction*timeout)."""
         with self._lock:
             return self._last_heard + self.safe_fraction * self.session_timeout_s
+
+    def lease_headroom(self) -> float:
+        """Seconds until the safe-until deadline while leading (0 otherwise): how near commits came to stopping."""
+        return max(0.0, self.safe_until() - self._clock()) if self.is_leader() else 0.0
 
     def is_leader(self) -> bool:
         """True iff LEADING, before the safe-until deadline, kazoo connected, and on the node's own session.

@@ -109,6 +109,11 @@ class Fence:
         return self._node
 
     @property
+    def node_version(self) -> int:
+        """The version of that node the transaction checks."""
+        return self._node_version
+
+    @property
     def commits_attempted(self) -> int:
         return self._tally["attempted"]
 

@@ -43,6 +43,11 @@ class GroupPaths:
     def handover(self) -> str:
         return f"{self.root}/handover"
 
+    @property
+    def history(self) -> str:
+        """The last terms, for operators (``election/_history.py``)."""
+        return f"{self.root}/history"
+
     def node(self, name: str) -> str:
         return f"{self.election}/{name}"
 

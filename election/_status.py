@@ -1,18 +1,19 @@
-"""Read-only queries: who leads a group, who contends, and the last commit and handover records."""
+"""Read-only queries: who leads a group, who contends, the last commit and handover records, the last terms."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from election._history import TermRecord, read_history
 from election._identity import Identity
 from election._layout import GroupPaths, node_sequence, sort_nodes
+from election._transaction import parse_record
 
-__all__ = ["Contender", "GroupStatus", "group_status", "parse_record"]
+__all__ = ["Contender", "GroupStatus", "group_status"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class GroupStatus:
     group: str = ""
     commit_version: int | None = None
     queues: list[dict[str, Any]] = field(default_factory=list)
+    history: list[TermRecord] = field(default_factory=list)  # the last few terms, oldest first
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,17 +68,8 @@ class GroupStatus:
             "commit_version": self.commit_version,
             "handover": self.handover,
             "queues": self.queues,
+            "history": [t.to_json() for t in self.history],
         }
-
-
-def parse_record(raw: bytes | None) -> dict[str, Any] | None:
-    """A JSON object record from znode data; ``None`` for empty data (created, never written)."""
-    if not raw:
-        return None
-    value = json.loads(raw.decode())
-    if not isinstance(value, dict):
-        raise ValueError(f"record is not a JSON object: {raw[:80]!r}")
-    return value
 
 
 def _read(client: KazooClient, path: str) -> tuple[dict[str, Any] | None, int | None]:
@@ -85,6 +78,9 @@ def _read(client: KazooClient, path: str) -> tuple[dict[str, Any] | None, int | 
     except NoNodeError:
         return None, None
     return parse_record(raw), int(stat.version)
+
+
+_STATUS_TERMS = 5
 
 
 def group_status(client: KazooClient, group: str) -> GroupStatus:
@@ -114,4 +110,5 @@ def group_status(client: KazooClient, group: str) -> GroupStatus:
     commit, commit_version = _read(client, paths.commit)
     handover, _ = _read(client, paths.handover)
     return GroupStatus(leader=contenders[0] if contenders else None, contenders=contenders, commit=commit,
-                       handover=handover, group=group, commit_version=commit_version)
+                       handover=handover, group=group, commit_version=commit_version,
+                       history=read_history(client, group)[-_STATUS_TERMS:])

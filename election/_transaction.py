@@ -24,15 +24,32 @@ from kazoo.exceptions import (
 from kazoo.security import ACL
 
 from election._errors import ElectionError, Fenced
-from election._status import parse_record
 
-__all__ = ["OutcomeUnknownError", "encode_record", "ensure_record_node", "fenced_set", "read_back", "read_record"]
+__all__ = [
+    "OutcomeUnknownError",
+    "encode_record",
+    "ensure_record_node",
+    "fenced_set",
+    "parse_record",
+    "read_back",
+    "read_record",
+]
 
 _READ_BACK_PAUSE_S = 0.05
 
 
 class OutcomeUnknownError(Exception):
     """The transaction was sent but its reply was lost: it may or may not have applied (read it back)."""
+
+
+def parse_record(raw: bytes | None) -> dict[str, Any] | None:
+    """A JSON object record from znode data; ``None`` for empty data (created, never written)."""
+    if not raw:
+        return None
+    value = json.loads(raw.decode())
+    if not isinstance(value, dict):
+        raise ValueError(f"record is not a JSON object: {raw[:80]!r}")
+    return value
 
 
 def encode_record(record: dict[str, Any], epoch: int) -> bytes:

@@ -213,6 +213,20 @@ def status(zk: str, group: str, zk_auth: str | None, as_json: bool) -> None:
         _fail(exc)
 
 
+@main.command()
+@click.option("--zk", required=True, envvar="TENURE_ZK", help="ZooKeeper connect string.")
+@click.option("--group", default="default", envvar="TENURE_GROUP", show_default=True)
+@click.option("--zk-auth", default=None, envvar="TENURE_ZK_AUTH", help="user:password, if reads need it.")
+@click.option("--last", type=click.IntRange(min=1), default=None, help="Only the last N terms.")
+@click.option("--json", "as_json", is_flag=True, help="Print the terms as JSON.")
+def history(zk: str, group: str, zk_auth: str | None, last: int | None, as_json: bool) -> None:
+    """The group's last terms (up to 100): epoch, leader, when, how long, how it ended, first commit, gap, counts."""
+    try:
+        ops.show_history(zk, group, as_json=as_json, last=last, auth_data=[("digest", zk_auth)] if zk_auth else None)
+    except TenureError as exc:
+        _fail(exc)
+
+
 @main.group()
 def groups() -> None:
     """Consumer groups sharing one queue: list them with their lag, or remove one."""

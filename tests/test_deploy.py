@@ -54,6 +54,8 @@ EXPORTED_METRICS = frozenset(
         "tenure_commits_fenced_total",
         "tenure_career_failures_total",
         "tenure_retry_waiting_records",
+        "tenure_leader_changes_total",
+        "tenure_lease_headroom_seconds",
     }
 )
 REPLICAS = ("tenure-1", "tenure-2", "tenure-3")

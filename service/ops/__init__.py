@@ -6,6 +6,7 @@ queue's contract (layout, names, record) from :mod:`career.queue`.
 """
 
 from service.ops._groups import connected, format_groups, queue_lag, queue_report, remove_group
+from service.ops._history import format_history, show_history
 from service.ops._produce import Producer, ProducerError, produce, write_lines
 from service.ops._status import fetch_status, format_status_table, show_status
 from service.ops._verify import CONTENT_FIELDS, VerifyReport, check_data_root, verify
@@ -19,11 +20,13 @@ __all__ = [
     "connected",
     "fetch_status",
     "format_groups",
+    "format_history",
     "format_status_table",
     "produce",
     "queue_lag",
     "queue_report",
     "remove_group",
+    "show_history",
     "show_status",
     "verify",
     "write_lines",

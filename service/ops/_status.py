@@ -15,6 +15,7 @@ from rich.table import Table
 
 from election import GroupStatus, group_status
 from service.ops._groups import connected, format_groups, group_queues, queue_report
+from service.ops._history import format_history
 
 __all__ = ["fetch_status", "format_status_json", "format_status_table", "show_status"]
 
@@ -77,6 +78,9 @@ def format_status_table(status: GroupStatus, *, width: int = 120, now: float | N
     console.print(f"last commit (version {status.commit_version}): {_record_line(status.commit)}")
     console.print(f"handover: {_record_line(status.handover)}")
     text = buffer.getvalue()
+    if status.history:
+        text += f"last {len(status.history)} terms (tenure history for more):\n" + format_history(status.history,
+                                                                                                   now=now, width=width)
     if not status.queues:
         return text + "queue: not registered (a Spark replica registers its group at start-up)\n"
     return text + "".join(format_groups(report) for report in status.queues)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import platform
+import threading
+from dataclasses import dataclass
 
 from prometheus_client import (
     CollectorRegistry,
@@ -21,12 +23,15 @@ __all__ = [
     "BATCH_OUTCOMES",
     "COMMITS_FENCED",
     "IS_LEADER",
+    "LEADER_CHANGES",
     "LEADER_EPOCH",
+    "LEASE_HEADROOM",
     "RECORDS",
     "RECORD_OUTCOMES",
     "SOURCE_BACKLOG_FILES",
     "ZK_CONNECTED",
     "Metrics",
+    "TermCounts",
 ]
 
 # The names other tools read from a replica's /metrics (a Counter's samples add ``_total``).
@@ -37,6 +42,8 @@ RECORDS = "tenure_records"
 SOURCE_BACKLOG_FILES = "tenure_source_backlog_files"
 ZK_CONNECTED = "tenure_zk_connected"
 COMMITS_FENCED = "tenure_commits_fenced"
+LEADER_CHANGES = "tenure_leader_changes"
+LEASE_HEADROOM = "tenure_lease_headroom_seconds"
 
 BATCH_OUTCOMES = ("committed", "skipped", "fenced", "failed")
 RECORD_OUTCOMES = ("written", "duplicate", "quarantined", "late", "retried", "dead_lettered")
@@ -44,6 +51,16 @@ RECORD_OUTCOMES = ("written", "duplicate", "quarantined", "late", "retried", "de
 # Failover-scale buckets: handovers and inaugurations range from milliseconds (warm) to tens of seconds (cold).
 _LIFECYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60)
 _COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+
+
+@dataclass(frozen=True)
+class TermCounts:
+    """What the current term has committed so far (for its entry in the term history)."""
+
+    batches: int = 0
+    records: int = 0
+    first_commit_at: float | None = None
+    last_commit_at: float | None = None
 
 
 class Metrics:
@@ -102,10 +119,31 @@ class Metrics:
                                       registry=registry)
         self.career_failures = Counter("tenure_career_failures",
                                        "Terms ended because the career raised.", registry=registry)
+        self.leader_changes = Counter(LEADER_CHANGES, "Changes of the group's leader this replica saw (its own "
+                                      "terms included).", registry=registry)
+        self.lease_headroom = Gauge(LEASE_HEADROOM, "Seconds until the leader's safe-until deadline (0 when "
+                                    "not leading): how close the lease came to stopping commits.", registry=registry)
+        self._term_lock = threading.Lock()
+        self._term = TermCounts()
+
+    def begin_term(self) -> None:
+        """Start counting a new term's commits from zero."""
+        with self._term_lock:
+            self._term = TermCounts()
+
+    @property
+    def term(self) -> TermCounts:
+        with self._term_lock:
+            return self._term
 
     # CareerObserver
     def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int]) -> None:
         self.batches.labels(outcome).inc()
+        if outcome == "committed":
+            with self._term_lock:
+                t = self._term
+                self._term = TermCounts(t.batches + 1, t.records + records.get("written", 0), t.first_commit_at,
+                                        t.last_commit_at)
         if outcome == "fenced":
             self.commits_fenced.inc()
         self.batch_duration.observe(duration_s)
@@ -115,6 +153,9 @@ class Metrics:
 
     def commit_finished(self, duration_s: float, committed_at: float) -> None:
         self.commit_duration.observe(duration_s)
+        with self._term_lock:
+            t = self._term
+            self._term = TermCounts(t.batches, t.records, t.first_commit_at or committed_at, committed_at)
         self.last_commit.set(committed_at)
 
     def backlog(self, files: int) -> None:

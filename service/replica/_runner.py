@@ -39,6 +39,7 @@ from election import (
 )
 from service.replica._health import Health
 from service.replica._metrics import Metrics
+from service.replica._term_record import TermRecorder
 
 __all__ = ["EXIT_HANDOVER_OVERRUN", "Runner", "RunnerSettings", "RunnerState"]
 
@@ -142,6 +143,9 @@ class Runner:
         self._exit_code = 0
         self._watchdog: threading.Timer | None = None
         self._log = _log.bind(replica_id=settings.replica_id, group=self._election.group)
+        self._terms = TermRecorder(self._election.history, metrics, settings.replica_id, self._log,
+                                   (self._election.client.handler.timeout_exception,))
+        self._seen_leader: str | None = None
 
     @property
     def state(self) -> RunnerState:
@@ -281,8 +285,15 @@ class Runner:
                 if self._state in (RunnerState.LEADING, RunnerState.PAUSED):
                     self._end_term(Outcome.REVOKED, reason)
                     self._transition(RunnerState.FOLLOWING)
-            case Following():
-                pass
+            case Following(leader_replica=leader):
+                if leader is not None:
+                    self._saw_leader(leader)
+
+    def _saw_leader(self, replica_id: str) -> None:
+        if replica_id != self._seen_leader:
+            if self._seen_leader is not None:
+                self._metrics.leader_changes.inc()
+            self._seen_leader = replica_id
 
     # -- the lifecycle -----------------------------------------------------------------------------------------
 
@@ -303,6 +314,7 @@ class Runner:
 
     def _inaugurate(self, epoch: int) -> None:
         started = self._clock()
+        elected_at = time.time()
         current = self._election.epoch
         if current != epoch:
             # Queued before the election lost that term (and perhaps won another): its Revoked, and the new
@@ -345,6 +357,8 @@ class Runner:
             self._career_failed("inaugurate", exc)
             return
         self._term_started = self._clock()
+        self._terms.began(fence, ctx.previous_handover, elected_at)
+        self._saw_leader(self._settings.replica_id)
         self._metrics.inauguration_seconds.observe(self._clock() - started)
         self._metrics.leadership_changes.inc()
         self._transition(RunnerState.LEADING)
@@ -352,7 +366,10 @@ class Runner:
 
     def _execute_once(self) -> bool:
         try:
-            return self._career.execute()
+            worked = self._career.execute()
+            self._terms.progressed()
+            self._metrics.lease_headroom.set(self._election.lease_headroom())
+            return worked
         except NotLeader as exc:
             # Suspended between the check and the commit: the Suspended event follows on the queue.
             self._log.info("execute_not_leader", epoch=self._epoch, reason=str(exc))
@@ -385,6 +402,8 @@ class Runner:
             self._failures = 0  # a long healthy term forgives earlier failures
         if outcome is not Outcome.CLEAN:  # a clean handover is timed by _stop, up to the node's release
             self._metrics.handover_seconds.observe(self._clock() - started)
+        self._terms.ended(outcome)
+        self._metrics.lease_headroom.set(0)
         self._metrics.leadership_changes.inc()
         return last_batch
 

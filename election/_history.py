@@ -1,0 +1,188 @@
+"""The group's term history in ZooKeeper: what each of the last terms was, for operators (``tenure history``).
+
+``/tenure/<group>/history`` holds ``{"terms": [...]}``, oldest first, at most :data:`HISTORY_LIMIT` entries. A term
+is appended by its own leader at inauguration through the fence (so only the leader of an epoch adds one, and a
+stale leader adds none), then updated by the same term at its first commit and at its end. A term that never
+recorded its end — its replica crashed, or lost ZooKeeper — is closed by its successor: ``clean`` when the handover
+record it left says so, ``crash`` otherwise. Every write is a compare-and-set on the znode's version, retried on a
+race, and an update touches only its own epoch's entry, so a late update of an old term cannot rewrite another.
+
+The history is for people: no guarantee depends on it, and a write that fails is logged and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Literal
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.security import ACL
+
+from election._errors import ElectionError, Fenced
+from election._layout import GroupPaths
+from election._transaction import ensure_record_node, fenced_set
+
+__all__ = ["HISTORY_LIMIT", "TERM_ENDINGS", "TermHistory", "TermRecord", "read_history"]
+
+HISTORY_LIMIT = 100
+"""Terms kept; older ones are dropped as new ones begin."""
+
+TERM_ENDINGS = ("clean", "revoked", "failed", "crash")
+"""How a term ended: a graceful handover, leadership lost (session, fence), the career raised, or found dead by
+its successor. ``None`` while the term runs."""
+
+Ending = Literal["clean", "revoked", "failed", "crash"]
+_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class TermRecord:
+    """One term: who led, when, how it ended and what it committed. Times are Unix seconds."""
+
+    epoch: int
+    replica_id: str
+    elected_at: float
+    first_commit_at: float | None = None
+    last_commit_at: float | None = None
+    ended_at: float | None = None
+    ended: str | None = None
+    batches: int = 0
+    records: int = 0
+    closed_by: int | None = None  # the successor's epoch, when the successor closed this term
+
+    @property
+    def first_commit_s(self) -> float | None:
+        """From election to the term's first commit: how long the group waited on this leader."""
+        return None if self.first_commit_at is None else self.first_commit_at - self.elected_at
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TermRecord:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _decode(raw: bytes | None) -> list[TermRecord]:
+    if not raw:
+        return []
+    try:
+        terms = json.loads(raw.decode()).get("terms", [])
+        return [TermRecord.from_json(t) for t in terms]
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ElectionError(f"the term history is not valid JSON ({exc}): delete the history znode to "
+                            "start it afresh") from exc
+
+
+def _encode(terms: list[TermRecord]) -> bytes:
+    kept = terms[-HISTORY_LIMIT:]
+    return json.dumps({"terms": [t.to_json() for t in kept]}, sort_keys=True, separators=(",", ":")).encode()
+
+
+def read_history(client: KazooClient, group: str, *, timeout_s: float = 10.0) -> list[TermRecord]:
+    """The group's recorded terms, oldest first (empty when none was recorded)."""
+    try:
+        raw, _stat = client.get_async(GroupPaths(group).history).get(timeout=timeout_s)
+    except NoNodeError:
+        return []
+    return _decode(raw)
+
+
+class TermHistory:
+    """Writes one group's term history; the election hands one to each replica's runner.
+
+    Example::
+
+        history = election.history
+        history.begin(fence, elected_at=time.time(), replica_id="r1", previous_clean=(7, True))
+        history.update(fence.epoch, first_commit_at=time.time(), batches=1, records=500)
+        history.update(fence.epoch, ended="clean", ended_at=time.time())
+    """
+
+    def __init__(self, client: KazooClient, paths: GroupPaths, *, acl: list[ACL] | None, timeout_s: float) -> None:
+        self._client = client
+        self._paths = paths
+        self._acl = acl
+        self._timeout_s = timeout_s
+
+    def read(self) -> list[TermRecord]:
+        return read_history(self._client, self._paths.group, timeout_s=self._timeout_s)
+
+    def begin(self, *, epoch: int, node: str, node_version: int, replica_id: str, elected_at: float,
+              previous: tuple[int, bool] | None) -> None:
+        """Append this term, closing any earlier one left open, in one write checked against the term's own
+        election node (``node`` at ``node_version``), as a commit is.
+
+        Args:
+            previous: the handover record this term found, as (epoch, clean); an open term of that epoch is
+                closed ``clean`` or ``crash`` by it, any other open term ``crash``.
+
+        Raises:
+            Fenced: the term's node is gone: a stale leader records nothing.
+        """
+        last_commit = self._last_commit()
+
+        def close(t: TermRecord) -> TermRecord:
+            if t.ended is not None or t.epoch >= epoch:
+                return t
+            committed_at = last_commit.get(t.epoch)
+            return replace(t, ended="clean" if previous == (t.epoch, True) else "crash", closed_by=epoch,
+                           ended_at=t.ended_at or elected_at,
+                           last_commit_at=max(filter(None, (t.last_commit_at, committed_at)), default=None))
+
+        def change(terms: list[TermRecord]) -> list[TermRecord]:
+            closed = [close(t) for t in terms if t.epoch != epoch]
+            return [*closed, TermRecord(epoch=epoch, replica_id=replica_id, elected_at=elected_at)]
+
+        self._write(change, fenced_by=(node, node_version))
+
+    def _last_commit(self) -> dict[int, float]:
+        """{epoch: committed_at} of the stored commit record, so a closed term's last commit is exact even when
+        it died between history updates (empty when the record has no ``committed_at``)."""
+        try:
+            raw, _stat = self._client.get_async(self._paths.commit).get(timeout=self._timeout_s)
+            record = json.loads(raw.decode()) if raw else {}
+            return {int(record["epoch"]): float(record["committed_at"])}
+        except (NoNodeError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+
+    def update(self, epoch: int, **changes: Any) -> None:
+        """Change this term's own entry (``first_commit_at``, counts, ``ended`` …); no-op if it is not recorded."""
+        if changes.get("ended") not in (None, *TERM_ENDINGS):
+            raise ValueError(f"ended={changes['ended']!r} is not one of {TERM_ENDINGS}")
+
+        def change(terms: list[TermRecord]) -> list[TermRecord]:
+            return [replace(t, **changes) if t.epoch == epoch else t for t in terms]
+
+        self._write(change, fenced_by=None)
+
+    def _write(self, change: Callable[[list[TermRecord]], list[TermRecord]],
+               fenced_by: tuple[str, int] | None) -> None:
+        path = self._paths.history
+        for _ in range(_RETRIES):
+            try:
+                raw, stat = self._client.get_async(path).get(timeout=self._timeout_s)
+            except NoNodeError:
+                ensure_record_node(self._client, path, acl=self._acl, timeout_s=self._timeout_s)
+                continue
+            data = _encode(change(_decode(raw)))
+            try:
+                if fenced_by is None:
+                    self._client.set_async(path, data, version=stat.version).get(timeout=self._timeout_s)
+                else:
+                    fenced_set(self._client, node=fenced_by[0], node_version=fenced_by[1], target=path, data=data,
+                               expected_version=stat.version, timeout_s=self._timeout_s,
+                               context=f"group {self._paths.group}, term history")
+                return
+            except BadVersionError:
+                continue  # another term wrote meanwhile: read again
+            except Fenced:
+                if fenced_by is not None and self._client.exists(fenced_by[0]) is None:
+                    raise  # the term's node is gone: a stale leader records nothing
+                continue  # the history moved under us (another term's update): read again
+        raise ElectionError(f"group {self._paths.group}: the term history kept changing under {_RETRIES} "
+                            "writes; skipped")

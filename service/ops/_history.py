@@ -1,0 +1,74 @@
+"""``tenure history``: the group's last terms — who led, how long, how it ended, what it committed — as a table or
+JSON; ``tenure status`` shows the last few with the same table."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import time
+from typing import TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+from election import TermRecord, read_history
+from service.ops._groups import connected
+
+__all__ = ["format_history", "show_history"]
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def _lasted(term: TermRecord, now: float) -> str:
+    seconds = int((term.ended_at if term.ended_at is not None else now) - term.elected_at)
+    hours, rest = divmod(max(0, seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def format_history(terms: list[TermRecord], *, now: float | None = None, width: int = 120) -> str:
+    """One row per term, oldest first. ``first commit`` is from the term's election to its first commit;
+    ``gap`` from the previous term's last commit to this one's first, the pause the group's output saw."""
+    now = time.time() if now is None else now
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, force_terminal=False, color_system=None, highlight=False)
+    if not terms:
+        console.print("no terms recorded yet")
+        return buffer.getvalue()
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for column in ("epoch", "replica", "elected", "lasted", "ended", "first commit", "gap", "batches", "records"):
+        table.add_column(column, no_wrap=True, justify="left" if column in ("replica", "ended") else "right")
+    previous: TermRecord | None = None
+    for term in terms:
+        gap = (None if previous is None or previous.last_commit_at is None or term.first_commit_at is None
+               else term.first_commit_at - previous.last_commit_at)
+        ended = term.ended or "running"
+        if term.closed_by is not None:
+            ended += f" (found by {term.closed_by})"
+        table.add_row(str(term.epoch), term.replica_id, time.strftime("%Y-%m-%d %H:%M:%S",
+                      time.localtime(term.elected_at)), _lasted(term, now), ended, _seconds(term.first_commit_s),
+                      _seconds(gap), str(term.batches), str(term.records))
+        previous = term
+    console.print(table)
+    return buffer.getvalue()
+
+
+def show_history(zk_hosts: str, group: str, *, as_json: bool = False, last: int | None = None,
+                 auth_data: list[tuple[str, str]] | None = None, out: TextIO | None = None) -> list[TermRecord]:
+    """Print the group's recorded terms (the last ``last``, default all) to ``out`` (stdout); return them.
+
+    Raises:
+        ElectionError: ZooKeeper cannot be reached (print it as one line and exit non-zero).
+    """
+    with connected(zk_hosts, auth_data=auth_data, read_only=True) as client:
+        terms = read_history(client, group)
+    if last is not None:
+        terms = terms[-last:] if last > 0 else []
+    stream = sys.stdout if out is None else out
+    stream.write(json.dumps({"group": group, "terms": [t.to_json() for t in terms]}, indent=2, sort_keys=True)
+                 + "\n" if as_json else format_history(terms))
+    stream.flush()
+    return terms

@@ -1,0 +1,77 @@
+"""Each term's entry in the group's term history: begun at inauguration, updated at the first commit and at the end.
+
+The runner calls it from its control thread. The history is for operators, so a ZooKeeper error here is logged
+(``term_history_not_written``) and the term goes on; the next write, or the successor, catches up.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.exceptions import KazooException
+from structlog.typing import FilteringBoundLogger
+
+from career import HandoverRecord, Outcome
+from election import Fence, TenureError, TermHistory
+from service.replica._metrics import Metrics
+
+__all__ = ["TermRecorder"]
+
+_PROGRESS_EVERY_S = 30.0
+
+
+class TermRecorder:
+    """Keeps one replica's terms in the history; ``timeout_errors`` is what the ZooKeeper client raises on a
+    timeout (the handler's exception type)."""
+
+    def __init__(self, history: TermHistory, metrics: Metrics, replica_id: str, log: FilteringBoundLogger,
+                 timeout_errors: tuple[type[BaseException], ...]) -> None:
+        self._history = history
+        self._metrics = metrics
+        self._replica_id = replica_id
+        self._log = log
+        self._errors = (TenureError, KazooException, *timeout_errors)
+        self._epoch: int | None = None
+        self._next_progress = 0.0
+
+    def began(self, fence: Fence, previous: HandoverRecord | None, elected_at: float) -> None:
+        """Append the term (closing an earlier one left open) through the fence; count its commits from zero."""
+        self._metrics.begin_term()
+        self._epoch = fence.epoch
+        self._next_progress = 0.0
+        self._write("begin", lambda: self._history.begin(
+            epoch=fence.epoch, node=fence.node, node_version=fence.node_version, replica_id=self._replica_id,
+            elected_at=elected_at, previous=None if previous is None else (previous.epoch, previous.clean)))
+
+    def progressed(self) -> None:
+        """Record the term's first commit when it happens, then its counts every ``_PROGRESS_EVERY_S`` (what a
+        term that dies shows: its counts as of its last update)."""
+        counts = self._metrics.term
+        if self._epoch is None or counts.first_commit_at is None or time.monotonic() < self._next_progress:
+            return
+        self._next_progress = time.monotonic() + _PROGRESS_EVERY_S
+        self._update("progress", first_commit_at=counts.first_commit_at, last_commit_at=counts.last_commit_at,
+                     batches=counts.batches, records=counts.records)
+
+    def ended(self, outcome: Outcome) -> None:
+        """Close the term: how it ended, when, and what it committed."""
+        if self._epoch is None:
+            return
+        counts = self._metrics.term
+        self._update("end", ended=outcome.value, ended_at=time.time(), first_commit_at=counts.first_commit_at,
+                     last_commit_at=counts.last_commit_at, batches=counts.batches, records=counts.records)
+        self._epoch = None
+
+    def _update(self, what: str, **changes: Any) -> None:
+        epoch = self._epoch
+        assert epoch is not None
+        self._write(what, lambda: self._history.update(epoch, **changes))
+
+    def _write(self, what: str, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except self._errors as exc:
+            self._log.warning("term_history_not_written", step=what, epoch=self._epoch,
+                              reason=f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,129 @@
+"""The term history: each term recorded by its own leader, closed by itself or by its successor, bounded, shown."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from election import HISTORY_LIMIT, Election, Fenced, GroupPaths, Identity, TermHistory, read_history
+from service.ops import format_history
+from tests._replicas import REPO, ReplicaSet, wait_for
+
+SESSION_S = 3.0
+
+
+@pytest.fixture()
+def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSet]:
+    common = ["--zk", zk_hosts, "--group", zk_group, "--data-root", str(tmp_path / "data"), "--career", "counter",
+              "--session-timeout-s", str(SESSION_S), "--handover-timeout-s", "2", "--counter-interval-s", "0.05"]
+    replica_set = ReplicaSet(common, tmp_path)
+    yield replica_set
+    replica_set.reap_all()
+
+
+def _terms(zk_client: KazooClient, group: str) -> list[dict[str, object]]:
+    return [t.to_json() for t in read_history(zk_client, group)]
+
+
+def test_terms_are_recorded_and_closed_by_their_end_or_their_successor(replicas: ReplicaSet, zk_client: KazooClient,
+                                                                        zk_group: str) -> None:
+    """A clean handover closes the term `clean`; a SIGKILLed leader's term is closed `crash` by its successor;
+    each term has its own epoch, leader, first commit and counts."""
+    first = replicas.start("r1")
+    wait_for(first.is_leader, 30, "r1 to lead")
+    second = replicas.start("r2")
+    wait_for(lambda: second.get("/readyz")[0] == 200, 30, "r2 ready")
+    wait_for(lambda: (t := _terms(zk_client, zk_group)) and t[-1]["first_commit_at"], 20, "r1's first commit")
+    first.signal(signal.SIGTERM)
+    assert first.wait(20) == 0
+    wait_for(second.is_leader, 20, "r2 to lead")
+    wait_for(lambda: _terms(zk_client, zk_group)[-1]["first_commit_at"], 20, "r2's first commit")
+    wait_for(lambda: second.metrics().get("tenure_batches_total{outcome=committed}", 0) >= 3, 20,
+             "r2 to commit a few batches")
+    second.signal(signal.SIGKILL)
+    second.wait(10)
+    third = replicas.start("r3")
+    wait_for(third.is_leader, 30, "r3 to lead after r2's session expired")
+    wait_for(lambda: len(_terms(zk_client, zk_group)) == 3, 20, "three terms")
+    terms = _terms(zk_client, zk_group)
+
+    r1, r2, r3 = terms
+    assert [t["replica_id"] for t in terms] == ["r1", "r2", "r3"]
+    assert r1["epoch"] < r2["epoch"] < r3["epoch"]
+    assert r1["ended"] == "clean" and r1["closed_by"] is None and r1["batches"] > 0 and r1["records"] > 0
+    assert r2["ended"] == "crash" and r2["closed_by"] == r3["epoch"] and r2["batches"] >= 1
+    # its last commit comes from the commit record it left, not from its last history update (its first commit)
+    assert r2["last_commit_at"] > r2["first_commit_at"]
+    assert r3["ended"] is None and r3["closed_by"] is None
+    for term in terms:
+        assert term["elected_at"] <= term["first_commit_at"] <= (term["ended_at"] or time.time())
+    table = format_history(read_history(zk_client, zk_group))
+    assert "crash (found by" in table and "running" in table and "clean" in table
+
+
+def test_a_stale_leader_records_no_term(zk_client: KazooClient, zk_hosts: str, zk_group: str) -> None:
+    """The append is checked against the term's own election node, as a commit is: once the node is gone, the
+    write is fenced and the history is unchanged."""
+    election = Election(zk_client, group=zk_group, identity=Identity("stale", "h", 1, "", time.time()),
+                        session_timeout_s=10.0)
+    election.start()
+    try:
+        wait_for(election.is_leader, 10, "leadership")
+        fence = election.fence()
+        node_version = fence.node_version
+        zk_client.delete(fence.node)  # what the session's end does to a paused leader's node
+        with pytest.raises(Fenced):
+            election.history.begin(epoch=fence.epoch, node=fence.node, node_version=node_version,
+                                   replica_id="stale", elected_at=time.time(), previous=None)
+        assert read_history(zk_client, zk_group) == []
+    finally:
+        election.close()
+
+
+def test_the_history_keeps_the_last_terms_only(zk_client: KazooClient, zk_group: str) -> None:
+    paths = GroupPaths(zk_group)
+    zk_client.ensure_path(paths.election)
+    history = TermHistory(zk_client, paths, acl=None, timeout_s=10.0)
+    for epoch in range(1, HISTORY_LIMIT + 6):
+        node = zk_client.create(f"{paths.election}/n-{epoch}", b"", ephemeral=True)
+        history.begin(epoch=epoch, node=node, node_version=0, replica_id=f"r{epoch % 3}",
+                      elected_at=time.time(), previous=(epoch - 1, epoch % 2 == 0))
+        zk_client.delete(node)
+    terms = read_history(zk_client, zk_group)
+    assert len(terms) == HISTORY_LIMIT
+    assert [t.epoch for t in terms] == list(range(6, HISTORY_LIMIT + 6))
+    # each closed by its successor: clean when the handover record it left said so, crash otherwise
+    assert {t.ended for t in terms[:-1]} == {"clean", "crash"}
+    assert all(t.ended == ("clean" if (t.epoch + 1) % 2 == 0 else "crash") for t in terms[:-1])
+
+
+def test_tenure_history_prints_a_table_and_json(zk_client: KazooClient, zk_hosts: str, zk_group: str) -> None:
+    paths = GroupPaths(zk_group)
+    zk_client.ensure_path(paths.election)
+    node = zk_client.create(f"{paths.election}/n-1", b"", ephemeral=True)
+    TermHistory(zk_client, paths, acl=None, timeout_s=10.0).begin(
+        epoch=42, node=node, node_version=0, replica_id="r9", elected_at=time.time() - 65, previous=None)
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "service", "history", "--zk", zk_hosts, "--group", zk_group,
+                               *extra], capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+
+    table = run()
+    assert table.returncode == 0, table.stderr
+    header, row = table.stdout.strip().splitlines()
+    assert header.split() == ["epoch", "replica", "elected", "lasted", "ended", "first", "commit", "gap", "batches",
+                              "records"]
+    assert row.split()[:2] == ["42", "r9"] and "1m0" in row and "running" in row
+    data = json.loads(run("--json", "--last", "1").stdout)
+    assert data["group"] == zk_group and [t["epoch"] for t in data["terms"]] == [42]
+    status = subprocess.run([sys.executable, "-m", "service", "status", "--zk", zk_hosts, "--group", zk_group],
+                            capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+    assert "last 1 terms" in status.stdout and "r9" in status.stdout
