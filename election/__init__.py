@@ -50,6 +50,7 @@ Example::
 """
 
 from election._acl import DigestCredential
+from election._drain import DrainRequest, drain_requests
 from election._election import Election
 from election._errors import ConfigError, ElectionError, Fenced, NotLeader, TenureError
 from election._events import (
@@ -77,6 +78,7 @@ __all__ = [
     "ConnectionChanged",
     "Contender",
     "DigestCredential",
+    "DrainRequest",
     "Elected",
     "Election",
     "ElectionError",
@@ -98,6 +100,7 @@ __all__ = [
     "TermHistory",
     "TermRecord",
     "check_transition",
+    "drain_requests",
     "group_status",
     "read_history",
 ]

@@ -253,8 +253,9 @@ class Election:
         if self._clock() >= deadline or self.client.state != KazooState.CONNECTED:
             return False
         return self._current_session() == session
-    def start(self) -> None:
-        """Start the control thread and join the election (creates the node there); returns at once."""
+    def start(self, *, join: bool = True) -> None:
+        """Start the control thread and, unless ``join`` is False, join the election (creates the node there);
+        returns at once. A replica drained before it starts starts without joining, and joins when undrained."""
         with self._lock:
             if self._started:
                 raise ElectionError(f"Election for group {self.group} cannot be started more than once: "
@@ -263,7 +264,8 @@ class Election:
         self.client.add_listener(self._on_kazoo_state)
         self._thread = threading.Thread(target=self._run, name=f"tenure-election-{self.group}", daemon=True)
         self._thread.start()
-        self._queue.put(_Join())
+        if join:
+            self._queue.put(_Join())
 
     def join(self) -> None:
         """Rejoin after ``release`` with a new node at the back of the line; returns at once."""

@@ -44,6 +44,14 @@ class GroupPaths:
         return f"{self.root}/handover"
 
     @property
+    def drained(self) -> str:
+        """Operators' requests to keep replicas out of the election, one child per replica (``tenure drain``)."""
+        return f"{self.root}/drained"
+
+    def drained_node(self, replica_id: str) -> str:
+        return f"{self.drained}/{replica_id}"
+
+    @property
     def history(self) -> str:
         """The last terms, for operators (``election/_history.py``)."""
         return f"{self.root}/history"

@@ -8,6 +8,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from election._drain import DrainRequest, drain_requests
 from election._history import TermRecord, read_history
 from election._identity import Identity
 from election._layout import GroupPaths, node_sequence, sort_nodes
@@ -57,6 +58,7 @@ class GroupStatus:
     commit_version: int | None = None
     queues: list[dict[str, Any]] = field(default_factory=list)
     history: list[TermRecord] = field(default_factory=list)  # the last few terms, oldest first
+    drained: list[DrainRequest] = field(default_factory=list)  # replicas kept out of the election
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +71,7 @@ class GroupStatus:
             "handover": self.handover,
             "queues": self.queues,
             "history": [t.to_json() for t in self.history],
+            "drained": [d.to_json() for d in self.drained],
         }
 
 
@@ -111,4 +114,4 @@ def group_status(client: KazooClient, group: str) -> GroupStatus:
     handover, _ = _read(client, paths.handover)
     return GroupStatus(leader=contenders[0] if contenders else None, contenders=contenders, commit=commit,
                        handover=handover, group=group, commit_version=commit_version,
-                       history=read_history(client, group)[-_STATUS_TERMS:])
+                       history=read_history(client, group)[-_STATUS_TERMS:], drained=drain_requests(client, group))

@@ -17,7 +17,7 @@ import structlog
 from pydantic_core import PydanticUndefined
 
 from career.queue import DEFAULT_MAX_LINE_BYTES
-from election import TenureError
+from election import DigestCredential, TenureError
 from service import __version__, ops
 from service.local import Ensemble, Topology, run_demo, run_up
 from service.replica import ReplicaConfig, configure_logging, load_config, run_replica
@@ -225,6 +225,64 @@ def history(zk: str, group: str, zk_auth: str | None, last: int | None, as_json:
         ops.show_history(zk, group, as_json=as_json, last=last, auth_data=[("digest", zk_auth)] if zk_auth else None)
     except TenureError as exc:
         _fail(exc)
+
+
+def _credential_acl(zk_auth: str | None) -> tuple[list[tuple[str, str]] | None, list[Any] | None]:
+    """auth_data and the ACL a write creates nodes with, from ``--zk-auth user:password``."""
+    if not zk_auth:
+        return None, None
+    user, _, password = zk_auth.partition(":")
+    credential = DigestCredential(user, password)
+    return credential.auth_data(), credential.acls()
+
+
+@main.command(name="drain")
+@click.argument("replica")
+@click.option("--zk", required=True, envvar="TENURE_ZK", help="ZooKeeper connect string.")
+@click.option("--group", default="default", envvar="TENURE_GROUP", show_default=True)
+@click.option("--zk-auth", default=None, envvar="TENURE_ZK_AUTH", help="user:password (the service's).")
+@click.option("--reason", default="", help="Why, for `tenure status` and the replica's /readyz.")
+@click.option("--force", is_flag=True, help="Drain even the last replica in the election (no leader after).")
+@click.option("--wait-s", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="How long to wait for the replica to leave the election (0: do not wait).")
+def drain_command(replica: str, zk: str, group: str, zk_auth: str | None, reason: str, force: bool,
+                  wait_s: float) -> None:
+    """Take REPLICA out of the election for maintenance: it hands over first if it leads, stays warm, keeps
+    serving /metrics and /livez, and reports not ready on /readyz until `tenure undrain`."""
+    try:
+        auth_data, acl = _credential_acl(zk_auth)
+        with ops.connected(zk, auth_data=auth_data) as client:
+            ops.drain(client, group, replica, reason=reason, force=force, acl=acl)
+            left = wait_s == 0 or ops.wait_drained(client, group, replica, in_election=False, timeout_s=wait_s)
+    except TenureError as exc:
+        _fail(exc)
+    if not left:
+        click.echo(f"{replica} is drained but still in the election after {wait_s:g} s: is it running?", err=True)
+        sys.exit(1)
+    why = f" ({reason})" if reason else ""
+    click.echo(f"{replica} drained{why}" + ("" if wait_s == 0 else ": out of the election"))
+
+
+@main.command(name="undrain")
+@click.argument("replica")
+@click.option("--zk", required=True, envvar="TENURE_ZK", help="ZooKeeper connect string.")
+@click.option("--group", default="default", envvar="TENURE_GROUP", show_default=True)
+@click.option("--zk-auth", default=None, envvar="TENURE_ZK_AUTH", help="user:password (the service's).")
+@click.option("--wait-s", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="How long to wait for the replica to join the election again (0: do not wait).")
+def undrain_command(replica: str, zk: str, group: str, zk_auth: str | None, wait_s: float) -> None:
+    """Let a drained REPLICA join the election again, at the back of the line."""
+    try:
+        auth_data, _acl = _credential_acl(zk_auth)
+        with ops.connected(zk, auth_data=auth_data) as client:
+            ops.undrain(client, group, replica)
+            joined = wait_s == 0 or ops.wait_drained(client, group, replica, in_election=True, timeout_s=wait_s)
+    except TenureError as exc:
+        _fail(exc)
+    if not joined:
+        click.echo(f"{replica} is undrained but not in the election after {wait_s:g} s: is it running?", err=True)
+        sys.exit(1)
+    click.echo(f"{replica} undrained" + ("" if wait_s == 0 else ": back in the election"))
 
 
 @main.group()

@@ -5,6 +5,7 @@ the producer, ``_verify/`` the auditor, ``_groups`` and ``_status`` the views of
 queue's contract (layout, names, record) from :mod:`career.queue`.
 """
 
+from service.ops._drain import DrainError, drain, undrain, wait_drained
 from service.ops._groups import connected, format_groups, queue_lag, queue_report, remove_group
 from service.ops._history import format_history, show_history
 from service.ops._produce import Producer, ProducerError, produce, write_lines
@@ -13,11 +14,13 @@ from service.ops._verify import CONTENT_FIELDS, VerifyReport, check_data_root, v
 
 __all__ = [
     "CONTENT_FIELDS",
+    "DrainError",
     "Producer",
     "ProducerError",
     "VerifyReport",
     "check_data_root",
     "connected",
+    "drain",
     "fetch_status",
     "format_groups",
     "format_history",
@@ -28,6 +31,8 @@ __all__ = [
     "remove_group",
     "show_history",
     "show_status",
+    "undrain",
     "verify",
+    "wait_drained",
     "write_lines",
 ]

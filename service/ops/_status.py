@@ -77,6 +77,9 @@ def format_status_table(status: GroupStatus, *, width: int = 120, now: float | N
         console.print(table)
     console.print(f"last commit (version {status.commit_version}): {_record_line(status.commit)}")
     console.print(f"handover: {_record_line(status.handover)}")
+    for d in status.drained:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.since))
+        console.print(f"drained: {d.replica_id} since {since} ({_ago(d.since, now)}): {d.reason or 'no reason given'}")
     text = buffer.getvalue()
     if status.history:
         text += f"last {len(status.history)} terms (tenure history for more):\n" + format_history(status.history,

@@ -25,6 +25,7 @@ from career import Career, CareerContext, HandoverRecord, Outcome
 from election import (
     ConfigError,
     ConnectionChanged,
+    DrainRequest,
     Elected,
     Election,
     ElectionError,
@@ -37,6 +38,7 @@ from election import (
     Suspended,
     TenureError,
 )
+from service.replica._drain import DrainChanged, DrainSwitch
 from service.replica._health import Health
 from service.replica._metrics import Metrics
 from service.replica._term_record import TermRecorder
@@ -58,18 +60,21 @@ class RunnerState(enum.Enum):
     LEADING = "leading"  # elected and inaugurated: execute() runs
     PAUSED = "paused"  # leading but suspended (connection or safe-until): no execute, no commit
     BACKING_OFF = "backing_off"  # the career raised: out of the election for a growing delay
+    DRAINED = "drained"  # out of the election on an operator's request (tenure drain), career warm
     STOPPING = "stopping"  # a signal arrived: handing over
     STOPPED = "stopped"
 
 
 _TRANSITIONS: dict[RunnerState, frozenset[RunnerState]] = {
-    RunnerState.STARTING: frozenset({RunnerState.FOLLOWING, RunnerState.STOPPING}),
-    RunnerState.FOLLOWING: frozenset({RunnerState.LEADING, RunnerState.BACKING_OFF, RunnerState.STOPPING}),
+    RunnerState.STARTING: frozenset({RunnerState.FOLLOWING, RunnerState.DRAINED, RunnerState.STOPPING}),
+    RunnerState.FOLLOWING: frozenset({RunnerState.LEADING, RunnerState.BACKING_OFF, RunnerState.DRAINED,
+                                      RunnerState.STOPPING}),
     RunnerState.LEADING: frozenset({RunnerState.PAUSED, RunnerState.FOLLOWING, RunnerState.BACKING_OFF,
-                                    RunnerState.STOPPING}),
+                                    RunnerState.DRAINED, RunnerState.STOPPING}),
     RunnerState.PAUSED: frozenset({RunnerState.LEADING, RunnerState.FOLLOWING, RunnerState.BACKING_OFF,
-                                   RunnerState.STOPPING}),
-    RunnerState.BACKING_OFF: frozenset({RunnerState.FOLLOWING, RunnerState.STOPPING}),
+                                   RunnerState.DRAINED, RunnerState.STOPPING}),
+    RunnerState.BACKING_OFF: frozenset({RunnerState.FOLLOWING, RunnerState.DRAINED, RunnerState.STOPPING}),
+    RunnerState.DRAINED: frozenset({RunnerState.FOLLOWING, RunnerState.STOPPING}),
     RunnerState.STOPPING: frozenset({RunnerState.STOPPED}),
     RunnerState.STOPPED: frozenset(),
 }
@@ -111,7 +116,7 @@ class _Signal:
     signum: int
 
 
-_Event = ElectionEvent | _Signal
+_Event = ElectionEvent | _Signal | DrainChanged
 
 
 class Runner:
@@ -146,6 +151,8 @@ class Runner:
         self._terms = TermRecorder(self._election.history, metrics, settings.replica_id, self._log,
                                    (self._election.client.handler.timeout_exception,))
         self._seen_leader: str | None = None
+        self._drain_switch = DrainSwitch(self._election.client, self._election.paths, settings.replica_id, self._post)
+        self._drain_request: DrainRequest | None = None
 
     @property
     def state(self) -> RunnerState:
@@ -198,7 +205,11 @@ class Runner:
         if not self._zk_connected:
             reasons.append("ZooKeeper disconnected")
         in_election = self._state in (RunnerState.FOLLOWING, RunnerState.LEADING, RunnerState.PAUSED)
-        if not in_election:
+        drained = self._drain_request
+        if drained is not None and self._state is RunnerState.DRAINED:
+            reasons.append(f"drained: {drained.reason or 'no reason given'} (since "
+                           f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(drained.since))})")
+        elif not in_election:
             reasons.append(f"not in the election ({self._state.value})")
         career_ready = self._career.ready()
         if not career_ready:
@@ -218,8 +229,17 @@ class Runner:
             self._transition(RunnerState.STOPPING)
             self._transition(RunnerState.STOPPED)
             return 0
-        self._election.start()
-        self._transition(RunnerState.FOLLOWING)
+        try:
+            self._drain_request = self._drain_switch.current(self._election.op_timeout_s)
+        except self._zookeeper_errors() as exc:  # the watch below tells the truth once ZooKeeper answers
+            self._log.warning("drain_state_unknown", reason=f"{type(exc).__name__}: {exc}")
+        self._election.start(join=self._drain_request is None)
+        if self._drain_request is None:
+            self._transition(RunnerState.FOLLOWING)
+        else:
+            self._log.info("drained", reason=self._drain_request.reason, at_start=True)
+            self._transition(RunnerState.DRAINED)
+        self._drain_switch.watch()
         while self._state is not RunnerState.STOPPED:
             self._last_tick = self._clock()
             if self._state is RunnerState.LEADING:
@@ -285,6 +305,8 @@ class Runner:
                 if self._state in (RunnerState.LEADING, RunnerState.PAUSED):
                     self._end_term(Outcome.REVOKED, reason)
                     self._transition(RunnerState.FOLLOWING)
+            case DrainChanged(request=request):
+                self._drain_changed(request)
             case Following(leader_replica=leader):
                 if leader is not None:
                     self._saw_leader(leader)
@@ -436,21 +458,47 @@ class Runner:
         self._log.warning("backing_off", seconds=delay, failures=self._failures)
         self._transition(RunnerState.BACKING_OFF)
 
+    def _hand_over_cleanly(self, reason: str) -> None:
+        """End the term CLEAN and leave the handover record saying so (the node's release follows)."""
+        last_batch = self._end_term(Outcome.CLEAN, reason)
+        try:
+            self._election.write_handover(HandoverRecord(self._epoch or 0, last_batch, True, time.time(),
+                                                         self._settings.replica_id).to_json())
+            self._log.info("handover_recorded", clean=True, last_batch=last_batch, epoch=self._epoch)
+        except self._zookeeper_errors() as exc:
+            # The successor then takes the recovery path (the record still says clean=False); the handover
+            # goes on: the node's release is what lets it take over.
+            self._log.warning("handover_record_not_written", reason=f"{type(exc).__name__}: {exc}",
+                              epoch=self._epoch)
+
+    def _drain_changed(self, request: DrainRequest | None) -> None:
+        """Leave the election when drained (handing over first when leading); join again when undrained."""
+        self._drain_request = request
+        if request is not None and self._state in (RunnerState.FOLLOWING, RunnerState.LEADING, RunnerState.PAUSED,
+                                                   RunnerState.BACKING_OFF):
+            started = self._clock()
+            was_leading = self._state in (RunnerState.LEADING, RunnerState.PAUSED)
+            if was_leading:
+                self._hand_over_cleanly(f"drained: {request.reason}")
+            try:
+                self._election.release(self._settings.handover_timeout_s)
+            except TenureError:
+                self._log.exception("release_failed", epoch=self._epoch)
+            if was_leading:
+                self._metrics.handover_seconds.observe(self._clock() - started)
+            self._log.info("drained", reason=request.reason, was_leading=was_leading, epoch=self._epoch)
+            self._transition(RunnerState.DRAINED)
+        elif request is None and self._state is RunnerState.DRAINED:
+            self._log.info("undrained")
+            self._election.join()
+            self._transition(RunnerState.FOLLOWING)
+
     def _stop(self, reason: str) -> None:
         started = self._clock()
         was_leading = self._state in (RunnerState.LEADING, RunnerState.PAUSED)
         self._transition(RunnerState.STOPPING)
         if was_leading:
-            last_batch = self._end_term(Outcome.CLEAN, reason)
-            try:
-                self._election.write_handover(HandoverRecord(self._epoch or 0, last_batch, True, time.time(),
-                                                             self._settings.replica_id).to_json())
-                self._log.info("handover_recorded", clean=True, last_batch=last_batch, epoch=self._epoch)
-            except self._zookeeper_errors() as exc:
-                # The successor then takes the recovery path (the record still says clean=False); the stop
-                # goes on: the node's release is what lets it take over.
-                self._log.warning("handover_record_not_written", reason=f"{type(exc).__name__}: {exc}",
-                                  epoch=self._epoch)
+            self._hand_over_cleanly(reason)
         try:
             self._election.release(self._settings.handover_timeout_s)
         except TenureError:

@@ -1,0 +1,78 @@
+"""``tenure drain`` / ``tenure undrain``: keep a replica out of the election for maintenance, warm, and let it back.
+
+The request is a znode (``election/_drain.py``); the replica reacts from its own control thread. Refusals are one
+line: an unknown replica, draining the last replica in the election (the group would have no leader) without
+``force``, undraining a replica that is not drained.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.security import ACL
+
+from election import DrainRequest, GroupPaths, TenureError, drain_requests, group_status
+
+__all__ = ["DrainError", "drain", "undrain", "wait_drained"]
+
+
+class DrainError(TenureError):
+    """A drain or undrain that cannot be done; the message says why and what to do."""
+
+
+def _contenders(client: KazooClient, group: str) -> list[str]:
+    return [c.identity.replica_id for c in group_status(client, group).contenders if c.identity is not None]
+
+
+def drain(client: KazooClient, group: str, replica_id: str, *, reason: str = "", force: bool = False,
+          acl: list[ACL] | None = None) -> DrainRequest:
+    """Ask ``replica_id`` to leave the election (handing over first if it leads); returns the request.
+
+    Draining a drained replica replaces its reason. Raises:
+        DrainError: the replica is neither in the election nor drained, or it is the last replica in the
+            election and ``force`` is not set.
+    """
+    paths = GroupPaths(group)
+    contenders = _contenders(client, group)
+    drained = {d.replica_id for d in drain_requests(client, group)}
+    if replica_id not in contenders and replica_id not in drained:
+        raise DrainError(f"replica {replica_id!r} is not in the election of group {group!r} (contenders: "
+                         f"{', '.join(contenders) or 'none'}): check the replica id (`tenure status`)")
+    others = [r for r in contenders if r != replica_id]
+    if not others and replica_id not in drained and not force:
+        raise DrainError(f"replica {replica_id!r} is the last replica in the election of group {group!r}: "
+                         "draining it leaves the group without a leader; start another replica first, or pass "
+                         "--force")
+    request = DrainRequest(replica_id, reason, time.time())
+    client.ensure_path(paths.drained, acl=acl)
+    try:
+        client.create(paths.drained_node(replica_id), request.encode(), acl=acl)
+    except NodeExistsError:
+        client.set(paths.drained_node(replica_id), request.encode())
+    return request
+
+
+def undrain(client: KazooClient, group: str, replica_id: str) -> None:
+    """Let a drained replica join the election again (at the back of the line).
+
+    Raises:
+        DrainError: the replica is not drained.
+    """
+    try:
+        client.delete(GroupPaths(group).drained_node(replica_id))
+    except NoNodeError:
+        drained = ", ".join(d.replica_id for d in drain_requests(client, group)) or "none"
+        raise DrainError(f"replica {replica_id!r} is not drained in group {group!r} (drained: {drained}): "
+                         "check the replica id") from None
+
+
+def wait_drained(client: KazooClient, group: str, replica_id: str, *, in_election: bool, timeout_s: float) -> bool:
+    """Wait until ``replica_id`` has left (or, ``in_election``, joined) the election; False at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while (replica_id in _contenders(client, group)) != in_election:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
