@@ -63,6 +63,7 @@ from election._events import (
     Suspended,
 )
 from election._fence import Fence
+from election._handover_request import HandoverRequest, read_handover_request
 from election._history import HISTORY_LIMIT, TERM_ENDINGS, TermHistory, TermRecord, read_history
 from election._identity import Identity
 from election._layout import GroupPaths
@@ -89,6 +90,7 @@ __all__ = [
     "Following",
     "GroupPaths",
     "GroupStatus",
+    "HandoverRequest",
     "Identity",
     "IllegalTransitionError",
     "LeadershipState",
@@ -102,5 +104,6 @@ __all__ = [
     "check_transition",
     "drain_requests",
     "group_status",
+    "read_handover_request",
     "read_history",
 ]

@@ -44,6 +44,11 @@ class GroupPaths:
         return f"{self.root}/handover"
 
     @property
+    def handover_request(self) -> str:
+        """An operator's request that the leader hand over (``tenure handover``, ``election/_handover_request.py``)."""
+        return f"{self.root}/handover-request"
+
+    @property
     def drained(self) -> str:
         """Operators' requests to keep replicas out of the election, one child per replica (``tenure drain``)."""
         return f"{self.root}/drained"

@@ -236,6 +236,36 @@ def _credential_acl(zk_auth: str | None) -> tuple[list[tuple[str, str]] | None, 
     return credential.auth_data(), credential.acls()
 
 
+@main.command()
+@click.option("--zk", required=True, envvar="TENURE_ZK", help="ZooKeeper connect string.")
+@click.option("--group", default="default", envvar="TENURE_GROUP", show_default=True)
+@click.option("--zk-auth", default=None, envvar="TENURE_ZK_AUTH", help="user:password (the service's).")
+@click.option("--to", "target", default=None, help="The replica to lead next: in the election and ready "
+              "(default: whoever is next in line).")
+@click.option("--wait", "wait", is_flag=True, help="Return once the new leader has committed; print the gap.")
+@click.option("--timeout-s", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="The request expires after this long (and --wait gives up).")
+def handover(zk: str, group: str, zk_auth: str | None, target: str | None, wait: bool, timeout_s: float) -> None:
+    """Ask the leader to hand over cleanly, to --to REPLICA or the next in line; it rejoins at the back."""
+    try:
+        auth_data, acl = _credential_acl(zk_auth)
+        with ops.connected(zk, auth_data=auth_data) as client:
+            request = ops.request_handover(client, group, to=target, timeout_s=timeout_s, acl=acl)
+            click.echo(f"handover of epoch {request.epoch} to {target or 'the next in line'} requested")
+            done = ops.wait_handover(client, group, request, timeout_s=timeout_s) if wait else None
+    except TenureError as exc:
+        _fail(exc)
+    if not wait:
+        return
+    if done is None:
+        click.echo(f"no new leader committed within {timeout_s:g} s: see `tenure status` and the leader's log",
+                   err=True)
+        sys.exit(1)
+    gap = "unknown" if done.gap_s is None else f"{done.gap_s:.2f} s"
+    was = f" after {done.old.replica_id}'s last" if done.old else ""
+    click.echo(f"{done.new.replica_id} leads (epoch {done.new.epoch}); its first commit came {gap}{was}")
+
+
 @main.command(name="drain")
 @click.argument("replica")
 @click.option("--zk", required=True, envvar="TENURE_ZK", help="ZooKeeper connect string.")

@@ -7,6 +7,7 @@ queue's contract (layout, names, record) from :mod:`career.queue`.
 
 from service.ops._drain import DrainError, drain, undrain, wait_drained
 from service.ops._groups import connected, format_groups, queue_lag, queue_report, remove_group
+from service.ops._handover import HandoverDone, HandoverError, request_handover, wait_handover
 from service.ops._history import format_history, show_history
 from service.ops._produce import Producer, ProducerError, produce, write_lines
 from service.ops._status import fetch_status, format_status_table, show_status
@@ -15,6 +16,8 @@ from service.ops._verify import CONTENT_FIELDS, VerifyReport, check_data_root, v
 __all__ = [
     "CONTENT_FIELDS",
     "DrainError",
+    "HandoverDone",
+    "HandoverError",
     "Producer",
     "ProducerError",
     "VerifyReport",
@@ -29,10 +32,12 @@ __all__ = [
     "queue_lag",
     "queue_report",
     "remove_group",
+    "request_handover",
     "show_history",
     "show_status",
     "undrain",
     "verify",
     "wait_drained",
+    "wait_handover",
     "write_lines",
 ]

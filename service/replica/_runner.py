@@ -32,15 +32,16 @@ from election import (
     ElectionEvent,
     Fenced,
     Following,
+    HandoverRequest,
     NotLeader,
     Resumed,
     Revoked,
     Suspended,
     TenureError,
 )
-from service.replica._drain import DrainChanged, DrainSwitch
 from service.replica._health import Health
 from service.replica._metrics import Metrics
+from service.replica._requests import DrainChanged, HandoverRequested, OperatorRequests
 from service.replica._term_record import TermRecorder
 
 __all__ = ["EXIT_HANDOVER_OVERRUN", "Runner", "RunnerSettings", "RunnerState"]
@@ -116,7 +117,7 @@ class _Signal:
     signum: int
 
 
-_Event = ElectionEvent | _Signal | DrainChanged
+_Event = ElectionEvent | _Signal | DrainChanged | HandoverRequested
 
 
 class Runner:
@@ -151,7 +152,8 @@ class Runner:
         self._terms = TermRecorder(self._election.history, metrics, settings.replica_id, self._log,
                                    (self._election.client.handler.timeout_exception,))
         self._seen_leader: str | None = None
-        self._drain_switch = DrainSwitch(self._election.client, self._election.paths, settings.replica_id, self._post)
+        self._requests = OperatorRequests(self._election.client, self._election.paths, settings.replica_id,
+                                          self._post)
         self._drain_request: DrainRequest | None = None
 
     @property
@@ -230,7 +232,7 @@ class Runner:
             self._transition(RunnerState.STOPPED)
             return 0
         try:
-            self._drain_request = self._drain_switch.current(self._election.op_timeout_s)
+            self._drain_request = self._requests.drain(self._election.op_timeout_s)
         except self._zookeeper_errors() as exc:  # the watch below tells the truth once ZooKeeper answers
             self._log.warning("drain_state_unknown", reason=f"{type(exc).__name__}: {exc}")
         self._election.start(join=self._drain_request is None)
@@ -239,7 +241,7 @@ class Runner:
         else:
             self._log.info("drained", reason=self._drain_request.reason, at_start=True)
             self._transition(RunnerState.DRAINED)
-        self._drain_switch.watch()
+        self._requests.watch()
         while self._state is not RunnerState.STOPPED:
             self._last_tick = self._clock()
             if self._state is RunnerState.LEADING:
@@ -307,6 +309,9 @@ class Runner:
                     self._transition(RunnerState.FOLLOWING)
             case DrainChanged(request=request):
                 self._drain_changed(request)
+            case HandoverRequested(request=request):
+                if request is not None:
+                    self._handover_requested(request)
             case Following(leader_replica=leader):
                 if leader is not None:
                     self._saw_leader(leader)
@@ -344,6 +349,11 @@ class Runner:
             # the newer term's fence.
             self._log.info("stale_elected_ignored", epoch=epoch, current_epoch=current)
             return
+        step_aside, granted = self._pending_handover(epoch)
+        if step_aside:
+            self._log.info("deferred_to_handover_target", epoch=epoch)
+            self._release_and_rejoin()
+            return
         self._epoch = epoch
         try:
             fence = self._election.fence()  # the fence carries the epoch of the term it was read in
@@ -380,6 +390,8 @@ class Runner:
             return
         self._term_started = self._clock()
         self._terms.began(fence, ctx.previous_handover, elected_at)
+        if granted is not None:
+            self._requests.delete_handover(granted, self._election.op_timeout_s)
         self._saw_leader(self._settings.replica_id)
         self._metrics.inauguration_seconds.observe(self._clock() - started)
         self._metrics.leadership_changes.inc()
@@ -470,6 +482,34 @@ class Runner:
             # goes on: the node's release is what lets it take over.
             self._log.warning("handover_record_not_written", reason=f"{type(exc).__name__}: {exc}",
                               epoch=self._epoch)
+
+    def _handover_requested(self, request: HandoverRequest) -> None:
+        """An operator asked this term to hand over (to a named replica, or the next in line): hand over
+        cleanly, then rejoin at the back of the line. Requests for other terms, or expired, are ignored."""
+        if (self._state not in (RunnerState.LEADING, RunnerState.PAUSED) or request.epoch != self._epoch
+                or not request.live(time.time()) or request.to == self._settings.replica_id):
+            return
+        started = self._clock()
+        self._log.info("handover_requested", to=request.to, epoch=self._epoch)
+        self._hand_over_cleanly(f"handover requested to {request.to or 'the next in line'}")
+        self._metrics.handover_seconds.observe(self._clock() - started)
+        self._release_and_rejoin()
+
+    def _pending_handover(self, epoch: int) -> tuple[bool, HandoverRequest | None]:
+        """Before a term of ``epoch`` begins, the live handover request made to an earlier term: (step aside,
+        request granted). Step aside when it names another replica that is in the election; otherwise this term
+        grants it and deletes it once inaugurated."""
+        try:
+            request = self._requests.handover(self._election.op_timeout_s)
+            if request is None or request.epoch >= epoch or not request.live(time.time()):
+                return False, None
+            if request.to in (None, self._settings.replica_id):
+                return False, request
+            in_line = {c.identity.replica_id for c in self._election.contenders() if c.identity is not None}
+        except self._zookeeper_errors() as exc:
+            self._log.warning("handover_request_unread", reason=f"{type(exc).__name__}: {exc}")
+            return False, None
+        return request.to in in_line, None
 
     def _drain_changed(self, request: DrainRequest | None) -> None:
         """Leave the election when drained (handing over first when leading); join again when undrained."""

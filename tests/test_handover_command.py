@@ -1,0 +1,111 @@
+"""`tenure handover` with real replicas: a clean handover to a named replica (those ahead of it step aside) or to
+the next in line; the old leader rejoins at the back; refusals are one line."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from election import GroupPaths, HandoverRequest, group_status, read_history
+from tests._replicas import REPO, Replica, ReplicaSet, wait_for
+
+
+@pytest.fixture()
+def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSet]:
+    common = ["--zk", zk_hosts, "--group", zk_group, "--data-root", str(tmp_path / "data"), "--career", "counter",
+              "--session-timeout-s", "3", "--handover-timeout-s", "2", "--counter-interval-s", "0.05"]
+    replica_set = ReplicaSet(common, tmp_path)
+    yield replica_set
+    replica_set.reap_all()
+
+
+def _tenure(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "service", *args], capture_output=True, text=True, timeout=90,
+                          cwd=REPO, check=False)
+
+
+def _line(zk_client: KazooClient, group: str) -> list[str]:
+    return [c.identity.replica_id for c in group_status(zk_client, group).contenders if c.identity]
+
+
+def _three(replicas: ReplicaSet, zk_client: KazooClient, group: str) -> list[Replica]:
+    started = [replicas.start("r1")]
+    wait_for(started[0].is_leader, 30, "r1 to lead")
+    for name in ("r2", "r3"):
+        started.append(replicas.start(name))
+        wait_for(lambda: _line(zk_client, group)[-1] == name, 30, f"{name} in line")  # noqa: B023
+    wait_for(lambda: all(r.get("/readyz")[0] == 200 for r in started), 30, "every replica ready")
+    return started
+
+
+def _counter_exactly_once(data_root: Path) -> None:
+    numbers = [int(line.split(",")[1]) for line in (data_root / "counter.log").read_text().splitlines()]
+    assert numbers == list(range(1, len(numbers) + 1))
+
+
+def test_handover_to_a_named_replica_past_the_next_in_line(replicas: ReplicaSet, zk_client: KazooClient,
+                                                           zk_hosts: str, zk_group: str, tmp_path: Path) -> None:
+    r1, r2, r3 = _three(replicas, zk_client, zk_group)
+    epoch = group_status(zk_client, zk_group).leader.epoch  # type: ignore[union-attr]
+    wait_for(lambda: read_history(zk_client, zk_group) and read_history(zk_client, zk_group)[-1].first_commit_at,
+             20, "r1's first commit")
+
+    done = _tenure("handover", "--zk", zk_hosts, "--group", zk_group, "--to", "r3", "--wait")
+    assert done.returncode == 0, done.stderr
+    first, last = done.stdout.strip().splitlines()
+    assert first == f"handover of epoch {epoch} to r3 requested"
+    assert re.fullmatch(r"r3 leads \(epoch \d+\); its first commit came \d+\.\d\d s after r1's last", last), last
+    assert replicas.one_leader() is r3
+    assert r2.has_event("deferred_to_handover_target")  # next in line, it stepped aside for the target
+    assert r1.has_event("handover_requested", to="r3") and r1.has_event("handover_recorded", clean=True)
+    assert r1.alive and r2.alive
+    wait_for(lambda: _line(zk_client, zk_group)[0] == "r3" and len(_line(zk_client, zk_group)) == 3, 10,
+             "r1 and r2 back in line")
+    terms = read_history(zk_client, zk_group)
+    assert [(t.replica_id, t.ended) for t in terms] == [("r1", "clean"), ("r3", None)]
+    assert not zk_client.exists(GroupPaths(zk_group).handover_request)  # the target deleted it
+    wait_for(lambda: r3.metrics().get("tenure_batches_total{outcome=committed}", 0) >= 3, 20, "r3 committing")
+    _counter_exactly_once(tmp_path / "data")
+
+
+def test_handover_to_the_next_in_line(replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str,
+                                      zk_group: str) -> None:
+    r1, r2, _r3 = _three(replicas, zk_client, zk_group)
+    done = _tenure("handover", "--zk", zk_hosts, "--group", zk_group, "--wait")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1].startswith("r2 leads")
+    assert replicas.one_leader() is r2
+    wait_for(lambda: _line(zk_client, zk_group) == ["r2", "r3", "r1"], 10, "r1 at the back of the line")
+    assert r1.has_event("handover_requested", to=None)
+
+
+def test_refusals_are_one_line(replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str, zk_group: str) -> None:
+    r1, _r2, _r3 = _three(replicas, zk_client, zk_group)
+    base = ["handover", "--zk", zk_hosts, "--group", zk_group]
+
+    def refused(*extra: str) -> str:
+        done = _tenure(*base, *extra)
+        assert done.returncode == 2, done.stdout + done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert lines[-1].startswith("tenure: error: ")
+        return lines[-1]
+
+    assert "replica 'r1' already leads" in refused("--to", "r1")
+    assert "replica 'nobody' is not in the election" in refused("--to", "nobody")
+    assert _tenure("drain", "r2", "--zk", zk_hosts, "--group", zk_group).returncode == 0
+    assert "replica 'r2' is drained: undrain it first" in refused("--to", "r2")
+    epoch = group_status(zk_client, zk_group).leader.epoch  # type: ignore[union-attr]
+    # A live request the leader ignores (it names the leader itself) blocks a second one.
+    zk_client.create(GroupPaths(zk_group).handover_request,
+                     HandoverRequest(epoch, "r1", time.time(), time.time() + 60).encode())
+    assert "is already requested" in refused("--to", "r3")
+    assert replicas.one_leader() is r1
+    zk_client.delete(GroupPaths(zk_group).handover_request)
+    wait_for(lambda: replicas.one_leader() is r1, 5, "r1 still leading")
