@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -129,3 +131,24 @@ class ReplicaSet:
     def reap_all(self) -> None:
         for replica in self.replicas:
             replica.reap()
+
+
+def tenure(*args: str, timeout_s: float = 90.0) -> subprocess.CompletedProcess[str]:
+    """Run the `tenure` command line (`python -m service`) from the repository; output captured, never raises."""
+    return subprocess.run([sys.executable, "-m", "service", *args], capture_output=True, text=True,
+                          timeout=timeout_s, cwd=REPO, check=False)
+
+
+def counter_replica_set(zk_hosts: str, group: str, tmp_path: Path, session_timeout_s: float = 3.0) -> ReplicaSet:
+    """Replicas of the counter career on one data root, quick to elect and to hand over (reap them after)."""
+    common = ["--zk", zk_hosts, "--group", group, "--data-root", str(tmp_path / "data"), "--career", "counter",
+              "--session-timeout-s", str(session_timeout_s), "--handover-timeout-s", "2",
+              "--counter-interval-s", "0.05"]
+    return ReplicaSet(common, tmp_path)
+
+
+def counter_exactly_once(data_root: Path) -> list[int]:
+    """The counter career's output: every n from 1 to the last once, in order."""
+    numbers = [int(line.split(",")[1]) for line in (data_root / "counter.log").read_text().splitlines()]
+    assert numbers == list(range(1, len(numbers) + 1)), "a duplicate or missing n"
+    return numbers

@@ -4,8 +4,6 @@ observable; refusals are one line; a replica drained before it starts never join
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,30 +12,20 @@ import pytest
 from kazoo.client import KazooClient
 
 from election import DrainRequest, GroupPaths, group_status, read_history
-from tests._replicas import REPO, ReplicaSet, wait_for
+from tests._replicas import ReplicaSet, counter_exactly_once, counter_replica_set, tenure, wait_for
 
 
 @pytest.fixture()
 def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSet]:
-    common = ["--zk", zk_hosts, "--group", zk_group, "--data-root", str(tmp_path / "data"), "--career", "counter",
-              "--session-timeout-s", "3", "--handover-timeout-s", "2", "--counter-interval-s", "0.05"]
-    replica_set = ReplicaSet(common, tmp_path)
+    replica_set = counter_replica_set(zk_hosts, zk_group, tmp_path)
     yield replica_set
     replica_set.reap_all()
 
-
-def _tenure(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "service", *args], capture_output=True, text=True, timeout=90,
-                          cwd=REPO, check=False)
 
 
 def _in_election(zk_client: KazooClient, group: str) -> list[str]:
     return [c.identity.replica_id for c in group_status(zk_client, group).contenders if c.identity]
 
-
-def _counter_exactly_once(data_root: Path) -> None:
-    numbers = [int(line.split(",")[1]) for line in (data_root / "counter.log").read_text().splitlines()]
-    assert numbers == list(range(1, len(numbers) + 1))
 
 
 def test_a_drained_leader_hands_over_cleanly_and_stays_warm(replicas: ReplicaSet, zk_client: KazooClient,
@@ -47,7 +35,7 @@ def test_a_drained_leader_hands_over_cleanly_and_stays_warm(replicas: ReplicaSet
     others = [replicas.start("r2"), replicas.start("r3")]
     wait_for(lambda: all(r.get("/readyz")[0] == 200 for r in others), 30, "r2 and r3 ready")
 
-    done = _tenure("drain", "r1", "--zk", zk_hosts, "--group", zk_group, "--reason", "kernel upgrade")
+    done = tenure("drain", "r1", "--zk", zk_hosts, "--group", zk_group, "--reason", "kernel upgrade")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "r1 drained (kernel upgrade): out of the election"
     successor = wait_for(replicas.one_leader, 20, "a successor to lead")
@@ -58,16 +46,16 @@ def test_a_drained_leader_hands_over_cleanly_and_stays_warm(replicas: ReplicaSet
     assert any(reason.startswith("drained: kernel upgrade") for reason in json.loads(body)["reasons"])
     assert first.has_event("drained", was_leading=True) and first.has_event("handover_recorded", clean=True)
     assert read_history(zk_client, zk_group)[0].ended == "clean"
-    status = _tenure("status", "--zk", zk_hosts, "--group", zk_group)
+    status = tenure("status", "--zk", zk_hosts, "--group", zk_group)
     assert "drained: r1 since" in status.stdout and "kernel upgrade" in status.stdout
 
-    done = _tenure("undrain", "r1", "--zk", zk_hosts, "--group", zk_group)
+    done = tenure("undrain", "r1", "--zk", zk_hosts, "--group", zk_group)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "r1 undrained: back in the election"
     assert _in_election(zk_client, zk_group)[-1] == "r1"  # at the back of the line
     wait_for(lambda: first.get("/readyz")[0] == 200, 10, "r1 ready again")
     assert replicas.one_leader() is successor
-    _counter_exactly_once(tmp_path / "data")
+    counter_exactly_once(tmp_path / "data")
 
 
 def test_refusals_are_one_line(replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str, zk_group: str) -> None:
@@ -75,22 +63,22 @@ def test_refusals_are_one_line(replicas: ReplicaSet, zk_client: KazooClient, zk_
     wait_for(only.is_leader, 30, "r1 to lead")
     base = ["--zk", zk_hosts, "--group", zk_group]
 
-    unknown = _tenure("drain", "nobody", *base)
+    unknown = tenure("drain", "nobody", *base)
     assert unknown.returncode == 2
     assert unknown.stderr.strip().splitlines()[-1] == (
         f"tenure: error: replica 'nobody' is not in the election of group '{zk_group}' (contenders: r1): check the "
         "replica id (`tenure status`)")
-    last = _tenure("drain", "r1", *base)
+    last = tenure("drain", "r1", *base)
     assert last.returncode == 2
     assert "is the last replica in the election of group" in last.stderr and "--force" in last.stderr
     assert only.is_leader() and not zk_client.exists(GroupPaths(zk_group).drained_node("r1"))
 
-    forced = _tenure("drain", "r1", *base, "--force")
+    forced = tenure("drain", "r1", *base, "--force")
     assert forced.returncode == 0, forced.stderr
     assert _in_election(zk_client, zk_group) == [] and not only.is_leader()
-    assert _tenure("undrain", "r1", *base).returncode == 0
+    assert tenure("undrain", "r1", *base).returncode == 0
     wait_for(only.is_leader, 20, "r1 to lead again")
-    again = _tenure("undrain", "r1", *base)
+    again = tenure("undrain", "r1", *base)
     assert again.returncode == 2 and "replica 'r1' is not drained" in again.stderr
 
 
@@ -106,5 +94,5 @@ def test_a_replica_drained_before_it_starts_never_joins(replicas: ReplicaSet, zk
              "r2 up and reporting drained")
     assert late.has_event("drained", at_start=True)
     assert "r2" not in _in_election(zk_client, zk_group)
-    assert _tenure("undrain", "r2", "--zk", zk_hosts, "--group", zk_group).returncode == 0
+    assert tenure("undrain", "r2", "--zk", zk_hosts, "--group", zk_group).returncode == 0
     assert _in_election(zk_client, zk_group) == ["r1", "r2"]

@@ -4,8 +4,6 @@ the next in line; the old leader rejoins at the back; refusals are one line."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,21 +12,15 @@ import pytest
 from kazoo.client import KazooClient
 
 from election import GroupPaths, HandoverRequest, group_status, read_history
-from tests._replicas import REPO, Replica, ReplicaSet, wait_for
+from tests._replicas import Replica, ReplicaSet, counter_exactly_once, counter_replica_set, tenure, wait_for
 
 
 @pytest.fixture()
 def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSet]:
-    common = ["--zk", zk_hosts, "--group", zk_group, "--data-root", str(tmp_path / "data"), "--career", "counter",
-              "--session-timeout-s", "3", "--handover-timeout-s", "2", "--counter-interval-s", "0.05"]
-    replica_set = ReplicaSet(common, tmp_path)
+    replica_set = counter_replica_set(zk_hosts, zk_group, tmp_path)
     yield replica_set
     replica_set.reap_all()
 
-
-def _tenure(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "service", *args], capture_output=True, text=True, timeout=90,
-                          cwd=REPO, check=False)
 
 
 def _line(zk_client: KazooClient, group: str) -> list[str]:
@@ -45,10 +37,6 @@ def _three(replicas: ReplicaSet, zk_client: KazooClient, group: str) -> list[Rep
     return started
 
 
-def _counter_exactly_once(data_root: Path) -> None:
-    numbers = [int(line.split(",")[1]) for line in (data_root / "counter.log").read_text().splitlines()]
-    assert numbers == list(range(1, len(numbers) + 1))
-
 
 def test_handover_to_a_named_replica_past_the_next_in_line(replicas: ReplicaSet, zk_client: KazooClient,
                                                            zk_hosts: str, zk_group: str, tmp_path: Path) -> None:
@@ -57,7 +45,7 @@ def test_handover_to_a_named_replica_past_the_next_in_line(replicas: ReplicaSet,
     wait_for(lambda: read_history(zk_client, zk_group) and read_history(zk_client, zk_group)[-1].first_commit_at,
              20, "r1's first commit")
 
-    done = _tenure("handover", "--zk", zk_hosts, "--group", zk_group, "--to", "r3", "--wait")
+    done = tenure("handover", "--zk", zk_hosts, "--group", zk_group, "--to", "r3", "--wait")
     assert done.returncode == 0, done.stderr
     first, last = done.stdout.strip().splitlines()
     assert first == f"handover of epoch {epoch} to r3 requested"
@@ -72,13 +60,13 @@ def test_handover_to_a_named_replica_past_the_next_in_line(replicas: ReplicaSet,
     assert [(t.replica_id, t.ended) for t in terms] == [("r1", "clean"), ("r3", None)]
     assert not zk_client.exists(GroupPaths(zk_group).handover_request)  # the target deleted it
     wait_for(lambda: r3.metrics().get("tenure_batches_total{outcome=committed}", 0) >= 3, 20, "r3 committing")
-    _counter_exactly_once(tmp_path / "data")
+    counter_exactly_once(tmp_path / "data")
 
 
 def test_handover_to_the_next_in_line(replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str,
                                       zk_group: str) -> None:
     r1, r2, _r3 = _three(replicas, zk_client, zk_group)
-    done = _tenure("handover", "--zk", zk_hosts, "--group", zk_group, "--wait")
+    done = tenure("handover", "--zk", zk_hosts, "--group", zk_group, "--wait")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1].startswith("r2 leads")
     assert replicas.one_leader() is r2
@@ -91,7 +79,7 @@ def test_refusals_are_one_line(replicas: ReplicaSet, zk_client: KazooClient, zk_
     base = ["handover", "--zk", zk_hosts, "--group", zk_group]
 
     def refused(*extra: str) -> str:
-        done = _tenure(*base, *extra)
+        done = tenure(*base, *extra)
         assert done.returncode == 2, done.stdout + done.stderr
         lines = done.stderr.strip().splitlines()
         assert lines[-1].startswith("tenure: error: ")
@@ -99,7 +87,7 @@ def test_refusals_are_one_line(replicas: ReplicaSet, zk_client: KazooClient, zk_
 
     assert "replica 'r1' already leads" in refused("--to", "r1")
     assert "replica 'nobody' is not in the election" in refused("--to", "nobody")
-    assert _tenure("drain", "r2", "--zk", zk_hosts, "--group", zk_group).returncode == 0
+    assert tenure("drain", "r2", "--zk", zk_hosts, "--group", zk_group).returncode == 0
     assert "replica 'r2' is drained: undrain it first" in refused("--to", "r2")
     epoch = group_status(zk_client, zk_group).leader.epoch  # type: ignore[union-attr]
     # A live request the leader ignores (it names the leader itself) blocks a second one.

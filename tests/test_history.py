@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,16 +13,12 @@ from kazoo.client import KazooClient
 
 from election import HISTORY_LIMIT, Election, Fenced, GroupPaths, Identity, TermHistory, read_history
 from service.ops import format_history
-from tests._replicas import REPO, ReplicaSet, wait_for
-
-SESSION_S = 3.0
+from tests._replicas import ReplicaSet, counter_replica_set, tenure, wait_for
 
 
 @pytest.fixture()
 def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSet]:
-    common = ["--zk", zk_hosts, "--group", zk_group, "--data-root", str(tmp_path / "data"), "--career", "counter",
-              "--session-timeout-s", str(SESSION_S), "--handover-timeout-s", "2", "--counter-interval-s", "0.05"]
-    replica_set = ReplicaSet(common, tmp_path)
+    replica_set = counter_replica_set(zk_hosts, zk_group, tmp_path)
     yield replica_set
     replica_set.reap_all()
 
@@ -112,18 +106,13 @@ def test_tenure_history_prints_a_table_and_json(zk_client: KazooClient, zk_hosts
     TermHistory(zk_client, paths, acl=None, timeout_s=10.0).begin(
         epoch=42, node=node, node_version=0, replica_id="r9", elected_at=time.time() - 65, previous=None)
 
-    def run(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "service", "history", "--zk", zk_hosts, "--group", zk_group,
-                               *extra], capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
-
-    table = run()
+    table = tenure("history", "--zk", zk_hosts, "--group", zk_group)
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.strip().splitlines()
     assert header.split() == ["epoch", "replica", "elected", "lasted", "ended", "first", "commit", "gap", "batches",
                               "records"]
     assert row.split()[:2] == ["42", "r9"] and "1m0" in row and "running" in row
-    data = json.loads(run("--json", "--last", "1").stdout)
+    data = json.loads(tenure("history", "--zk", zk_hosts, "--group", zk_group, "--json", "--last", "1").stdout)
     assert data["group"] == zk_group and [t["epoch"] for t in data["terms"]] == [42]
-    status = subprocess.run([sys.executable, "-m", "service", "status", "--zk", zk_hosts, "--group", zk_group],
-                            capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+    status = tenure("status", "--zk", zk_hosts, "--group", zk_group)
     assert "last 1 terms" in status.stdout and "r9" in status.stdout
