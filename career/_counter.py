@@ -9,6 +9,7 @@ from pathlib import Path
 
 import structlog
 
+from career._health import storage_problem
 from career._protocol import CareerContext, CareerObserver, Outcome
 from election import Fenced
 
@@ -30,8 +31,9 @@ class CounterCareer:
     """
 
     def __init__(self, path: Path, *, interval_s: float, observer: CareerObserver,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, min_free_bytes: int = 0) -> None:
         self._path = path
+        self._min_free_bytes = min_free_bytes
         self._interval_s = interval_s
         self._observer = observer
         self._clock = clock
@@ -47,6 +49,9 @@ class CounterCareer:
 
     def ready(self) -> bool:
         return True
+
+    def unhealthy(self) -> str | None:
+        return storage_problem(self._path.parent, self._min_free_bytes)
 
     def inaugurate(self, ctx: CareerContext) -> None:
         self._ctx = ctx

@@ -119,6 +119,11 @@ class Career(Protocol):
     def ready(self) -> bool:
         """True once ``prepare`` has finished (feeds /readyz)."""
 
+    def unhealthy(self) -> str | None:
+        """Why the career cannot work now (a one-line reason), or None when it can. The runner asks every few
+        seconds: an unhealthy replica leaves the election, handing over first when it leads, and rejoins once
+        healthy again. Must be cheap and must not raise."""
+
     def inaugurate(self, ctx: CareerContext) -> None:
         """Begin a term: recover what a crashed predecessor left, or take the fast path."""
 

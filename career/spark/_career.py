@@ -14,6 +14,7 @@ from pathlib import Path
 import structlog
 from pyspark.sql import SparkSession
 
+from career._health import storage_problem
 from career._protocol import CareerContext, CareerObserver, Outcome
 from career.spark._batch import BatchWriter
 from career.spark._config import SparkCareerConfig
@@ -124,6 +125,24 @@ class SparkCareer:
     def ready(self) -> bool:
         """True once ``prepare`` has finished."""
         return self._prepared
+
+    def unhealthy(self) -> str | None:
+        """The data root (and a shared queue) writable with enough disk free; once prepared, the SparkSession
+        alive (a dead one does not come back: restart the replica)."""
+        if self._prepared and self._session is not None and self._session_stopped():
+            return "the SparkSession has stopped (its JVM died?): restart the replica"
+        for folder in dict.fromkeys((self._config.data_root, self._config.queue_dir or self._config.data_root)):
+            problem = storage_problem(folder, self._config.min_free_disk_mb << 20)
+            if problem is not None:
+                return problem
+        return None
+
+    def _session_stopped(self) -> bool:
+        assert self._session is not None
+        try:
+            return bool(self._session.sparkContext._jsc.sc().isStopped())
+        except Exception:  # py4j: the gateway itself is gone
+            return True
 
     def inaugurate(self, ctx: CareerContext) -> None:
         """Begin a term: take a checkpoint of its own, roll a committed-but-unpublished batch forward, delete

@@ -74,6 +74,8 @@ class SparkCareerConfig:
         retry_attempts: attempts of a failing record before it is dead-lettered (default 5).
         retry_backoff_s: delay after the first failure; doubles per attempt (default 1).
         retry_backoff_max_s: cap of the retry delay (default 300); at least ``retry_backoff_s``.
+        min_free_disk_mb: below this much free space on the data root (or the queue's volume) the career reports
+            itself unhealthy and the replica leaves the election until there is room again (default 512).
 
     Raises:
         ConfigError: a setting cannot work; the message names it, its value and the fix (a ``ValueError`` too).
@@ -105,6 +107,7 @@ class SparkCareerConfig:
     retry_attempts: int = 5
     retry_backoff_s: float = 1.0
     retry_backoff_max_s: float = 300.0
+    min_free_disk_mb: int = 512
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_root", Path(self.data_root))
@@ -116,6 +119,8 @@ class SparkCareerConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{name}={value} is below 1: raise it to at least 1")
+        if self.min_free_disk_mb < 0:
+            raise ConfigError(f"min_free_disk_mb={self.min_free_disk_mb} is negative: use 0 to turn the check off")
         for name in ("max_line_bytes", "shuffle_partitions", "retry_attempts"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} is below 1; raise it to at least 1")

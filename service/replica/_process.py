@@ -115,7 +115,7 @@ def _make_career(config: ReplicaConfig, metrics: Metrics,
         return career
     if config.career == "counter":
         return CounterCareer(config.data_root / "counter.log", interval_s=config.counter_interval_s,
-                             observer=metrics)
+                             observer=metrics, min_free_bytes=config.min_free_disk_mb << 20)
     from career.spark import HookError, SparkCareer  # imported only when Spark is the career
 
     try:

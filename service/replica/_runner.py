@@ -51,6 +51,8 @@ _log = structlog.get_logger("tenure.runner")
 EXIT_HANDOVER_OVERRUN = 3
 #: Past the handover budget, time for the handover record and the node's release (two ZooKeeper writes).
 _HANDOVER_GRACE_S = 2.0
+#: How often the runner asks the career whether it can work (``Career.unhealthy``).
+_HEALTH_EVERY_S = 2.0
 
 
 class RunnerState(enum.Enum):
@@ -62,6 +64,7 @@ class RunnerState(enum.Enum):
     PAUSED = "paused"  # leading but suspended (connection or safe-until): no execute, no commit
     BACKING_OFF = "backing_off"  # the career raised: out of the election for a growing delay
     DRAINED = "drained"  # out of the election on an operator's request (tenure drain), career warm
+    UNHEALTHY = "unhealthy"  # out of the election while the career cannot work (storage, Spark); rejoins when well
     STOPPING = "stopping"  # a signal arrived: handing over
     STOPPED = "stopped"
 
@@ -69,13 +72,15 @@ class RunnerState(enum.Enum):
 _TRANSITIONS: dict[RunnerState, frozenset[RunnerState]] = {
     RunnerState.STARTING: frozenset({RunnerState.FOLLOWING, RunnerState.DRAINED, RunnerState.STOPPING}),
     RunnerState.FOLLOWING: frozenset({RunnerState.LEADING, RunnerState.BACKING_OFF, RunnerState.DRAINED,
-                                      RunnerState.STOPPING}),
+                                      RunnerState.UNHEALTHY, RunnerState.STOPPING}),
     RunnerState.LEADING: frozenset({RunnerState.PAUSED, RunnerState.FOLLOWING, RunnerState.BACKING_OFF,
-                                    RunnerState.DRAINED, RunnerState.STOPPING}),
+                                    RunnerState.DRAINED, RunnerState.UNHEALTHY, RunnerState.STOPPING}),
     RunnerState.PAUSED: frozenset({RunnerState.LEADING, RunnerState.FOLLOWING, RunnerState.BACKING_OFF,
-                                   RunnerState.DRAINED, RunnerState.STOPPING}),
-    RunnerState.BACKING_OFF: frozenset({RunnerState.FOLLOWING, RunnerState.DRAINED, RunnerState.STOPPING}),
-    RunnerState.DRAINED: frozenset({RunnerState.FOLLOWING, RunnerState.STOPPING}),
+                                   RunnerState.DRAINED, RunnerState.UNHEALTHY, RunnerState.STOPPING}),
+    RunnerState.BACKING_OFF: frozenset({RunnerState.FOLLOWING, RunnerState.DRAINED, RunnerState.UNHEALTHY,
+                                        RunnerState.STOPPING}),
+    RunnerState.DRAINED: frozenset({RunnerState.FOLLOWING, RunnerState.UNHEALTHY, RunnerState.STOPPING}),
+    RunnerState.UNHEALTHY: frozenset({RunnerState.FOLLOWING, RunnerState.DRAINED, RunnerState.STOPPING}),
     RunnerState.STOPPING: frozenset({RunnerState.STOPPED}),
     RunnerState.STOPPED: frozenset(),
 }
@@ -155,6 +160,8 @@ class Runner:
         self._requests = OperatorRequests(self._election.client, self._election.paths, settings.replica_id,
                                           self._post)
         self._drain_request: DrainRequest | None = None
+        self._unhealthy_reason: str | None = None
+        self._next_health_check = 0.0
 
     @property
     def state(self) -> RunnerState:
@@ -211,6 +218,8 @@ class Runner:
         if drained is not None and self._state is RunnerState.DRAINED:
             reasons.append(f"drained: {drained.reason or 'no reason given'} (since "
                            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(drained.since))})")
+        elif self._state is RunnerState.UNHEALTHY:
+            reasons.append(f"unhealthy: {self._unhealthy_reason}")
         elif not in_election:
             reasons.append(f"not in the election ({self._state.value})")
         career_ready = self._career.ready()
@@ -244,6 +253,9 @@ class Runner:
         self._requests.watch()
         while self._state is not RunnerState.STOPPED:
             self._last_tick = self._clock()
+            if self._last_tick >= self._next_health_check:
+                self._next_health_check = self._last_tick + _HEALTH_EVERY_S
+                self._check_career_health()
             if self._state is RunnerState.LEADING:
                 self._drain()
                 if self._state is RunnerState.LEADING and not self._execute_once():
@@ -456,6 +468,16 @@ class Runner:
             self._transition(RunnerState.FOLLOWING)
 
     def _career_failed(self, phase: str, exc: Exception) -> None:
+        reason = self._career_health()
+        if reason is not None:
+            # The career failed because its storage (or Spark) did: no fault of the career, so no back-off
+            # counting towards it; out of the election until it heals (the successor recovers the term).
+            self._unhealthy_reason = reason
+            self._log.warning("career_failed_unhealthy", phase=phase, reason=reason,
+                              error=f"{type(exc).__name__}: {exc}", epoch=self._epoch)
+            self._end_term(Outcome.FAILED, f"{phase} raised {type(exc).__name__} while unhealthy: {reason}")
+            self._leave_election(RunnerState.UNHEALTHY, f"unhealthy: {reason}", term_ended=True)
+            return
         self._failures += 1
         self._metrics.career_failures.inc()
         self._log.error("career_failed", phase=phase, epoch=self._epoch, failures=self._failures,
@@ -511,27 +533,62 @@ class Runner:
             return False, None
         return request.to in in_line, None
 
+    def _check_career_health(self) -> None:
+        """Leave the election while the career cannot work (handing over first when leading), rather than fail
+        its batches; rejoin once it can. A drained replica stays drained."""
+        reason = self._career_health()
+        self._unhealthy_reason = reason
+        if reason is not None and self._state in (RunnerState.FOLLOWING, RunnerState.LEADING, RunnerState.PAUSED,
+                                                  RunnerState.BACKING_OFF):
+            self._leave_election(RunnerState.UNHEALTHY, f"unhealthy: {reason}")
+        elif reason is None and self._state is RunnerState.UNHEALTHY:
+            self._log.info("healthy_again")
+            self._election.join()
+            self._transition(RunnerState.FOLLOWING)
+
+    def _career_health(self) -> str | None:
+        """``Career.unhealthy()``: why the career cannot work now, or None."""
+        check = getattr(self._career, "unhealthy", None)  # a career of one's own from before the check: healthy
+        try:
+            return check() if check is not None else None
+        except Exception as exc:  # a health check that raises says the career is not well
+            return f"the health check raised {type(exc).__name__}: {exc}"
+
+    def _leave_election(self, to: RunnerState, reason: str, *, term_ended: bool = False) -> None:
+        """Hand over cleanly when leading (unless the term already ended), release the node, and wait out of the
+        election in state ``to``."""
+        started = self._clock()
+        was_leading = self._state in (RunnerState.LEADING, RunnerState.PAUSED) and not term_ended
+        if was_leading:
+            self._hand_over_cleanly(reason)
+        try:
+            self._election.release(self._settings.handover_timeout_s)
+        except TenureError:
+            self._log.exception("release_failed", epoch=self._epoch)
+        if was_leading:
+            self._metrics.handover_seconds.observe(self._clock() - started)
+        self._log.warning("left_election", reason=reason, state=to.value, was_leading=was_leading,
+                          epoch=self._epoch)
+        self._transition(to)
+
     def _drain_changed(self, request: DrainRequest | None) -> None:
         """Leave the election when drained (handing over first when leading); join again when undrained."""
         self._drain_request = request
         if request is not None and self._state in (RunnerState.FOLLOWING, RunnerState.LEADING, RunnerState.PAUSED,
-                                                   RunnerState.BACKING_OFF):
-            started = self._clock()
+                                                   RunnerState.BACKING_OFF, RunnerState.UNHEALTHY):
             was_leading = self._state in (RunnerState.LEADING, RunnerState.PAUSED)
-            if was_leading:
-                self._hand_over_cleanly(f"drained: {request.reason}")
-            try:
-                self._election.release(self._settings.handover_timeout_s)
-            except TenureError:
-                self._log.exception("release_failed", epoch=self._epoch)
-            if was_leading:
-                self._metrics.handover_seconds.observe(self._clock() - started)
             self._log.info("drained", reason=request.reason, was_leading=was_leading, epoch=self._epoch)
-            self._transition(RunnerState.DRAINED)
+            if self._state is RunnerState.UNHEALTHY:
+                self._transition(RunnerState.DRAINED)
+            else:
+                self._leave_election(RunnerState.DRAINED, f"drained: {request.reason}")
         elif request is None and self._state is RunnerState.DRAINED:
             self._log.info("undrained")
-            self._election.join()
-            self._transition(RunnerState.FOLLOWING)
+            if self._unhealthy_reason is not None:
+                self._transition(RunnerState.UNHEALTHY)
+            else:
+                self._election.join()
+                self._transition(RunnerState.FOLLOWING)
 
     def _stop(self, reason: str) -> None:
         started = self._clock()

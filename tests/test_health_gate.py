@@ -1,0 +1,87 @@
+"""Health-gated candidacy with real replicas: a replica whose data root stops taking writes leaves the election —
+the leader handing over first — instead of failing its batches, says why on /readyz, and rejoins once it heals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from career._health import storage_problem
+from election import group_status
+from tests._replicas import ReplicaSet, wait_for
+
+
+@pytest.fixture()
+def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSet]:
+    """Counter replicas, each on a data root of its own here: the fault breaks one replica's storage only."""
+    common = ["--zk", zk_hosts, "--group", zk_group, "--career", "counter", "--session-timeout-s", "3",
+              "--handover-timeout-s", "2", "--counter-interval-s", "0.05"]
+    replica_set = ReplicaSet(common, tmp_path)
+    yield replica_set
+    replica_set.reap_all()
+
+
+def _line(zk_client: KazooClient, group: str) -> list[str]:
+    return [c.identity.replica_id for c in group_status(zk_client, group).contenders if c.identity]
+
+
+def test_a_leader_whose_data_root_breaks_hands_over_and_rejoins_when_healed(
+        replicas: ReplicaSet, zk_client: KazooClient, zk_group: str, tmp_path: Path) -> None:
+    root = tmp_path / "r1-data"
+    first = replicas.start("r1", ["--data-root", str(root)])
+    wait_for(first.is_leader, 30, "r1 to lead")
+    second = replicas.start("r2", ["--data-root", str(tmp_path / "r2-data")])
+    wait_for(lambda: second.get("/readyz")[0] == 200, 30, "r2 ready")
+
+    # The volume goes away under the leader: its data root is now a plain file (an unmounted, replaced path).
+    root.rename(tmp_path / "r1-data.away")
+    root.write_text("not a folder\n")
+    wait_for(second.is_leader, 20, "r2 to lead once r1 left the election")
+    code, body = first.get("/readyz")
+    assert code == 503 and json.loads(body)["role"] == "unhealthy"
+    assert any(r.startswith(f"unhealthy: data root {root} is not writable") for r in json.loads(body)["reasons"])
+    assert first.alive and first.get("/livez")[0] == 200
+    # Whether the periodic check or a failing batch noticed first, it left as unhealthy: no back-off, no failure
+    # counted against the career.
+    assert first.has_event("left_election", state="unhealthy")
+    assert not first.has_event("backing_off") and not first.has_event("career_failed")
+    assert _line(zk_client, zk_group) == ["r2"]
+
+    root.unlink()
+    (tmp_path / "r1-data.away").rename(root)
+    wait_for(lambda: _line(zk_client, zk_group) == ["r2", "r1"], 20, "r1 back in line once healed")
+    assert first.has_event("healthy_again")
+    wait_for(lambda: first.get("/readyz")[0] == 200, 10, "r1 ready again")
+
+
+def test_the_storage_check_names_the_problem(tmp_path: Path) -> None:
+    assert storage_problem(tmp_path, 0) is None
+    assert not list(tmp_path.iterdir())  # the probe leaves nothing behind
+    free_mb = shutil.disk_usage(tmp_path).free >> 20
+    full = storage_problem(tmp_path, (free_mb + 1024) << 20)
+    assert full is not None and "MiB free, below the" in full and "--min-free-disk-mb" in full
+    gone = storage_problem(tmp_path / "missing", 0)
+    assert gone is not None and gone.startswith(f"data root {tmp_path / 'missing'} is not writable")
+
+
+def test_a_follower_whose_data_root_breaks_leaves_the_line_until_healed(
+        replicas: ReplicaSet, zk_client: KazooClient, zk_group: str, tmp_path: Path) -> None:
+    """No batch runs on a follower: only the periodic check can notice, and it does."""
+    leader = replicas.start("r1", ["--data-root", str(tmp_path / "r1-data")])
+    wait_for(leader.is_leader, 30, "r1 to lead")
+    root = tmp_path / "r2-data"
+    follower = replicas.start("r2", ["--data-root", str(root)])
+    wait_for(lambda: _line(zk_client, zk_group) == ["r1", "r2"], 30, "r2 in line")
+    shutil.rmtree(root)
+    root.write_text("not a folder\n")
+    wait_for(lambda: _line(zk_client, zk_group) == ["r1"], 20, "r2 out of the line")
+    assert follower.has_event("left_election", state="unhealthy", was_leading=False)
+    assert follower.get("/readyz")[0] == 503 and leader.is_leader()
+    root.unlink()
+    root.mkdir()
+    wait_for(lambda: _line(zk_client, zk_group) == ["r1", "r2"], 20, "r2 back in line")
