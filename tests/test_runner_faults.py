@@ -26,7 +26,8 @@ from career import CareerContext, CareerObserver
 from career._counter import CounterCareer
 from election import Elected, Election, ElectionError, ElectionEvent, Identity, NotLeader, Revoked
 from service.replica import Metrics
-from service.replica._runner import Runner, RunnerSettings, RunnerState, _Signal
+from service.replica._runner import Runner, _Signal
+from service.replica._runner_states import RunnerSettings, RunnerState
 from tests._replicas import wait_for
 
 SESSION_S = 3.0

@@ -30,7 +30,7 @@ from service.replica._registry import (
     register_group,
     registered_groups,
 )
-from service.replica._runner import RunnerState
+from service.replica._runner_states import RunnerState
 
 __all__ = [
     "BATCHES",

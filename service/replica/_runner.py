@@ -2,13 +2,13 @@
 
 Every input — election events (posted from the election's thread), signals, the clock — arrives on one
 bounded queue, and only the control thread changes the runner's state (the seeds' singular update queue).
-One module past 400 lines on purpose: the loop, its transition table and the handlers of each event share that
-state, and reading them side by side is how a reader checks that every state answers every event.
+One module past 400 lines on purpose: the loop and the handlers of every event — election, signal, operator
+request, health — share the runner's state, and reading them side by side is how a reader checks that every state
+answers every event (the states and their transitions are in ``_runner_states.py``).
 """
 
 from __future__ import annotations
 
-import enum
 import os
 import queue
 import signal
@@ -23,7 +23,6 @@ from kazoo.exceptions import KazooException
 
 from career import Career, CareerContext, HandoverRecord, Outcome
 from election import (
-    ConfigError,
     ConnectionChanged,
     DrainRequest,
     Elected,
@@ -42,9 +41,10 @@ from election import (
 from service.replica._health import Health
 from service.replica._metrics import Metrics
 from service.replica._requests import DrainChanged, HandoverRequested, OperatorRequests
+from service.replica._runner_states import TRANSITIONS, RunnerSettings, RunnerState
 from service.replica._term_record import TermRecorder
 
-__all__ = ["EXIT_HANDOVER_OVERRUN", "Runner", "RunnerSettings", "RunnerState"]
+__all__ = ["EXIT_HANDOVER_OVERRUN", "Runner"]
 
 _log = structlog.get_logger("tenure.runner")
 
@@ -53,68 +53,6 @@ EXIT_HANDOVER_OVERRUN = 3
 _HANDOVER_GRACE_S = 2.0
 #: How often the runner asks the career whether it can work (``Career.unhealthy``).
 _HEALTH_EVERY_S = 2.0
-
-
-class RunnerState(enum.Enum):
-    """Where the replica is in its career."""
-
-    STARTING = "starting"  # warming the career up; not yet in the election
-    FOLLOWING = "following"  # in the election, waiting
-    LEADING = "leading"  # elected and inaugurated: execute() runs
-    PAUSED = "paused"  # leading but suspended (connection or safe-until): no execute, no commit
-    BACKING_OFF = "backing_off"  # the career raised: out of the election for a growing delay
-    DRAINED = "drained"  # out of the election on an operator's request (tenure drain), career warm
-    UNHEALTHY = "unhealthy"  # out of the election while the career cannot work (storage, Spark); rejoins when well
-    STOPPING = "stopping"  # a signal arrived: handing over
-    STOPPED = "stopped"
-
-
-_TRANSITIONS: dict[RunnerState, frozenset[RunnerState]] = {
-    RunnerState.STARTING: frozenset({RunnerState.FOLLOWING, RunnerState.DRAINED, RunnerState.STOPPING}),
-    RunnerState.FOLLOWING: frozenset({RunnerState.LEADING, RunnerState.BACKING_OFF, RunnerState.DRAINED,
-                                      RunnerState.UNHEALTHY, RunnerState.STOPPING}),
-    RunnerState.LEADING: frozenset({RunnerState.PAUSED, RunnerState.FOLLOWING, RunnerState.BACKING_OFF,
-                                    RunnerState.DRAINED, RunnerState.UNHEALTHY, RunnerState.STOPPING}),
-    RunnerState.PAUSED: frozenset({RunnerState.LEADING, RunnerState.FOLLOWING, RunnerState.BACKING_OFF,
-                                   RunnerState.DRAINED, RunnerState.UNHEALTHY, RunnerState.STOPPING}),
-    RunnerState.BACKING_OFF: frozenset({RunnerState.FOLLOWING, RunnerState.DRAINED, RunnerState.UNHEALTHY,
-                                        RunnerState.STOPPING}),
-    RunnerState.DRAINED: frozenset({RunnerState.FOLLOWING, RunnerState.UNHEALTHY, RunnerState.STOPPING}),
-    RunnerState.UNHEALTHY: frozenset({RunnerState.FOLLOWING, RunnerState.DRAINED, RunnerState.STOPPING}),
-    RunnerState.STOPPING: frozenset({RunnerState.STOPPED}),
-    RunnerState.STOPPED: frozenset(),
-}
-
-
-@dataclass(frozen=True)
-class RunnerSettings:
-    """The runner's timings, validated here (``ReplicaConfig`` builds them from its flags).
-
-    Attributes:
-        handover_timeout_s: the graceful handover's budget: stop the career, write the handover record, release.
-        idle_backoff_s: pause after an ``execute()`` that found no work.
-        failure_backoff_s: first back-off after the career raised; doubles up to ``failure_backoff_max_s``.
-        failure_backoff_max_s: cap of the failure back-off; a term longer than this forgives earlier failures.
-        liveness_timeout_s: ``/livez`` fails when the loop stalls this long.
-        tick_s: the loop's longest wait for an event.
-    """
-
-    replica_id: str
-    handover_timeout_s: float = 5.0
-    idle_backoff_s: float = 0.1
-    failure_backoff_s: float = 1.0
-    failure_backoff_max_s: float = 60.0
-    liveness_timeout_s: float = 30.0
-    tick_s: float = 0.5
-
-    def __post_init__(self) -> None:
-        for name in ("handover_timeout_s", "idle_backoff_s", "failure_backoff_s", "failure_backoff_max_s",
-                     "liveness_timeout_s", "tick_s"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name}={getattr(self, name)!r} must be a positive number of seconds")
-        if self.failure_backoff_max_s < self.failure_backoff_s:
-            raise ConfigError(f"failure_backoff_max_s={self.failure_backoff_max_s:g} is below failure_backoff_s="
-                              f"{self.failure_backoff_s:g}: raise failure_backoff_max_s")
 
 
 @dataclass(frozen=True)
@@ -289,7 +227,7 @@ class Runner:
             self._handle(event)
 
     def _transition(self, new: RunnerState) -> None:
-        if new not in _TRANSITIONS[self._state]:
+        if new not in TRANSITIONS[self._state]:
             raise TenureError(f"runner cannot go from {self._state.value} to {new.value}: this is a bug, "
                               "please report it with the log")
         self._log.info("runner_state", old=self._state.value, new=new.value, epoch=self._epoch)

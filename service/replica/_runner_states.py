@@ -1,0 +1,76 @@
+"""The runner's states, the transitions between them, and its settings.
+
+The runner (``service/replica/_runner.py``) changes state only through :data:`TRANSITIONS`; a move outside it is
+a bug and raises.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from election import ConfigError
+
+__all__ = ["TRANSITIONS", "RunnerSettings", "RunnerState"]
+
+
+class RunnerState(enum.Enum):
+    """Where the replica is in its career."""
+
+    STARTING = "starting"  # warming the career up; not yet in the election
+    FOLLOWING = "following"  # in the election, waiting
+    LEADING = "leading"  # elected and inaugurated: execute() runs
+    PAUSED = "paused"  # leading but suspended (connection or safe-until): no execute, no commit
+    BACKING_OFF = "backing_off"  # the career raised: out of the election for a growing delay
+    DRAINED = "drained"  # out of the election on an operator's request (tenure drain), career warm
+    UNHEALTHY = "unhealthy"  # out of the election while the career cannot work (storage, Spark); rejoins when well
+    STOPPING = "stopping"  # a signal arrived: handing over
+    STOPPED = "stopped"
+
+
+TRANSITIONS: dict[RunnerState, frozenset[RunnerState]] = {
+    RunnerState.STARTING: frozenset({RunnerState.FOLLOWING, RunnerState.DRAINED, RunnerState.STOPPING}),
+    RunnerState.FOLLOWING: frozenset({RunnerState.LEADING, RunnerState.BACKING_OFF, RunnerState.DRAINED,
+                                      RunnerState.UNHEALTHY, RunnerState.STOPPING}),
+    RunnerState.LEADING: frozenset({RunnerState.PAUSED, RunnerState.FOLLOWING, RunnerState.BACKING_OFF,
+                                    RunnerState.DRAINED, RunnerState.UNHEALTHY, RunnerState.STOPPING}),
+    RunnerState.PAUSED: frozenset({RunnerState.LEADING, RunnerState.FOLLOWING, RunnerState.BACKING_OFF,
+                                   RunnerState.DRAINED, RunnerState.UNHEALTHY, RunnerState.STOPPING}),
+    RunnerState.BACKING_OFF: frozenset({RunnerState.FOLLOWING, RunnerState.DRAINED, RunnerState.UNHEALTHY,
+                                        RunnerState.STOPPING}),
+    RunnerState.DRAINED: frozenset({RunnerState.FOLLOWING, RunnerState.UNHEALTHY, RunnerState.STOPPING}),
+    RunnerState.UNHEALTHY: frozenset({RunnerState.FOLLOWING, RunnerState.DRAINED, RunnerState.STOPPING}),
+    RunnerState.STOPPING: frozenset({RunnerState.STOPPED}),
+    RunnerState.STOPPED: frozenset(),
+}
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """The runner's timings, validated here (``ReplicaConfig`` builds them from its flags).
+
+    Attributes:
+        handover_timeout_s: the graceful handover's budget: stop the career, write the handover record, release.
+        idle_backoff_s: pause after an ``execute()`` that found no work.
+        failure_backoff_s: first back-off after the career raised; doubles up to ``failure_backoff_max_s``.
+        failure_backoff_max_s: cap of the failure back-off; a term longer than this forgives earlier failures.
+        liveness_timeout_s: ``/livez`` fails when the loop stalls this long.
+        tick_s: the loop's longest wait for an event.
+    """
+
+    replica_id: str
+    handover_timeout_s: float = 5.0
+    idle_backoff_s: float = 0.1
+    failure_backoff_s: float = 1.0
+    failure_backoff_max_s: float = 60.0
+    liveness_timeout_s: float = 30.0
+    tick_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("handover_timeout_s", "idle_backoff_s", "failure_backoff_s", "failure_backoff_max_s",
+                     "liveness_timeout_s", "tick_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be a positive number of seconds")
+        if self.failure_backoff_max_s < self.failure_backoff_s:
+            raise ConfigError(f"failure_backoff_max_s={self.failure_backoff_max_s:g} is below failure_backoff_s="
+                              f"{self.failure_backoff_s:g}: raise failure_backoff_max_s")
