@@ -52,6 +52,7 @@ class TermRecord:
     batches: int = 0
     records: int = 0
     closed_by: int | None = None  # the successor's epoch, when the successor closed this term
+    reason: str | None = None  # why it ended, in its leader's words (``SIGTERM``, ``canary``, ``drained: …``)
 
     @property
     def first_commit_s(self) -> float | None:
@@ -113,13 +114,16 @@ class TermHistory:
         return read_history(self._client, self._paths.group, timeout_s=self._timeout_s)
 
     def begin(self, *, epoch: int, node: str, node_version: int, replica_id: str, elected_at: float,
-              previous: tuple[int, bool] | None) -> None:
+              previous: tuple[int, bool] | None) -> TermRecord | None:
         """Append this term, closing any earlier one left open, in one write checked against the term's own
         election node (``node`` at ``node_version``), as a commit is.
 
         Args:
             previous: the handover record this term found, as (epoch, clean); an open term of that epoch is
                 closed ``clean`` or ``crash`` by it, any other open term ``crash``.
+
+        Returns:
+            the term before this one, as recorded (closed), or None for the group's first.
 
         Raises:
             Fenced: the term's node is gone: a stale leader records nothing.
@@ -134,11 +138,15 @@ class TermHistory:
                            ended_at=t.ended_at or elected_at,
                            last_commit_at=max(filter(None, (t.last_commit_at, committed_at)), default=None))
 
+        before: list[TermRecord] = []
+
         def change(terms: list[TermRecord]) -> list[TermRecord]:
             closed = [close(t) for t in terms if t.epoch != epoch]
+            before[:] = closed[-1:]
             return [*closed, TermRecord(epoch=epoch, replica_id=replica_id, elected_at=elected_at)]
 
         self._write(change, fenced_by=(node, node_version))
+        return before[0] if before else None
 
     def _last_commit(self) -> dict[int, float]:
         """{epoch: committed_at} of the stored commit record, so a closed term's last commit is exact even when

@@ -56,6 +56,8 @@ EXPORTED_METRICS = frozenset(
         "tenure_retry_waiting_records",
         "tenure_leader_changes_total",
         "tenure_lease_headroom_seconds",
+        "tenure_handover_gap_seconds",
+        "tenure_canary_gap_seconds",
     }
 )
 REPLICAS = ("tenure-1", "tenure-2", "tenure-3")
@@ -426,6 +428,7 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
         "TenureZooKeeperDisconnected",
         "TenureSlowHandover",
         "TenureDeadLetters",
+        "TenureCanaryHandoverSlow",
     }
     assert fires == set(rules), f"no firing case for {set(rules) - fires}"
     assert quiet == set(rules), f"no quiet case for {set(rules) - quiet}"

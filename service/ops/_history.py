@@ -46,6 +46,8 @@ def format_history(terms: list[TermRecord], *, now: float | None = None, width: 
         gap = (None if previous is None or previous.last_commit_at is None or term.first_commit_at is None
                else term.first_commit_at - previous.last_commit_at)
         ended = term.ended or "running"
+        if term.reason == "canary":
+            ended += " (canary)"
         if term.closed_by is not None:
             ended += f" (found by {term.closed_by})"
         table.add_row(str(term.epoch), term.replica_id, time.strftime("%Y-%m-%d %H:%M:%S",

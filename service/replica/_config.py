@@ -77,6 +77,9 @@ class ReplicaConfig(BaseModel):
     retry_backoff_s: float = Field(default=1.0, description="Delay after a record's first failure; doubles "
                                    "with each attempt.")
     retry_backoff_max_s: float = Field(default=300.0, description="Cap of the retry delay.")
+    canary_handover_every_s: float | None = Field(default=None, description="A leader hands over to the next "
+                                                  "ready follower after this long, so a broken standby shows "
+                                                  "before a real failure needs it (default: never).")
     min_free_disk_mb: int = Field(default=512, description="Below this much free disk on the data root the "
                                   "replica leaves the election (handing over first) until there is room again.")
     fault_file: Path | None = Field(default=None, description="Tests and drills: a file that arms one fault "

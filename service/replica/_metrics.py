@@ -21,7 +21,9 @@ from service import __version__
 __all__ = [
     "BATCHES",
     "BATCH_OUTCOMES",
+    "CANARY_GAP",
     "COMMITS_FENCED",
+    "HANDOVER_GAP",
     "IS_LEADER",
     "LEADER_CHANGES",
     "LEADER_EPOCH",
@@ -44,6 +46,8 @@ ZK_CONNECTED = "tenure_zk_connected"
 COMMITS_FENCED = "tenure_commits_fenced"
 LEADER_CHANGES = "tenure_leader_changes"
 LEASE_HEADROOM = "tenure_lease_headroom_seconds"
+HANDOVER_GAP = "tenure_handover_gap_seconds"
+CANARY_GAP = "tenure_canary_gap_seconds"
 
 BATCH_OUTCOMES = ("committed", "skipped", "fenced", "failed")
 RECORD_OUTCOMES = ("written", "duplicate", "quarantined", "late", "retried", "dead_lettered")
@@ -123,6 +127,11 @@ class Metrics:
                                       "terms included).", registry=registry)
         self.lease_headroom = Gauge(LEASE_HEADROOM, "Seconds until the leader's safe-until deadline (0 when "
                                     "not leading): how close the lease came to stopping commits.", registry=registry)
+        self.handover_gap = Histogram(HANDOVER_GAP, "Seen by a new leader at its first commit: seconds since the "
+                                      "previous term's last commit (the pause the output saw).",
+                                      buckets=_LIFECYCLE_BUCKETS, registry=registry)
+        self.canary_gap = Gauge(CANARY_GAP, "The last canary handover's gap, seen by the leader that followed it "
+                                "(--canary-handover-every-s).", registry=registry)
         self._term_lock = threading.Lock()
         self._term = TermCounts()
 

@@ -42,7 +42,7 @@ from service.replica._health import Health
 from service.replica._metrics import Metrics
 from service.replica._requests import DrainChanged, HandoverRequested, OperatorRequests
 from service.replica._runner_states import TRANSITIONS, RunnerSettings, RunnerState
-from service.replica._term_record import TermRecorder
+from service.replica._term_record import CANARY, TermRecorder
 
 __all__ = ["EXIT_HANDOVER_OVERRUN", "Runner"]
 
@@ -100,6 +100,7 @@ class Runner:
         self._drain_request: DrainRequest | None = None
         self._unhealthy_reason: str | None = None
         self._next_health_check = 0.0
+        self._next_canary = 0.0
 
     @property
     def state(self) -> RunnerState:
@@ -196,7 +197,9 @@ class Runner:
                 self._check_career_health()
             if self._state is RunnerState.LEADING:
                 self._drain()
-                if self._state is RunnerState.LEADING and not self._execute_once():
+                if self._state is RunnerState.LEADING and self._canary_due():
+                    self._canary_handover()
+                elif self._state is RunnerState.LEADING and not self._execute_once():
                     self._wait(self._settings.idle_backoff_s)
             else:
                 self._wait(self._settings.tick_s)
@@ -339,6 +342,8 @@ class Runner:
             self._career_failed("inaugurate", exc)
             return
         self._term_started = self._clock()
+        if self._settings.canary_handover_every_s is not None:
+            self._next_canary = self._term_started + self._settings.canary_handover_every_s
         self._terms.began(fence, ctx.previous_handover, elected_at)
         if granted is not None:
             self._requests.delete_handover(granted, self._election.op_timeout_s)
@@ -386,7 +391,7 @@ class Runner:
             self._failures = 0  # a long healthy term forgives earlier failures
         if outcome is not Outcome.CLEAN:  # a clean handover is timed by _stop, up to the node's release
             self._metrics.handover_seconds.observe(self._clock() - started)
-        self._terms.ended(outcome)
+        self._terms.ended(outcome, reason)
         self._metrics.lease_headroom.set(0)
         self._metrics.leadership_changes.inc()
         return last_batch
@@ -452,6 +457,30 @@ class Runner:
         started = self._clock()
         self._log.info("handover_requested", to=request.to, epoch=self._epoch)
         self._hand_over_cleanly(f"handover requested to {request.to or 'the next in line'}")
+        self._metrics.handover_seconds.observe(self._clock() - started)
+        self._release_and_rejoin()
+
+    def _canary_due(self) -> bool:
+        every = self._settings.canary_handover_every_s
+        return every is not None and self._clock() >= self._next_canary
+
+    def _canary_handover(self) -> None:
+        """Hand over on schedule to the next follower in line (every follower in line is warm and healthy: it
+        joined after warming up and leaves when unhealthy), so its successor's first commit tests the standby."""
+        every = self._settings.canary_handover_every_s
+        assert every is not None
+        self._next_canary = self._clock() + every
+        try:
+            followers = [c.identity.replica_id for c in self._election.contenders()[1:] if c.identity is not None]
+        except self._zookeeper_errors() as exc:
+            self._log.warning("canary_skipped", reason=f"the line is unreadable: {type(exc).__name__}: {exc}")
+            return
+        if not followers:
+            self._log.info("canary_skipped", reason="no follower in line")
+            return
+        started = self._clock()
+        self._log.info("canary_handover", to=followers[0], epoch=self._epoch)
+        self._hand_over_cleanly(CANARY)
         self._metrics.handover_seconds.observe(self._clock() - started)
         self._release_and_rejoin()
 

@@ -56,6 +56,8 @@ class RunnerSettings:
         failure_backoff_max_s: cap of the failure back-off; a term longer than this forgives earlier failures.
         liveness_timeout_s: ``/livez`` fails when the loop stalls this long.
         tick_s: the loop's longest wait for an event.
+        canary_handover_every_s: a leader hands over to the next ready follower after this long (None: never),
+            so a broken standby is found before a real failure needs it.
     """
 
     replica_id: str
@@ -65,12 +67,16 @@ class RunnerSettings:
     failure_backoff_max_s: float = 60.0
     liveness_timeout_s: float = 30.0
     tick_s: float = 0.5
+    canary_handover_every_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("handover_timeout_s", "idle_backoff_s", "failure_backoff_s", "failure_backoff_max_s",
                      "liveness_timeout_s", "tick_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be a positive number of seconds")
+        if self.canary_handover_every_s is not None and not self.canary_handover_every_s > 0:
+            raise ConfigError(f"canary_handover_every_s={self.canary_handover_every_s!r} must be a positive number "
+                              "of seconds (leave it unset for no canary handovers)")
         if self.failure_backoff_max_s < self.failure_backoff_s:
             raise ConfigError(f"failure_backoff_max_s={self.failure_backoff_max_s:g} is below failure_backoff_s="
                               f"{self.failure_backoff_s:g}: raise failure_backoff_max_s")

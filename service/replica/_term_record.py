@@ -14,10 +14,13 @@ from kazoo.exceptions import KazooException
 from structlog.typing import FilteringBoundLogger
 
 from career import HandoverRecord, Outcome
-from election import Fence, TenureError, TermHistory
+from election import Fence, TenureError, TermHistory, TermRecord
 from service.replica._metrics import Metrics
 
-__all__ = ["TermRecorder"]
+__all__ = ["CANARY", "TermRecorder"]
+
+CANARY = "canary"
+"""The reason a canary handover gives (``--canary-handover-every-s``); its successor reports the gap it saw."""
 
 _PROGRESS_EVERY_S = 30.0
 
@@ -35,15 +38,21 @@ class TermRecorder:
         self._errors = (TenureError, KazooException, *timeout_errors)
         self._epoch: int | None = None
         self._next_progress = 0.0
+        self._previous: TermRecord | None = None
 
     def began(self, fence: Fence, previous: HandoverRecord | None, elected_at: float) -> None:
         """Append the term (closing an earlier one left open) through the fence; count its commits from zero."""
         self._metrics.begin_term()
         self._epoch = fence.epoch
         self._next_progress = 0.0
-        self._write("begin", lambda: self._history.begin(
-            epoch=fence.epoch, node=fence.node, node_version=fence.node_version, replica_id=self._replica_id,
-            elected_at=elected_at, previous=None if previous is None else (previous.epoch, previous.clean)))
+        self._previous = None
+
+        def begin() -> None:
+            self._previous = self._history.begin(
+                epoch=fence.epoch, node=fence.node, node_version=fence.node_version, replica_id=self._replica_id,
+                elected_at=elected_at, previous=None if previous is None else (previous.epoch, previous.clean))
+
+        self._write("begin", begin)
 
     def progressed(self) -> None:
         """Record the term's first commit when it happens, then its counts every ``_PROGRESS_EVERY_S`` (what a
@@ -51,18 +60,32 @@ class TermRecorder:
         counts = self._metrics.term
         if self._epoch is None or counts.first_commit_at is None or time.monotonic() < self._next_progress:
             return
+        if self._next_progress == 0.0:
+            self._observe_gap(counts.first_commit_at)
         self._next_progress = time.monotonic() + _PROGRESS_EVERY_S
         self._update("progress", first_commit_at=counts.first_commit_at, last_commit_at=counts.last_commit_at,
                      batches=counts.batches, records=counts.records)
 
-    def ended(self, outcome: Outcome) -> None:
-        """Close the term: how it ended, when, and what it committed."""
+    def ended(self, outcome: Outcome, reason: str) -> None:
+        """Close the term: how and why it ended, when, and what it committed."""
         if self._epoch is None:
             return
         counts = self._metrics.term
-        self._update("end", ended=outcome.value, ended_at=time.time(), first_commit_at=counts.first_commit_at,
-                     last_commit_at=counts.last_commit_at, batches=counts.batches, records=counts.records)
+        self._update("end", ended=outcome.value, reason=reason, ended_at=time.time(),
+                     first_commit_at=counts.first_commit_at, last_commit_at=counts.last_commit_at,
+                     batches=counts.batches, records=counts.records)
         self._epoch = None
+
+    def _observe_gap(self, first_commit_at: float) -> None:
+        """The pause the output saw before this term's first commit: from the previous term's last commit."""
+        previous = self._previous
+        if previous is None or previous.last_commit_at is None:
+            return
+        gap = first_commit_at - previous.last_commit_at
+        self._metrics.handover_gap.observe(gap)
+        if previous.reason == CANARY:
+            self._metrics.canary_gap.set(gap)
+            self._log.info("canary_gap", seconds=round(gap, 3), previous_epoch=previous.epoch)
 
     def _update(self, what: str, **changes: Any) -> None:
         epoch = self._epoch
