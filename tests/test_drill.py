@@ -22,11 +22,21 @@ from service.local import NetNamespace, netns_unavailable
 
 FIRST_COMMIT = "successor's first commit: about 1 s after the handover, plus one batch"
 SETTINGS = DrillSettings(career="counter", session_timeout_s=6.0, safe_fraction=0.5)
+TARGET_LEADS = "the named target leads the new term"
+OLD_TERM_CLEAN = "the old leader's term ended clean (term history)"
+STEPPED_ASIDE = "every replica ahead of the target stepped aside"
+NO_FAILURE = "no replica crashed or backed off"
+TARGETED_GAP = "handover gap (term history): about 1 s, plus one batch"
+BACK_IN_LINE = "the old leader is back in the election as a follower"
+#: targeted-handover's own criteria, in report order
+TARGETED_CRITERIA = [TARGET_LEADS, OLD_TERM_CLEAN, STEPPED_ASIDE, NO_FAILURE, TARGETED_GAP, BACK_IN_LINE]
 
 #: The four drills CI runs for real. They run the counter career (the same runner, election and fence as the
 #: product, committing every 0.1 s) so the four fit in about 90 s on 2 cores; TENURE_DRILL_CAREER=spark runs
 #: them with the product's Spark career (several minutes each here; see docs/readme/drill.md).
 CI_DRILLS = ["handover", "crash", "zombie", "partition"]
+#: Drills with a test of their own below (left out of test_other_drills_on_short_timeline, not run twice).
+OWN_TEST_DRILLS = ["targeted-handover"]
 
 
 def _drill_career() -> str:
@@ -44,7 +54,12 @@ def _healthy(scenario: str, **facts: object) -> Measurements:
                      old_committed_after_fault=0, old_fenced_after_fault=1, old_unknown_after_fault=0,
                      old_attempted_after_fault=1, old_rejoined_as_follower=True, old_released=True,
                      suspended_s=2.9, old_commits_past_deadline=0, commits_during_outage=0, leaders_after=1,
-                     max_simultaneous_leaders=1, first_leader_s=0.3, changes_per_restart=[0, 1, 0])
+                     max_simultaneous_leaders=1, first_leader_s=0.3, changes_per_restart=[0, 1, 0],
+                     old_leader="replica-1", old_epoch=7, handover_target="replica-3",
+                     handover_ahead=["replica-2"], handover_new_leader="replica-3", handover_gap_s=0.4,
+                     handover_requested_to="replica-3", old_term_ended="clean",
+                     old_term_reason="handover requested to replica-3", stepped_aside=["replica-2"],
+                     old_line_position=3)
     for name, value in facts.items():
         setattr(m, name, value)
     return m
@@ -64,6 +79,36 @@ def _healthy(scenario: str, **facts: object) -> Measurements:
         ("no commit interval observed: about 1 s alone",
          _healthy("handover", handover_to_commit_s=1.6, commit_interval_s=None), [FIRST_COMMIT]),
         ("handover never followed by a commit", _healthy("handover", handover_to_commit_s=None), [FIRST_COMMIT]),
+        ("healthy targeted handover", _healthy("targeted-handover"), []),
+        ("targeted handover went to another replica", _healthy("targeted-handover", handover_new_leader="replica-2"),
+         [TARGET_LEADS]),
+        ("targeted handover never committed", _healthy("targeted-handover", handover_new_leader=None,
+                                                       handover_gap_s=None), [TARGET_LEADS, TARGETED_GAP]),
+        ("targeted handover: old term found crashed", _healthy("targeted-handover", old_term_ended="crash"),
+         [OLD_TERM_CLEAN]),
+        ("targeted handover: old leader ended clean, not on the request",
+         _healthy("targeted-handover", handover_requested_to=None), [OLD_TERM_CLEAN]),
+        ("targeted handover: a replica ahead took the term",
+         _healthy("targeted-handover", stepped_aside=[]), [STEPPED_ASIDE]),
+        ("targeted handover: nobody ahead of the target", _healthy("targeted-handover", handover_ahead=[]),
+         [STEPPED_ASIDE]),
+        ("targeted handover: a replica backed off", _healthy("targeted-handover", backed_off=["replica-2"]),
+         [NO_FAILURE]),
+        ("targeted handover: a replica's process died", _healthy("targeted-handover", replicas_down=["replica-2"]),
+         [NO_FAILURE]),
+        ("targeted handover: a career failed", _healthy("targeted-handover", career_failures=1), [NO_FAILURE]),
+        ("targeted handover gap too long", _healthy("targeted-handover", handover_gap_s=1.7, commit_interval_s=0.1),
+         [TARGETED_GAP]),
+        ("targeted handover gap one slow batch", _healthy("targeted-handover", handover_gap_s=3.4,
+                                                          commit_interval_s=2.0), []),
+        ("targeted handover: old leader not back in line", _healthy("targeted-handover", old_line_position=None),
+         [BACK_IN_LINE]),
+        ("targeted handover: old leader leads again", _healthy("targeted-handover", old_line_position=1),
+         [BACK_IN_LINE]),
+        ("targeted handover: old leader never rejoined", _healthy("targeted-handover",
+                                                                  old_rejoined_as_follower=False), [BACK_IN_LINE]),
+        ("targeted handover audit lost records", _healthy("targeted-handover", audit_ok=False, audit_lost=2),
+         ["audit: nothing lost, duplicated or out of order"]),
         ("healthy crash", _healthy("crash"), []),
         ("crash successor too late", _healthy("crash", new_leader_s=7.2),
          ["new leader within session timeout + 1 s"]),
@@ -226,11 +271,35 @@ def test_ci_drill(scenario: str, tmp_path: Path, created_namespaces: list[NetNam
     assert _all_removed(created_namespaces)
 
 
+@pytest.mark.timeout(300)
+def test_targeted_handover_drill_on_short_timeline(tmp_path: Path) -> None:
+    """`tenure handover --to <last in line>` on the shortened timeline, through run_drills: the replica between
+    the leader and the target steps aside, the target leads, the old term ends clean in the term history, the
+    gap fits a graceful handover's budget, the old leader is back in line; every criterion is reported, and
+    passes."""
+    lines: list[str] = []
+    json_out = tmp_path / "drill.json"
+    code = run_drills(["targeted-handover"], directory=tmp_path / "runs", records=None, json_out=json_out,
+                      plot_out=None, short=True, career=_drill_career(), echo=lines.append)
+    report = "\n".join(lines)
+    (result,) = json.loads(json_out.read_text())["results"]
+    criteria = {c["name"]: (c["passed"], c["detail"]) for c in result["criteria"]}
+    failed = {name: detail for name, (passed, detail) in criteria.items() if not passed}
+    assert code == 0 and result["status"] == "pass", f"failed criteria: {failed}\n{report}"
+    assert list(criteria)[-len(TARGETED_CRITERIA):] == TARGETED_CRITERIA, list(criteria)
+    m = result["measurements"]
+    everyone = {m["old_leader"], *m["handover_ahead"], m["handover_target"]}
+    assert len(m["handover_ahead"]) == 1 and everyone == {"replica-1", "replica-2", "replica-3"}, m
+    assert m["new_leader"] == m["handover_new_leader"] == m["handover_target"], m
+    assert m["stepped_aside"] == m["handover_ahead"] and m["old_line_position"] in (2, 3), m
+    assert "drill targeted-handover: PASS" in report and "drill: OK — 1 passed, 0 failed, 0 skipped" in report
+
+
 @pytest.mark.timeout(720)  # eight drills in a row: about 4 minutes here, more when the machine is shared
 def test_other_drills_on_short_timeline(tmp_path: Path, created_namespaces: list[NetNamespace]) -> None:
     """Every other scenario on the shortened timeline with the counter career, through run_drills: exit 0,
     a JSON document with each result and a PNG timeline; only Spark-only (or, without root, network) drills skip."""
-    others = [name for name in SCENARIOS if name not in CI_DRILLS]
+    others = [name for name in SCENARIOS if name not in CI_DRILLS + OWN_TEST_DRILLS]
     json_out, plot_out = tmp_path / "drill.json", tmp_path / "drill.png"
     lines: list[str] = []
     code = run_drills(others, directory=tmp_path / "runs", records=None, json_out=json_out, plot_out=plot_out,

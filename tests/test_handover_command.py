@@ -97,3 +97,22 @@ def test_refusals_are_one_line(replicas: ReplicaSet, zk_client: KazooClient, zk_
     assert replicas.one_leader() is r1
     zk_client.delete(GroupPaths(zk_group).handover_request)
     wait_for(lambda: replicas.one_leader() is r1, 5, "r1 still leading")
+
+
+def test_a_target_that_does_not_answer_is_not_ready(replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str,
+                                                    zk_group: str) -> None:
+    """A frozen follower keeps its node until its session expires, but cannot say it is ready: refused."""
+    leader = replicas.start("r1")
+    wait_for(leader.is_leader, 30, "r1 to lead")
+    frozen = replicas.start("r2", ["--session-timeout-s", "9"])  # its node outlives the check below
+    wait_for(lambda: _line(zk_client, zk_group) == ["r1", "r2"] and frozen.get("/readyz")[0] == 200, 30,
+             "r2 ready in line")
+    frozen.pause()
+    try:
+        done = tenure("handover", "--zk", zk_hosts, "--group", zk_group, "--to", "r2")
+    finally:
+        frozen.resume()
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("tenure: error: replica 'r2' is not ready (") and "does not answer" in line
+    assert replicas.one_leader() is leader and not zk_client.exists(GroupPaths(zk_group).handover_request)

@@ -26,14 +26,51 @@ def _at_most(name: str, value: float | None, limit: float, unit: str = "s") -> C
     return Criterion(name, value <= limit, f"{value:.2f} {unit} (limit {limit:g} {unit})")
 
 
-def _first_commit_criterion(m: Measurements) -> Criterion:
-    name = "successor's first commit: about 1 s after the handover, plus one batch"
+def _handover_budget(name: str, value: float | None, m: Measurements) -> Criterion:
+    """``value`` within a graceful handover's budget: about 1 s, plus one commit interval of the successor."""
     interval = m.commit_interval_s or 0.0
     limit = ABOUT_ONE_S + interval
     budget = f"limit {ABOUT_ONE_S:g} s + commit interval {interval:.2f} s = {limit:.2f} s"
-    if m.handover_to_commit_s is None:
+    if value is None:
         return Criterion(name, False, f"not observed ({budget})")
-    return Criterion(name, m.handover_to_commit_s <= limit, f"{m.handover_to_commit_s:.2f} s ({budget})")
+    return Criterion(name, value <= limit, f"{value:.2f} s ({budget})")
+
+
+def _first_commit_criterion(m: Measurements) -> Criterion:
+    return _handover_budget("successor's first commit: about 1 s after the handover, plus one batch",
+                            m.handover_to_commit_s, m)
+
+
+def _targeted_handover_criteria(m: Measurements) -> list[Criterion]:
+    """`tenure handover --to <last in line>`: the target leads, the old term ended clean on the request, every
+    replica ahead stepped aside, nobody failed, the gap fits a graceful handover's budget, the old leader is back
+    in line."""
+    target, old = m.handover_target, m.old_leader
+    requested = "never logged handover_requested" if m.handover_requested_to is None else \
+        f"handover_requested to={m.handover_requested_to}"
+    missing = [r for r in m.handover_ahead if r not in m.stepped_aside]
+    failures = {"backed off": m.backed_off, "process gone": m.replicas_down}
+    trouble = [f"{what}: {', '.join(ids)}" for what, ids in failures.items() if ids]
+    if m.career_failures or m.processes_exited:
+        trouble.append(f"career failures {m.career_failures}, processes restarted {m.processes_exited}")
+    position = m.old_line_position
+    return [
+        Criterion("the named target leads the new term", target is not None and m.handover_new_leader == target,
+                  f"target {target or '—'}, new term led by {m.handover_new_leader or 'nobody'}"),
+        Criterion("the old leader's term ended clean (term history)",
+                  m.old_term_ended == "clean" and target is not None and m.handover_requested_to == target,
+                  f"epoch {m.old_epoch} ({old}): ended {m.old_term_ended or 'not recorded'}"
+                  + (f" ({m.old_term_reason})" if m.old_term_reason else "") + f"; {requested}"),
+        Criterion("every replica ahead of the target stepped aside", bool(m.handover_ahead) and not missing,
+                  f"ahead {', '.join(m.handover_ahead) or 'none'}; stepped aside "
+                  f"{', '.join(m.stepped_aside) or 'none'}" + (f"; missing {', '.join(missing)}" if missing else "")),
+        Criterion("no replica crashed or backed off", not trouble, "; ".join(trouble) or "none"),
+        _handover_budget("handover gap (term history): about 1 s, plus one batch", m.handover_gap_s, m),
+        Criterion("the old leader is back in the election as a follower",
+                  m.old_rejoined_as_follower is True and position is not None and position > 1,
+                  f"rejoined {str(m.old_rejoined_as_follower).lower()}, "
+                  + ("not in line" if position is None else f"place {position} in line")),
+    ]
 
 
 def judge(m: Measurements, s: DrillSettings) -> list[Criterion]:
@@ -50,6 +87,8 @@ def judge(m: Measurements, s: DrillSettings) -> list[Criterion]:
         out.append(Criterion("clean handover record", m.clean_handover is True,
                              {True: "clean=true", False: "not clean", None: "no handover_recorded"}[m.clean_handover]))
         out.append(_first_commit_criterion(m))
+    elif name == "targeted-handover":
+        out.extend(_targeted_handover_criteria(m))
     elif name == "crash":
         out.append(_at_most("new leader within session timeout + 1 s", m.new_leader_s, s.session_timeout_s + 1))
         out.append(Criterion("successor commits", m.successor_committed, str(m.successor_committed).lower()))

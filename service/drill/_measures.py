@@ -90,6 +90,26 @@ class Measurements:
     changes_per_restart: list[int] = field(default_factory=list)
     career_failures: int = 0
     processes_exited: int = 0
+    # targeted-handover: `tenure handover --to <last in line>`, read back from the term history and the logs
+    #: the replica named in the request (the last in line), and those in line between the leader and it
+    handover_target: str | None = None
+    handover_ahead: list[str] = field(default_factory=list)
+    #: the replica of the term ``wait_handover`` found committing after the requested epoch
+    handover_new_leader: str | None = None
+    #: ``HandoverDone.gap_s``: the new term's first commit after the old term's last (term history)
+    handover_gap_s: float | None = None
+    #: the ``to`` of the old leader's ``handover_requested`` event (None: it never acted on the request)
+    handover_requested_to: str | None = None
+    #: the requested term's ending and reason in the term history (``clean``, "handover requested to …")
+    old_term_ended: str | None = None
+    old_term_reason: str | None = None
+    #: replicas that logged ``deferred_to_handover_target`` after the request
+    stepped_aside: list[str] = field(default_factory=list)
+    #: replicas that logged ``backing_off`` after the fault; replicas whose process was gone when it ended
+    backed_off: list[str] = field(default_factory=list)
+    replicas_down: list[str] = field(default_factory=list)
+    #: the old leader's place in the election's line (1 leads) once the handover is done; None: not in line
+    old_line_position: int | None = None
 
 
 def leader_intervals(events: list[LogEvent], killed: dict[str, float], end: float) -> list[dict[str, Any]]:

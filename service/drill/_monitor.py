@@ -25,12 +25,14 @@ from service.local import ReplicaProcess, Topology, sample_key, scrape
 from service.replica import BATCHES, COMMITS_FENCED, IS_LEADER, LEADER_EPOCH, RunnerState
 
 __all__ = [
+    "BACKING_OFF",
     "BATCH_FAILED",
     "BATCH_FENCED",
     "CAREER_FAILED",
     "COMMITS_FENCED_TOTAL",
     "COMMIT_FENCED",
     "COMMIT_OUTCOME_UNKNOWN",
+    "DEFERRED_TO_HANDOVER_TARGET",
     "EXECUTE_NOT_LEADER",
     "FAULT_INJECTED",
     "FENCED",
@@ -38,6 +40,7 @@ __all__ = [
     "HANDED_OVER",
     "HANDING_OVER",
     "HANDOVER_RECORDED",
+    "HANDOVER_REQUESTED",
     "INAUGURATED",
     "INAUGURATING",
     "JOINED",
@@ -75,6 +78,9 @@ FENCED: Final = "fenced"
 EXECUTE_NOT_LEADER: Final = "execute_not_leader"
 COMMIT_OUTCOME_UNKNOWN: Final = "commit_outcome_unknown"
 CAREER_FAILED: Final = "career_failed"
+BACKING_OFF: Final = "backing_off"  # after a career failure, before rejoining
+HANDOVER_REQUESTED: Final = "handover_requested"  # the leader acts on `tenure handover` (field to)
+DEFERRED_TO_HANDOVER_TARGET: Final = "deferred_to_handover_target"  # a replica ahead of the target steps aside
 # election/_election.py
 JOINED: Final = "joined"
 SUSPENDED: Final = "suspended"

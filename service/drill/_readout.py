@@ -18,12 +18,14 @@ from service.drill._measures import (
     versions_where,
 )
 from service.drill._monitor import (
+    BACKING_OFF,
     BATCH_FAILED,
     BATCH_FENCED,
     CAREER_FAILED,
     COMMIT_FENCED,
     COMMIT_OUTCOME_UNKNOWN,
     COMMITS_FENCED_TOTAL,
+    DEFERRED_TO_HANDOVER_TARGET,
     EXECUTE_NOT_LEADER,
     FAULT_INJECTED,
     FENCED,
@@ -31,6 +33,7 @@ from service.drill._monitor import (
     HANDED_OVER,
     HANDING_OVER,
     HANDOVER_RECORDED,
+    HANDOVER_REQUESTED,
     INAUGURATED,
     INAUGURATING,
     LEADERSHIP_SUSPENDED,
@@ -146,6 +149,23 @@ def measure(d: Drill) -> None:
         bounds = [t for t, _ in d.restarts] + [end]
         m.changes_per_restart = [sum(1 for e in terms if a <= e.at < b) for a, b in itertools.pairwise(bounds)]
     m.processes_exited = sum(1 for e in events if e.event == RUNNER_STARTING and e.at >= fault)
+    if d.name == "targeted-handover":
+        _targeted_handover_facts(d, events, commits, successor)
+
+
+def _targeted_handover_facts(d: Drill, events: list[LogEvent], commits: list[CommitSample],
+                             successor: list[CommitSample]) -> None:
+    """Who stepped aside or backed off after the request, and what the old leader logged for it. The successor's
+    commit interval is its cadence in this run: the gap's budget adds one, as the SIGTERM handover's does."""
+    m, fault = d.m, d.m.fault_at or 0.0
+    after = [e for e in events if e.at >= fault]
+    m.stepped_aside = sorted({e.replica_id for e in after if e.event == DEFERRED_TO_HANDOVER_TARGET})
+    m.backed_off = sorted({e.replica_id for e in after if e.event == BACKING_OFF})
+    to = next((e.fields.get("to") for e in after if e.replica_id == m.old_leader and e.event == HANDOVER_REQUESTED),
+              None)
+    m.handover_requested_to = None if to is None else str(to)
+    if successor and m.commit_interval_s is None:
+        m.commit_interval_s = commit_interval(commits, successor[0].epoch)
 
 
 def _zombie_commits(d: Drill, events: list[LogEvent], commits: list[CommitSample]) -> None:

@@ -14,10 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
+from kazoo.client import KazooClient
 
+from election import group_status, read_history
 from service.drill._context import Drill, is_ready
 from service.drill._settings import DrillError
 from service.local import NetNamespace, NetnsError, ReplicaProcess
+from service.ops import connected, request_handover, wait_handover
 
 __all__ = ["SCENARIOS", "Scenario", "expand"]
 
@@ -57,6 +60,50 @@ def _handover(d: Drill) -> None:
     with contextlib.suppress(subprocess.TimeoutExpired):
         leader.process.wait(timeout=d.settings.handover_timeout_s + 10)
     d.wait_more_commits()
+
+
+def _line(client: KazooClient, group: str) -> list[str]:
+    """The replica ids in the election's line, the leader first."""
+    return [c.identity.replica_id for c in group_status(client, group).contenders if c.identity is not None]
+
+
+def _targeted_handover(d: Drill) -> None:
+    """`tenure handover --to <last in line> --wait`, through the library calls the CLI makes: the leader hands
+    over cleanly, every replica in line ahead of the target steps aside, the target's term commits; then the
+    term history is read back and the old leader's place in the line."""
+    leader = d.leader()
+    group, replicas = d.topology.group, len(d.topology.replicas)
+    # The line as the request will see it, the leader first; the target is the last in it, so at least one
+    # replica stands between them (with 3 replicas exactly one) and must step aside.
+    budget_s = d.settings.session_timeout_s + d.settings.work_timeout_s
+    with connected(d.topology.ensemble.connect_string) as client:
+        line: list[str] = []
+
+        def full_line() -> bool:
+            line[:] = _line(client, group)
+            return len(line) == replicas and line[0] == leader.replica_id
+
+        d.wait(full_line, d.settings.startup_timeout_s, f"all {replicas} replicas in line behind {leader.replica_id}")
+        target, ahead = line[-1], line[1:-1]
+        d.m.handover_target, d.m.handover_ahead = target, ahead
+        d.mark("fault", f"tenure handover --to {target} (ahead of it: {', '.join(ahead)})")
+        request = request_handover(client, group, to=target, timeout_s=budget_s)
+        done = wait_handover(client, group, request, timeout_s=budget_s)
+        if done is None:
+            raise RuntimeError(f"no term after epoch {request.epoch} committed within {budget_s:g} s of the "
+                             f"handover request to {target}")
+        d.m.handover_new_leader, d.m.handover_gap_s = done.new.replica_id, done.gap_s
+        old = leader.replica_id
+        d.wait(lambda: d.stepped_down(old, d.m.fault_at or 0.0), d.settings.work_timeout_s,
+               f"{old} to rejoin the election as follower")
+        d.wait_more_commits()
+        # Read after more commits: the old term's end was written before its node's release, long before.
+        ended = next((t for t in read_history(client, group) if t.epoch == request.epoch), None)
+        if ended is not None:
+            d.m.old_term_ended, d.m.old_term_reason = ended.ended, ended.reason
+        line = _line(client, group)
+        d.m.old_line_position = line.index(old) + 1 if old in line else None
+    d.m.replicas_down = [r.replica_id for r in d.topology.replicas if not r.alive]
 
 
 def _crash(d: Drill) -> None:
@@ -216,6 +263,7 @@ def _rolling_restart(d: Drill) -> None:
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("handover", "SIGTERM the leader", _handover),
+    Scenario("targeted-handover", "tenure handover --to the replica last in line", _targeted_handover),
     Scenario("crash", "SIGKILL the leader", _crash),
     Scenario("zombie", "pause the leader's whole tree at before_transaction past its session timeout, then "
              "resume it", _zombie),
