@@ -401,7 +401,7 @@ def drill(scenarios: tuple[str, ...], json_out: Path | None, plot_out: Path | No
           career: str, short: bool, directory: Path, faults: int | None, seed: int | None) -> None:
     """Failover drills: SCENARIO … or `all`; prints figures and PASS/FAIL per criterion, exits 1 on any FAIL.
 
-    Scenarios: handover, crash, zombie, partition, short-partition, zk-follower-loss, zk-leader-loss,
+    Scenarios: handover, targeted-handover, crash, zombie, partition, short-partition, zk-follower-loss, zk-leader-loss,
     quorum-loss, flaky-link, spark-death, cold-start, rolling-restart. Network drills need root and `ip netns`.
 
     `tenure drill chaos --records N --faults K [--seed S]` (alone): K seeded random faults (leader SIGKILL,
