@@ -20,7 +20,7 @@ from bench._cluster import (
 )
 from bench._common import BenchContext, Result, Target, percentiles
 
-__all__ = ["run_failover", "run_handover", "steady"]
+__all__ = ["change", "run_failover", "run_handover", "stats", "steady"]
 
 _RATE = 2000.0  # records/s from the producer: always data waiting, well below what a leader drains
 _STEADY_COMMITS = 3  # commits by the current leader before the next change
@@ -53,7 +53,7 @@ def steady(cluster: Cluster, timeline: CommitTimeline, timeout_s: float) -> Comm
         time.sleep(0.2)
 
 
-def _change(cluster: Cluster, timeline: CommitTimeline, *, crash: bool) -> dict[str, Any]:
+def change(cluster: Cluster, timeline: CommitTimeline, *, crash: bool) -> dict[str, Any]:
     """One leader change: SIGTERM (or SIGKILL) the leader, time the successor's first commit, restart it."""
     before = steady(cluster, timeline, _START_TIMEOUT_S)
     leader, old_epoch = before.replica_id, before.epoch
@@ -92,7 +92,7 @@ def _run_cluster(cluster: Cluster, count: int, *, crash: bool, rows: list[dict[s
                 if budget_s is not None and index > 0 and time.monotonic() - started > budget_s:
                     print(f"bench: {cluster.label}: time budget spent after {index} changes", file=sys.stderr)
                     break
-                rows.append(_change(cluster, timeline, crash=crash))
+                rows.append(change(cluster, timeline, crash=crash))
                 print(f"bench: {cluster.label} change {index + 1}/{count}: {rows[-1]}", file=sys.stderr, flush=True)
     finally:
         cluster.stop()
@@ -119,7 +119,7 @@ def _run_recipes(ctx: BenchContext, recipes: list[tuple[str, Callable[[Path], Cl
     return changes
 
 
-def _stats(values: list[float]) -> dict[str, Any]:
+def stats(values: list[float]) -> dict[str, Any]:
     return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in percentiles(values).items()}
 
 
@@ -143,15 +143,15 @@ def run_handover(ctx: BenchContext) -> Result:
     for label, rows in changes.items():
         if not rows:
             continue
-        summary[label] = {"gap_s": _stats([r["gap_s"] for r in rows]),
-                          "signal_to_first_commit_s": _stats([r["signal_to_first_commit_s"] for r in rows])}
+        summary[label] = {"gap_s": stats([r["gap_s"] for r in rows]),
+                          "signal_to_first_commit_s": stats([r["signal_to_first_commit_s"] for r in rows])}
         gap = summary[label]["gap_s"]
         result.table.append({"recipe": label, "handovers": gap["n"], "gap p50 s": gap["p50"],
                              "gap p90 s": gap["p90"], "gap max s": gap["max"],
                              "SIGTERM→first commit p50 s": summary[label]["signal_to_first_commit_s"]["p50"],
                              "first batch records (min)": min(r["first_batch_records"] for r in rows)})
-    footprint = {label: {"leader_rss_mib": _stats([r["leader_rss_mib"] for r in rows])["p50"],
-                         "follower_rss_mib": _stats([r["follower_rss_mib"] for r in rows])["p50"]}
+    footprint = {label: {"leader_rss_mib": stats([r["leader_rss_mib"] for r in rows])["p50"],
+                         "follower_rss_mib": stats([r["follower_rss_mib"] for r in rows])["p50"]}
                  for label, rows in changes.items() if rows}
     result.figures["footprint_median_mib"] = footprint
     result.table += [{"recipe": label, "leader RSS MiB (median)": f["leader_rss_mib"],
@@ -190,8 +190,8 @@ def run_failover(ctx: BenchContext) -> Result:
     )
     rows = _run_recipes(ctx, [("tenure-warm", lambda d: TenureCluster(d, standby="warm", rate=_RATE))], count,
                         crash=True, result=result)["tenure-warm"]
-    kill = _stats([r["signal_to_first_commit_s"] for r in rows])
-    gap = _stats([r["gap_s"] for r in rows])
+    kill = stats([r["signal_to_first_commit_s"] for r in rows])
+    gap = stats([r["gap_s"] for r in rows])
     result.table = [{"SIGKILL→first commit p50 s": kill["p50"], "p90 s": kill["p90"], "max s": kill["max"],
                      "last→first commit p50 s": gap["p50"], "session timeout s": SESSION_TIMEOUT_S,
                      "crashes": kill["n"]}]

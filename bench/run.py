@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, str] = {
     "fence_latency": "bench._fence_latency:run_fence_latency",
     "handover": "bench._handover:run_handover",
     "failover": "bench._handover:run_failover",
+    "targeted": "bench._targeted:run_targeted",
     "throughput": "bench._throughput:run_throughput",
     "footprint": "bench._footprint:run_footprint",
 }
