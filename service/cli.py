@@ -283,7 +283,7 @@ def drain_command(replica: str, zk: str, group: str, zk_auth: str | None, reason
         auth_data, acl = _credential_acl(zk_auth)
         with ops.connected(zk, auth_data=auth_data) as client:
             ops.drain(client, group, replica, reason=reason, force=force, acl=acl)
-            left = wait_s == 0 or ops.wait_drained(client, group, replica, in_election=False, timeout_s=wait_s)
+            left = wait_s == 0 or ops.wait_in_election(client, group, replica, in_election=False, timeout_s=wait_s)
     except TenureError as exc:
         _fail(exc)
     if not left:
@@ -306,7 +306,7 @@ def undrain_command(replica: str, zk: str, group: str, zk_auth: str | None, wait
         auth_data, _acl = _credential_acl(zk_auth)
         with ops.connected(zk, auth_data=auth_data) as client:
             ops.undrain(client, group, replica)
-            joined = wait_s == 0 or ops.wait_drained(client, group, replica, in_election=True, timeout_s=wait_s)
+            joined = wait_s == 0 or ops.wait_in_election(client, group, replica, in_election=True, timeout_s=wait_s)
     except TenureError as exc:
         _fail(exc)
     if not joined:

@@ -137,3 +137,13 @@ def private_ensemble(tmp_path: Path) -> Iterator[Ensemble]:
     ensemble = start_ensemble(tmp_path / "zk")
     yield ensemble
     ensemble.stop()
+
+
+@pytest.fixture()
+def counter_replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[Any]:
+    """Counter-career replicas of the test's group on one data root (`tests._replicas.ReplicaSet`), reaped after."""
+    from tests._replicas import counter_replica_set  # imported here: tests._replicas imports this module
+
+    replica_set = counter_replica_set(zk_hosts, zk_group, tmp_path)
+    yield replica_set
+    replica_set.reap_all()

@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from kazoo.client import KazooClient
 
 from election import DrainRequest, GroupPaths, group_status, read_history
-from tests._replicas import ReplicaSet, counter_exactly_once, counter_replica_set, tenure, wait_for
-
-
-@pytest.fixture()
-def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSet]:
-    replica_set = counter_replica_set(zk_hosts, zk_group, tmp_path)
-    yield replica_set
-    replica_set.reap_all()
-
+from tests._replicas import ReplicaSet, counter_exactly_once, tenure, wait_for
 
 
 def _in_election(zk_client: KazooClient, group: str) -> list[str]:
@@ -28,17 +18,17 @@ def _in_election(zk_client: KazooClient, group: str) -> list[str]:
 
 
 
-def test_a_drained_leader_hands_over_cleanly_and_stays_warm(replicas: ReplicaSet, zk_client: KazooClient,
+def test_a_drained_leader_hands_over_cleanly_and_stays_warm(counter_replicas: ReplicaSet, zk_client: KazooClient,
                                                             zk_hosts: str, zk_group: str, tmp_path: Path) -> None:
-    first = replicas.start("r1")
+    first = counter_replicas.start("r1")
     wait_for(first.is_leader, 30, "r1 to lead")
-    others = [replicas.start("r2"), replicas.start("r3")]
+    others = [counter_replicas.start("r2"), counter_replicas.start("r3")]
     wait_for(lambda: all(r.get("/readyz")[0] == 200 for r in others), 30, "r2 and r3 ready")
 
     done = tenure("drain", "r1", "--zk", zk_hosts, "--group", zk_group, "--reason", "kernel upgrade")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "r1 drained (kernel upgrade): out of the election"
-    successor = wait_for(replicas.one_leader, 20, "a successor to lead")
+    successor = wait_for(counter_replicas.one_leader, 20, "a successor to lead")
     assert successor.replica_id in ("r2", "r3")
     assert first.alive and first.get("/livez")[0] == 200 and "tenure_is_leader 0.0" in first.get("/metrics")[1]
     code, body = first.get("/readyz")
@@ -54,12 +44,13 @@ def test_a_drained_leader_hands_over_cleanly_and_stays_warm(replicas: ReplicaSet
     assert done.stdout.strip() == "r1 undrained: back in the election"
     assert _in_election(zk_client, zk_group)[-1] == "r1"  # at the back of the line
     wait_for(lambda: first.get("/readyz")[0] == 200, 10, "r1 ready again")
-    assert replicas.one_leader() is successor
+    assert counter_replicas.one_leader() is successor
     counter_exactly_once(tmp_path / "data")
 
 
-def test_refusals_are_one_line(replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str, zk_group: str) -> None:
-    only = replicas.start("r1")
+def test_refusals_are_one_line(counter_replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str,
+                               zk_group: str) -> None:
+    only = counter_replicas.start("r1")
     wait_for(only.is_leader, 30, "r1 to lead")
     base = ["--zk", zk_hosts, "--group", zk_group]
 
@@ -82,14 +73,14 @@ def test_refusals_are_one_line(replicas: ReplicaSet, zk_client: KazooClient, zk_
     assert again.returncode == 2 and "replica 'r1' is not drained" in again.stderr
 
 
-def test_a_replica_drained_before_it_starts_never_joins(replicas: ReplicaSet, zk_client: KazooClient,
+def test_a_replica_drained_before_it_starts_never_joins(counter_replicas: ReplicaSet, zk_client: KazooClient,
                                                         zk_hosts: str, zk_group: str) -> None:
-    leader = replicas.start("r1")
+    leader = counter_replicas.start("r1")
     wait_for(leader.is_leader, 30, "r1 to lead")
     paths = GroupPaths(zk_group)
     zk_client.create(paths.drained_node("r2"), DrainRequest("r2", "new disk", time.time()).encode(),
                      makepath=True)
-    late = replicas.start("r2")
+    late = counter_replicas.start("r2")
     wait_for(lambda: late.get("/readyz")[0] == 503 and "drained: new disk" in late.get("/readyz")[1], 30,
              "r2 up and reporting drained")
     assert late.has_event("drained", at_start=True)

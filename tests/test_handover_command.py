@@ -5,42 +5,32 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from kazoo.client import KazooClient
 
 from election import GroupPaths, HandoverRequest, group_status, read_history
-from tests._replicas import Replica, ReplicaSet, counter_exactly_once, counter_replica_set, tenure, wait_for
-
-
-@pytest.fixture()
-def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSet]:
-    replica_set = counter_replica_set(zk_hosts, zk_group, tmp_path)
-    yield replica_set
-    replica_set.reap_all()
-
+from tests._replicas import Replica, ReplicaSet, counter_exactly_once, tenure, wait_for
 
 
 def _line(zk_client: KazooClient, group: str) -> list[str]:
     return [c.identity.replica_id for c in group_status(zk_client, group).contenders if c.identity]
 
 
-def _three(replicas: ReplicaSet, zk_client: KazooClient, group: str) -> list[Replica]:
-    started = [replicas.start("r1")]
+def _three(counter_replicas: ReplicaSet, zk_client: KazooClient, group: str) -> list[Replica]:
+    started = [counter_replicas.start("r1")]
     wait_for(started[0].is_leader, 30, "r1 to lead")
     for name in ("r2", "r3"):
-        started.append(replicas.start(name))
+        started.append(counter_replicas.start(name))
         wait_for(lambda: _line(zk_client, group)[-1] == name, 30, f"{name} in line")  # noqa: B023
     wait_for(lambda: all(r.get("/readyz")[0] == 200 for r in started), 30, "every replica ready")
     return started
 
 
 
-def test_handover_to_a_named_replica_past_the_next_in_line(replicas: ReplicaSet, zk_client: KazooClient,
+def test_handover_to_a_named_replica_past_the_next_in_line(counter_replicas: ReplicaSet, zk_client: KazooClient,
                                                            zk_hosts: str, zk_group: str, tmp_path: Path) -> None:
-    r1, r2, r3 = _three(replicas, zk_client, zk_group)
+    r1, r2, r3 = _three(counter_replicas, zk_client, zk_group)
     epoch = group_status(zk_client, zk_group).leader.epoch  # type: ignore[union-attr]
     wait_for(lambda: read_history(zk_client, zk_group) and read_history(zk_client, zk_group)[-1].first_commit_at,
              20, "r1's first commit")
@@ -50,7 +40,7 @@ def test_handover_to_a_named_replica_past_the_next_in_line(replicas: ReplicaSet,
     first, last = done.stdout.strip().splitlines()
     assert first == f"handover of epoch {epoch} to r3 requested"
     assert re.fullmatch(r"r3 leads \(epoch \d+\); its first commit came \d+\.\d\d s after r1's last", last), last
-    assert replicas.one_leader() is r3
+    assert counter_replicas.one_leader() is r3
     assert r2.has_event("deferred_to_handover_target")  # next in line, it stepped aside for the target
     assert r1.has_event("handover_requested", to="r3") and r1.has_event("handover_recorded", clean=True)
     assert r1.alive and r2.alive
@@ -63,19 +53,20 @@ def test_handover_to_a_named_replica_past_the_next_in_line(replicas: ReplicaSet,
     counter_exactly_once(tmp_path / "data")
 
 
-def test_handover_to_the_next_in_line(replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str,
+def test_handover_to_the_next_in_line(counter_replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str,
                                       zk_group: str) -> None:
-    r1, r2, _r3 = _three(replicas, zk_client, zk_group)
+    r1, r2, _r3 = _three(counter_replicas, zk_client, zk_group)
     done = tenure("handover", "--zk", zk_hosts, "--group", zk_group, "--wait")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1].startswith("r2 leads")
-    assert replicas.one_leader() is r2
+    assert counter_replicas.one_leader() is r2
     wait_for(lambda: _line(zk_client, zk_group) == ["r2", "r3", "r1"], 10, "r1 at the back of the line")
     assert r1.has_event("handover_requested", to=None)
 
 
-def test_refusals_are_one_line(replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str, zk_group: str) -> None:
-    r1, _r2, _r3 = _three(replicas, zk_client, zk_group)
+def test_refusals_are_one_line(counter_replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str,
+                               zk_group: str) -> None:
+    r1, _r2, _r3 = _three(counter_replicas, zk_client, zk_group)
     base = ["handover", "--zk", zk_hosts, "--group", zk_group]
 
     def refused(*extra: str) -> str:
@@ -94,17 +85,17 @@ def test_refusals_are_one_line(replicas: ReplicaSet, zk_client: KazooClient, zk_
     zk_client.create(GroupPaths(zk_group).handover_request,
                      HandoverRequest(epoch, "r1", time.time(), time.time() + 60).encode())
     assert "is already requested" in refused("--to", "r3")
-    assert replicas.one_leader() is r1
+    assert counter_replicas.one_leader() is r1
     zk_client.delete(GroupPaths(zk_group).handover_request)
-    wait_for(lambda: replicas.one_leader() is r1, 5, "r1 still leading")
+    wait_for(lambda: counter_replicas.one_leader() is r1, 5, "r1 still leading")
 
 
-def test_a_target_that_does_not_answer_is_not_ready(replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str,
+def test_a_target_that_does_not_answer_is_not_ready(counter_replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str,
                                                     zk_group: str) -> None:
     """A frozen follower keeps its node until its session expires, but cannot say it is ready: refused."""
-    leader = replicas.start("r1")
+    leader = counter_replicas.start("r1")
     wait_for(leader.is_leader, 30, "r1 to lead")
-    frozen = replicas.start("r2", ["--session-timeout-s", "9"])  # its node outlives the check below
+    frozen = counter_replicas.start("r2", ["--session-timeout-s", "9"])  # its node outlives the check below
     wait_for(lambda: _line(zk_client, zk_group) == ["r1", "r2"] and frozen.get("/readyz")[0] == 200, 30,
              "r2 ready in line")
     frozen.pause()
@@ -115,4 +106,4 @@ def test_a_target_that_does_not_answer_is_not_ready(replicas: ReplicaSet, zk_cli
     assert done.returncode == 2, done.stdout + done.stderr
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("tenure: error: replica 'r2' is not ready (") and "does not answer" in line
-    assert replicas.one_leader() is leader and not zk_client.exists(GroupPaths(zk_group).handover_request)
+    assert counter_replicas.one_leader() is leader and not zk_client.exists(GroupPaths(zk_group).handover_request)

@@ -5,35 +5,26 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
 from election import HISTORY_LIMIT, Election, Fenced, GroupPaths, Identity, TermHistory, read_history
 from service.ops import format_history
-from tests._replicas import ReplicaSet, counter_replica_set, tenure, wait_for
-
-
-@pytest.fixture()
-def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSet]:
-    replica_set = counter_replica_set(zk_hosts, zk_group, tmp_path)
-    yield replica_set
-    replica_set.reap_all()
+from tests._replicas import ReplicaSet, tenure, wait_for
 
 
 def _terms(zk_client: KazooClient, group: str) -> list[dict[str, object]]:
     return [t.to_json() for t in read_history(zk_client, group)]
 
 
-def test_terms_are_recorded_and_closed_by_their_end_or_their_successor(replicas: ReplicaSet, zk_client: KazooClient,
-                                                                        zk_group: str) -> None:
+def test_terms_are_recorded_and_closed_by_their_end_or_their_successor(counter_replicas: ReplicaSet,
+                                                                        zk_client: KazooClient, zk_group: str) -> None:
     """A clean handover closes the term `clean`; a SIGKILLed leader's term is closed `crash` by its successor;
     each term has its own epoch, leader, first commit and counts."""
-    first = replicas.start("r1")
+    first = counter_replicas.start("r1")
     wait_for(first.is_leader, 30, "r1 to lead")
-    second = replicas.start("r2")
+    second = counter_replicas.start("r2")
     wait_for(lambda: second.get("/readyz")[0] == 200, 30, "r2 ready")
     wait_for(lambda: (t := _terms(zk_client, zk_group)) and t[-1]["first_commit_at"], 20, "r1's first commit")
     first.signal(signal.SIGTERM)
@@ -44,7 +35,7 @@ def test_terms_are_recorded_and_closed_by_their_end_or_their_successor(replicas:
              "r2 to commit a few batches")
     second.signal(signal.SIGKILL)
     second.wait(10)
-    third = replicas.start("r3")
+    third = counter_replicas.start("r3")
     wait_for(third.is_leader, 30, "r3 to lead after r2's session expired")
     wait_for(lambda: len(_terms(zk_client, zk_group)) == 3, 20, "three terms")
     terms = _terms(zk_client, zk_group)

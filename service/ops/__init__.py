@@ -5,7 +5,7 @@ the producer, ``_verify/`` the auditor, ``_groups`` and ``_status`` the views of
 queue's contract (layout, names, record) from :mod:`career.queue`.
 """
 
-from service.ops._drain import DrainError, drain, undrain, wait_drained
+from service.ops._drain import DrainError, drain, undrain, wait_in_election
 from service.ops._groups import connected, format_groups, queue_lag, queue_report, remove_group
 from service.ops._handover import HandoverDone, HandoverError, request_handover, wait_handover
 from service.ops._history import format_history, show_history
@@ -37,7 +37,7 @@ __all__ = [
     "show_status",
     "undrain",
     "verify",
-    "wait_drained",
     "wait_handover",
+    "wait_in_election",
     "write_lines",
 ]

@@ -15,7 +15,7 @@ from kazoo.security import ACL
 
 from election import DrainRequest, GroupPaths, TenureError, drain_requests, group_status
 
-__all__ = ["DrainError", "drain", "undrain", "wait_drained"]
+__all__ = ["DrainError", "drain", "undrain", "wait_in_election"]
 
 
 class DrainError(TenureError):
@@ -68,7 +68,7 @@ def undrain(client: KazooClient, group: str, replica_id: str) -> None:
                          "check the replica id") from None
 
 
-def wait_drained(client: KazooClient, group: str, replica_id: str, *, in_election: bool, timeout_s: float) -> bool:
+def wait_in_election(client: KazooClient, group: str, replica_id: str, *, in_election: bool, timeout_s: float) -> bool:
     """Wait until ``replica_id`` has left (or, ``in_election``, joined) the election; False at the deadline."""
     deadline = time.monotonic() + timeout_s
     while (replica_id in _contenders(client, group)) != in_election:
