@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from pathlib import Path
 
 __all__ = ["storage_problem"]
 
-_PROBE = ".tenure-health-probe"
+# One name per process: replicas share the data root, and a probe another replica unlinks under us is no fault.
+_PROBE = f".tenure-health-{socket.gethostname()}-{os.getpid()}"
 
 
 def storage_problem(folder: Path, min_free_bytes: int) -> str | None:
