@@ -19,7 +19,7 @@ from pydantic_core import PydanticUndefined
 from career.queue import DEFAULT_MAX_LINE_BYTES
 from election import DigestCredential, TenureError
 from service import __version__, ops
-from service.local import Ensemble, Topology, run_demo, run_up
+from service.local import Ensemble, SparkCluster, Topology, run_demo, run_up
 from service.replica import ReplicaConfig, configure_logging, load_config, run_replica
 
 __all__ = ["main"]
@@ -42,6 +42,18 @@ def main(log_level: str) -> None:
     configure_logging(log_level)
 
 
+def _stop_on_signals() -> threading.Event:
+    """An event that SIGTERM and SIGINT set: a foreground command's loop waits on it, then stops in order."""
+    stop = threading.Event()
+
+    def _on_signal(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    return stop
+
+
 @main.command()
 @click.option("--servers", type=click.IntRange(1, 3), default=3, envvar="TENURE_ZK_SERVERS", show_default=True,
               help="Ensemble size: 1 (standalone) or 3.")
@@ -55,13 +67,7 @@ def zk(servers: int, port: int, directory: Path, tick_ms: int) -> None:
     """Run a real ZooKeeper ensemble from the PySpark jars, in the foreground until SIGTERM or Ctrl-C."""
     if servers == 2:
         _fail(TenureError("--servers 2 cannot tolerate any loss: use 1 or 3"))
-    stop = threading.Event()
-
-    def _on_signal(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    stop = _stop_on_signals()
     ensemble = Ensemble(servers=servers, port=port, directory=directory, tick_ms=tick_ms)
     try:
         ensemble.start()
@@ -81,6 +87,42 @@ def zk(servers: int, port: int, directory: Path, tick_ms: int) -> None:
                                log=str(s.directory / "server.log"))
     finally:
         ensemble.stop()
+
+
+@main.command()
+@click.option("--workers", type=click.IntRange(1, 16), default=2, envvar="TENURE_SPARK_WORKERS", show_default=True,
+              help="Number of workers, each a JVM that runs executors.")
+@click.option("--port", type=int, default=7077, envvar="TENURE_SPARK_PORT", show_default=True,
+              help="The master's port; workers use PORT+1, PORT+2, …, web UIs PORT+1000, PORT+1001, …")
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=Path(".tenure/spark"),
+              envvar="TENURE_SPARK_DIR", show_default=True,
+              help="Logs, the master's recovery state and the workers' work folders.")
+@click.option("--cores-per-worker", type=click.IntRange(1, 64), default=1, envvar="TENURE_SPARK_CORES_PER_WORKER",
+              show_default=True, help="Cores each worker offers to executors.")
+@click.option("--worker-memory-mb", type=click.IntRange(512), default=1024, envvar="TENURE_SPARK_WORKER_MEMORY_MB",
+              show_default=True, help="Memory each worker offers to executors.")
+def spark(workers: int, port: int, directory: Path, cores_per_worker: int, worker_memory_mb: int) -> None:
+    """Run a Spark standalone cluster from the PySpark jars, in the foreground until SIGTERM or Ctrl-C."""
+    stop = _stop_on_signals()
+    try:
+        cluster = SparkCluster(workers=workers, port=port, directory=directory, cores_per_worker=cores_per_worker,
+                               worker_memory_mb=worker_memory_mb)
+        cluster.start()
+    except TenureError as exc:
+        _fail(exc)  # start() has stopped whatever it launched
+    click.echo(cluster.master_url, nl=True)
+    sys.stdout.flush()
+    reported: set[str] = set()
+    try:
+        while not stop.wait(0.5):
+            for name in cluster.dead():
+                if name not in reported:
+                    reported.add(name)
+                    d = cluster.master if name == "master" else cluster.worker(name)
+                    _log.error("spark_process_died", process=name, port=d.port,
+                               exit_code=d.process.returncode if d.process else None, log=str(d.log))
+    finally:
+        cluster.stop()
 
 
 def _replica_options(command: Callable[..., None]) -> Callable[..., None]:
@@ -117,6 +159,12 @@ def run(config_file: Path | None, **overrides: Any) -> None:
     sys.exit(code)
 
 
+_spark_cluster_option = click.option(
+    "--spark-cluster", "spark_workers", type=click.IntRange(0, 8), default=0, envvar="TENURE_SPARK_CLUSTER",
+    show_default=True, help="Run the leader on an embedded Spark standalone cluster of this many workers "
+    "(0: local Spark in each replica).")
+
+
 @main.command()
 @click.option("--replicas", type=click.IntRange(1, 9), default=3, envvar="TENURE_UP_REPLICAS", show_default=True)
 @click.option("--dir", "directory", type=click.Path(path_type=Path), default=Path(".tenure/up"),
@@ -130,12 +178,13 @@ def run(config_file: Path | None, **overrides: Any) -> None:
 @click.option("--produce", "produce_records", type=int, default=0, show_default=True,
               help="Also run a producer of this many records (0: none).")
 @click.option("--rate", type=float, default=1000.0, show_default=True, help="Producer records per second.")
+@_spark_cluster_option
 def up(replicas: int, directory: Path, career: str, group: str, session_timeout_s: float,
-       handover_timeout_s: float, standby: str, produce_records: int, rate: float) -> None:
+       handover_timeout_s: float, standby: str, produce_records: int, rate: float, spark_workers: int) -> None:
     """Run the compose topology as local processes: a 3-server ensemble, N replicas, optionally a producer."""
     topology = Topology(directory, replicas=replicas, group=group, career=career,
                         session_timeout_s=session_timeout_s, handover_timeout_s=handover_timeout_s,
-                        replica_args=["--standby", standby])
+                        replica_args=["--standby", standby], spark_workers=spark_workers)
     producer = ["--records", str(produce_records), "--keys", "50", "--rate", f"{rate:g}"] if produce_records else None
     try:
         sys.exit(run_up(topology, producer_args=producer))
@@ -370,10 +419,11 @@ def groups_remove(group: str, zk: str, queue_dir: Path, zk_auth: str | None, for
 @click.option("--records", type=click.IntRange(min=100), default=20000, show_default=True)
 @click.option("--rate", type=click.FloatRange(min=1), default=2000.0, show_default=True)
 @click.option("--career", default="spark", show_default=True)
-def demo(directory: Path, records: int, rate: float, career: str) -> None:
+@_spark_cluster_option
+def demo(directory: Path, records: int, rate: float, career: str, spark_workers: int) -> None:
     """The README's main job: 3 replicas and a producer, the leader SIGKILLed midway, then `verify`."""
     try:
-        sys.exit(run_demo(directory, records=records, rate=rate, career=career))
+        sys.exit(run_demo(directory, records=records, rate=rate, career=career, spark_workers=spark_workers))
     except TenureError as exc:
         _fail(exc)
 
@@ -397,12 +447,19 @@ def demo(directory: Path, records: int, rate: float, career: str) -> None:
 @click.option("--seed", type=int, default=None,
               help="chaos: draws the faults, their times and the producer's data; printed in the report. "
               "[default: drawn]")
+@click.option("--spark-cluster", "spark_workers", type=click.IntRange(0, 8), default=0,
+              envvar="TENURE_DRILL_SPARK_CLUSTER", show_default=True,
+              help="Run the leader on an embedded Spark standalone cluster of this many workers (0: local Spark in "
+              "each replica); needed by worker-loss and master-loss, which `all` then includes.")
 def drill(scenarios: tuple[str, ...], json_out: Path | None, plot_out: Path | None, records: int | None,
-          career: str, short: bool, directory: Path, faults: int | None, seed: int | None) -> None:
+          career: str, short: bool, directory: Path, faults: int | None, seed: int | None,
+          spark_workers: int) -> None:
     """Failover drills: SCENARIO … or `all`; prints figures and PASS/FAIL per criterion, exits 1 on any FAIL.
 
     Scenarios: handover, targeted-handover, crash, zombie, partition, short-partition, zk-follower-loss, zk-leader-loss,
-    quorum-loss, flaky-link, spark-death, cold-start, rolling-restart. Network drills need root and `ip netns`.
+    quorum-loss, flaky-link, spark-death, cold-start, rolling-restart; with --spark-cluster W also worker-loss
+    (SIGKILL a worker, W >= 2) and master-loss (SIGKILL the Spark master, restart it). Network drills need root and
+    `ip netns`, and skip on a cluster.
 
     `tenure drill chaos --records N --faults K [--seed S]` (alone): K seeded random faults (leader SIGKILL,
     SIGTERM, whole-tree pause, network partition, ZooKeeper server restart, injected fault points) over a steady
@@ -420,13 +477,17 @@ def drill(scenarios: tuple[str, ...], json_out: Path | None, plot_out: Path | No
 
             if len(scenarios) > 1:
                 raise TenureError("chaos runs alone: `tenure drill chaos --faults K …`, other scenarios separately")
+            if spark_workers:
+                raise TenureError("chaos runs without --spark-cluster: its partitions put replicas in network "
+                                  "namespaces, out of reach of the cluster on loopback")
             code = run_chaos(directory=directory, records=records, faults=faults or 5, seed=seed, career=career,
                              short=short, json_out=json_out, plot_out=plot_out, echo=click.echo)
         else:
             if faults is not None or seed is not None:
                 raise TenureError("--faults and --seed are options of `tenure drill chaos` only")
             code = run_drills(list(scenarios), directory=directory, records=records, json_out=json_out,
-                              plot_out=plot_out, short=short, career=career, echo=click.echo)
+                              plot_out=plot_out, short=short, career=career, spark_workers=spark_workers,
+                              echo=click.echo)
     except TenureError as exc:
         _fail(exc)
     sys.exit(code)

@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812
+
+
+def held(record: dict[str, Any]) -> dict[str, Any]:
+    """Block while the file named by ``TENURE_TEST_HOLD`` exists (set on executors through
+    ``spark.executorEnv``), so a test can catch a batch with its tasks running; the first record held on each
+    Python worker leaves ``<hold>.reached.<pid>`` holding the worker's directory (which names the executor)."""
+    hold = os.environ.get("TENURE_TEST_HOLD")
+    if hold and os.path.exists(hold):
+        Path(f"{hold}.reached.{os.getpid()}").write_text(os.getcwd())
+        while os.path.exists(hold):
+            time.sleep(0.05)
+    return record
 
 
 def flaky(record: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import http.server
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,9 @@ EXPORTED_METRICS = frozenset(
 )
 REPLICAS = ("tenure-1", "tenure-2", "tenure-3")
 ZOOKEEPERS = ("zk1", "zk2", "zk3")
+SPARK_MASTER = "spark-master"
+SPARK_WORKERS = ("spark-worker-1", "spark-worker-2")
+SPARK_SERVICES = (SPARK_MASTER, *SPARK_WORKERS)
 
 needs_compose = pytest.mark.skipif(
     shutil.which("docker-compose") is None,
@@ -167,7 +172,7 @@ def _volume_mounts(service: dict[str, Any]) -> dict[str, str]:
 @needs_compose
 def test_compose_file_is_accepted(compose: dict[str, Any]) -> None:
     """`docker-compose config` accepts docker-compose.yml and it defines the documented services."""
-    assert set(compose["services"]) == {*ZOOKEEPERS, *REPLICAS, "producer", "prometheus", "grafana"}
+    assert set(compose["services"]) == {*ZOOKEEPERS, *SPARK_SERVICES, *REPLICAS, "producer", "prometheus", "grafana"}
 
 
 @needs_compose
@@ -218,12 +223,16 @@ def test_compose_replicas_share_the_data_volume(compose: dict[str, Any]) -> None
 
 @needs_compose
 def test_compose_published_ports(compose: dict[str, Any]) -> None:
-    """Ports are published on loopback as documented: ZooKeeper, replica metrics, Prometheus, Grafana."""
+    """Ports are published on loopback as documented: ZooKeeper, Spark master UI, replica metrics, Prometheus,
+    Grafana."""
     services = compose["services"]
     expected = {
         "zk1": {("127.0.0.1", 2181, 2181)},
         "zk2": {("127.0.0.1", 2182, 2181)},
         "zk3": {("127.0.0.1", 2183, 2181)},
+        "spark-master": {("127.0.0.1", 8080, 8080)},
+        "spark-worker-1": set(),
+        "spark-worker-2": set(),
         "tenure-1": {("127.0.0.1", 9401, 9400)},
         "tenure-2": {("127.0.0.1", 9402, 9400)},
         "tenure-3": {("127.0.0.1", 9403, 9400)},
@@ -246,6 +255,216 @@ def test_compose_monitoring_mounts(compose: dict[str, Any]) -> None:
     assert Path(grafana["/var/lib/grafana/dashboards"]) == GRAFANA_DIR / "dashboards"
     home = services["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert (GRAFANA_DIR / "dashboards" / Path(home).name).is_file()
+
+
+# ---------------------------------------------------------------------------------------------- spark cluster
+
+
+def _option(args: list[str], name: str) -> str | None:
+    """The value after ``name`` in an argument list (``--port 7077``), or None."""
+    return args[args.index(name) + 1] if name in args else None
+
+
+def _java_options(opts: str) -> dict[str, str]:
+    """``-Dkey=value`` system properties of a Java options string (SPARK_MASTER_OPTS and the like)."""
+    return dict(opt[2:].split("=", 1) for opt in shlex.split(opts) if opt.startswith("-D") and "=" in opt)
+
+
+def _spark_master_url(compose: dict[str, Any]) -> str:
+    """spark://host:port of the compose master, from its command; the host must resolve on the network."""
+    master = compose["services"][SPARK_MASTER]
+    args = [str(arg) for arg in master["command"]]
+    assert args[0] == "org.apache.spark.deploy.master.Master", args
+    host, port = _option(args, "--host"), _option(args, "--port") or "7077"
+    assert host in {SPARK_MASTER, master.get("hostname")}, f"--host {host}: not a name the network resolves"
+    return f"spark://{host}:{port}"
+
+
+def _worker_args(worker: dict[str, Any]) -> list[str]:
+    args = [str(arg) for arg in worker["command"]]
+    assert args[0] == "org.apache.spark.deploy.worker.Worker", args
+    return args
+
+
+def _bytes(size: str) -> int:
+    """A JVM memory string (512m, 1g, 1024k) in bytes; a bare number is MiB, as Spark reads it."""
+    match = re.fullmatch(r"(\d+)([kmgt]?)b?", size.strip().lower())
+    assert match, f"not a memory size: {size!r}"
+    return int(match.group(1)) << {"k": 10, "": 20, "m": 20, "g": 30, "t": 40}[match.group(2)]
+
+
+def _python_version_of_image() -> str:
+    """X.Y of the image's Python, from its FROM python:X.Y-… line."""
+    (base,) = [args for keyword, args in _dockerfile_instructions() if keyword == "FROM"]
+    match = re.fullmatch(r"python:(\d+\.\d+)[.-].*", base)
+    assert match, f"FROM {base}: not an official Python image"
+    return match.group(1)
+
+
+@needs_compose
+def test_compose_replicas_use_the_compose_spark_master(compose: dict[str, Any]) -> None:
+    """Every replica's TENURE_SPARK_MASTER is the compose master's spark://host:port, and waits for it."""
+    url = _spark_master_url(compose)
+    for name in REPLICAS:
+        replica = compose["services"][name]
+        assert replica["environment"]["TENURE_SPARK_MASTER"] == url, name
+        assert replica["depends_on"][SPARK_MASTER]["condition"] == "service_healthy", name
+
+
+@needs_compose
+def test_compose_spark_workers_join_the_master(compose: dict[str, Any]) -> None:
+    """Each worker registers with the compose master's host:port, after the master is healthy."""
+    url = _spark_master_url(compose)
+    for name in SPARK_WORKERS:
+        worker = compose["services"][name]
+        masters = [arg for arg in _worker_args(worker) if arg.startswith("spark://")]
+        assert masters == [url], f"{name} joins {masters}, the master is {url}"
+        assert worker["depends_on"][SPARK_MASTER]["condition"] == "service_healthy", name
+
+
+@needs_compose
+def test_compose_spark_ports_are_loopback_only(compose: dict[str, Any]) -> None:
+    """No Spark port (master RPC or UI, worker UI) is published beyond 127.0.0.1: the cluster runs code it is sent
+    and has no authentication."""
+    for name in SPARK_SERVICES:
+        for host_ip, host_port, _ in _published(compose["services"][name]):
+            assert host_ip == "127.0.0.1", f"{name} publishes {host_port} on {host_ip or 'every interface'}"
+
+
+@needs_compose
+def test_compose_spark_workers_see_the_replicas_data_root(compose: dict[str, Any]) -> None:
+    """Executors read the queue and write staging, checkpoint and state under the data root: every worker mounts
+    the replicas' data volume at the replicas' TENURE_DATA_ROOT."""
+    services = compose["services"]
+    roots = {services[name]["environment"]["TENURE_DATA_ROOT"] for name in REPLICAS}
+    assert len(roots) == 1, roots
+    (root,) = roots
+    sources = {_volume_mounts(services[name]).get(root) for name in REPLICAS}
+    assert len(sources) == 1 and None not in sources, f"replicas mount {sources} on {root}"
+    (source,) = sources
+    for name in SPARK_WORKERS:
+        assert _volume_mounts(services[name]).get(root) == source, f"{name} lacks {source} on {root}"
+
+
+@needs_compose
+def test_compose_spark_runs_the_replicas_image(compose: dict[str, Any]) -> None:
+    """The Spark services run the replicas' image (PySpark refuses Python workers of another minor version than
+    the driver's, and the cluster's Spark must be the driver's pyspark), with spark-class from that image's
+    pyspark wheel, and the replicas send executors the image's Python."""
+    services = compose["services"]
+    replica = services[REPLICAS[0]]
+    python = _python_version_of_image()
+    spark_home = f"/usr/local/lib/python{python}/site-packages/pyspark"
+    for name in SPARK_SERVICES:
+        service = services[name]
+        assert service["image"] == replica["image"], f"{name} runs {service['image']}, the replicas {replica['image']}"
+        assert service["build"] == replica["build"], name
+        assert service["entrypoint"] == [f"{spark_home}/bin/spark-class"], name
+        assert service["environment"]["SPARK_HOME"] == spark_home, name
+        health = " ".join(service["healthcheck"]["test"])
+        assert "/livez" not in health and service["healthcheck"].get("disable") is not True, (
+            f"{name}: the image's /livez healthcheck is a replica's; give the service its own"
+        )
+    for name in REPLICAS:
+        executable = services[name]["environment"]["PYSPARK_PYTHON"]
+        assert executable in {"/usr/local/bin/python3", f"/usr/local/bin/python{python}"}, name
+
+
+@needs_compose
+def test_compose_spark_master_rest_server_is_disabled(compose: dict[str, Any]) -> None:
+    """The master's REST submission server (unauthenticated) is off."""
+    opts = _java_options(compose["services"][SPARK_MASTER]["environment"]["SPARK_MASTER_OPTS"])
+    assert opts.get("spark.master.rest.enabled") == "false", opts
+
+
+@needs_compose
+def test_compose_spark_master_recovers_from_a_volume(compose: dict[str, Any]) -> None:
+    """FILESYSTEM recovery into a named volume, on a directory the image creates for its non-root user (a fresh
+    volume on a mount point missing from the image would be root's, and the master could not write it)."""
+    master = compose["services"][SPARK_MASTER]
+    opts = _java_options(master["environment"]["SPARK_MASTER_OPTS"])
+    assert opts.get("spark.deploy.recoveryMode") == "FILESYSTEM", opts
+    directory = opts.get("spark.deploy.recoveryDirectory")
+    assert directory, "spark.deploy.recoveryDirectory is not set"
+    source = _volume_mounts(master).get(directory)
+    assert source in compose["volumes"], f"{directory} must be a named volume, got {source!r}"
+    runs = " ".join(args for keyword, args in _dockerfile_instructions() if keyword == "RUN")
+    assert re.search(rf"mkdir -p [^;]*{re.escape(directory)}\b", runs), f"the image does not create {directory}"
+    assert re.search(rf"chown tenure:tenure [^;]*{re.escape(directory)}\b", runs), f"{directory} is not tenure's"
+
+
+@needs_compose
+def test_compose_executors_fit_a_worker(compose: dict[str, Any]) -> None:
+    """The executor size the replicas ask for (TENURE_SPARK_CONF) fits one worker's --memory and --cores, or the
+    leader's application would wait for resources forever."""
+    env = compose["services"][REPLICAS[0]]["environment"]
+    conf = dict(item.split("=", 1) for item in env.get("TENURE_SPARK_CONF", "").split(",") if item.strip())
+    executor_memory = _bytes(conf.get("spark.executor.memory", "1g"))  # Spark's default
+    for name in SPARK_WORKERS:
+        args = _worker_args(compose["services"][name])
+        memory, cores = _option(args, "--memory"), _option(args, "--cores")
+        assert memory and cores, f"{name}: give the worker --memory and --cores"
+        assert executor_memory <= _bytes(memory), f"spark.executor.memory does not fit {name}'s {memory}"
+        assert int(conf.get("spark.executor.cores", cores)) <= int(cores), name
+
+
+def _run_healthcheck(test: list[str], url_from: str, url_to: str) -> int:
+    """Runs a compose CMD healthcheck with this interpreter, its URL pointed at ``url_to``."""
+    assert test[0] == "CMD" and test[1] in {"python", "python3"}, test
+    command = [sys.executable, *[arg.replace(url_from, url_to) for arg in test[2:]]]
+    assert command != [sys.executable, *test[2:]], f"{url_from} is not in the healthcheck"
+    env = {k: v for k, v in os.environ.items() if k.lower() not in {"http_proxy", "https_proxy", "all_proxy"}}
+    return subprocess.run(command, env=env, capture_output=True, timeout=30, check=False).returncode
+
+
+@needs_compose
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("service", "url", "healthy", "unhealthy"),
+    [
+        (SPARK_MASTER, "http://localhost:8080/json/", {"status": "ALIVE"}, {"status": "RECOVERING"}),
+        (
+            SPARK_WORKERS[0],
+            "http://localhost:8081/json/",
+            {"masterurl": "spark://spark-master:7077"},
+            {"masterurl": ""},
+        ),
+    ],
+)
+def test_compose_spark_healthchecks(
+    compose: dict[str, Any], service: str, url: str, healthy: dict[str, str], unhealthy: dict[str, str]
+) -> None:
+    """The Spark healthchecks, run as Docker runs them against a stand-in web UI serving Spark 4's /json/ shape:
+    exit 0 for an ALIVE master or a registered worker, non-zero otherwise and when nothing answers."""
+    answer: dict[str, str] = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(answer, indent=2, separators=(",", " : ")).encode()
+            self.send_response(200 if self.path == "/json/" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    test = compose["services"][service]["healthcheck"]["test"]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    stand_in = f"http://127.0.0.1:{server.server_address[1]}/json/"
+    try:
+        answer.update(healthy)
+        assert _run_healthcheck(test, url, stand_in) == 0
+        answer.clear()
+        answer.update(unhealthy)
+        assert _run_healthcheck(test, url, stand_in) != 0
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    assert _run_healthcheck(test, url, f"http://127.0.0.1:{free_port()}/json/") != 0
 
 
 def test_scrape_targets_match_the_compose_services() -> None:

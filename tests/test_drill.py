@@ -12,16 +12,28 @@ import pytest
 
 from service.drill import DrillError, read_events, run_drills
 from service.drill._criteria import ScenarioResult, judge
-from service.drill._measures import Measurements, audit_counter, commit_interval, leader_intervals
+from service.drill._measures import (
+    Measurements,
+    audit_counter,
+    commit_interval,
+    leader_intervals,
+    nth_commit_after,
+)
 from service.drill._monitor import CommitSample, LogEvent
 from service.drill._report import render_report
 from service.drill._run import run_scenario
-from service.drill._scenarios import SCENARIOS, expand
-from service.drill._settings import DrillSettings, career_unavailable
+from service.drill._scenarios import CLUSTER_SCENARIOS, SCENARIOS, expand
+from service.drill._settings import DrillSettings, career_unavailable, worker_loss_budget_s
 from service.local import NetNamespace, netns_unavailable
 
 FIRST_COMMIT = "successor's first commit: about 1 s after the handover, plus one batch"
 SETTINGS = DrillSettings(career="counter", session_timeout_s=6.0, safe_fraction=0.5)
+CLUSTER_SETTINGS = DrillSettings(career="spark", session_timeout_s=4.0, safe_fraction=0.5, spark_workers=2)
+TERM_GOES_ON = "the leader's term goes on (same epoch, no leader change)"
+COMMITS_AFTER_LOSS = "3 commits after the worker's loss, within the budget"
+WORKER_DROPPED = "the master drops the lost worker"
+COMMITS_MASTER_DOWN = "commits go on while the master is down"
+APP_BACK = "the application is back on the restarted master"
 TARGET_LEADS = "the named target leads the new term"
 OLD_TERM_CLEAN = "the old leader's term ended clean (term history)"
 STEPPED_ASIDE = "every replica ahead of the target stepped aside"
@@ -59,7 +71,10 @@ def _healthy(scenario: str, **facts: object) -> Measurements:
                      handover_ahead=["replica-2"], handover_new_leader="replica-3", handover_gap_s=0.4,
                      handover_requested_to="replica-3", old_term_ended="clean",
                      old_term_reason="handover requested to replica-3", stepped_aside=["replica-2"],
-                     old_line_position=3)
+                     old_line_position=3, epochs_after_fault=[7], interval_before_s=2.5, lost_worker="worker1",
+                     worker_dropped_s=0.3, commits_after_loss_s=9.0, worker_back_s=6.0, executor_back_s=7.0,
+                     cluster_start_s=12.0, master_down_s=10.0, commits_master_down=3, app_back_s=8.0,
+                     app_state_after="RUNNING")
     for name, value in facts.items():
         setattr(m, name, value)
     return m
@@ -160,6 +175,70 @@ def test_judge_criteria(case: str, measurements: Measurements, failing: list[str
 
 
 @pytest.mark.parametrize(
+    ("case", "measurements", "failing"),
+    [
+        ("healthy worker loss", _healthy("worker-loss"), []),
+        ("worker loss ended the term", _healthy("worker-loss", leadership_changes=1, epochs_after_fault=[7, 9]),
+         [TERM_GOES_ON]),
+        ("worker loss: a commit of another epoch", _healthy("worker-loss", epochs_after_fault=[9]), [TERM_GOES_ON]),
+        ("worker loss: nothing committed after it", _healthy("worker-loss", epochs_after_fault=[],
+                                                             commits_after_loss_s=None),
+         [TERM_GOES_ON, COMMITS_AFTER_LOSS]),
+        # budget with 2 workers and a 2.5 s interval: 1.5 + 7 × 2.5 = 19 s
+        ("worker loss: 3 commits just inside the budget", _healthy("worker-loss", commits_after_loss_s=19.0), []),
+        ("worker loss: 3 commits too slow", _healthy("worker-loss", commits_after_loss_s=19.1),
+         [COMMITS_AFTER_LOSS]),
+        ("worker loss: no cadence before the fault, no budget", _healthy("worker-loss", interval_before_s=None),
+         [COMMITS_AFTER_LOSS]),
+        ("worker loss: the master keeps the dead worker", _healthy("worker-loss", worker_dropped_s=None),
+         [WORKER_DROPPED]),
+        ("worker loss: dropped only at the worker timeout's end", _healthy("worker-loss", worker_dropped_s=61.0),
+         [WORKER_DROPPED]),
+        ("worker loss: no executor back on the restarted worker is a fact, not a failure",
+         _healthy("worker-loss", executor_back_s=None), []),
+        ("worker loss audit lost records", _healthy("worker-loss", audit_ok=False, audit_lost=1),
+         ["audit: nothing lost, duplicated or out of order"]),
+        ("healthy master loss", _healthy("master-loss"), []),
+        ("master loss stalls the batches", _healthy("master-loss", commits_master_down=0), [COMMITS_MASTER_DOWN]),
+        ("master loss: the application never came back", _healthy("master-loss", app_back_s=None,
+                                                                  app_state_after=None), [APP_BACK]),
+        ("master loss ended the term", _healthy("master-loss", leadership_changes=1), [TERM_GOES_ON]),
+        ("master loss: the run stopped early", _healthy("master-loss", error="TimeoutError: timed out"),
+         ["ran to completion"]),
+    ],
+)
+def test_judge_cluster_criteria(case: str, measurements: Measurements, failing: list[str]) -> None:
+    """worker-loss and master-loss (on a 2-worker cluster) pass on healthy figures and fail where one is off."""
+    criteria = judge(measurements, CLUSTER_SETTINGS)
+    assert [c.name for c in criteria if not c.passed] == failing, case
+
+
+def test_worker_loss_budget() -> None:
+    """About a second, the batch in flight rerun (one interval), then 3 batches on the surviving cores."""
+    assert worker_loss_budget_s(2, 2.5) == pytest.approx(1.5 + (1 + 3 * 2) * 2.5)
+    assert worker_loss_budget_s(4, 2.0) == pytest.approx(1.5 + (1 + 3 * 4 / 3) * 2.0)
+    assert worker_loss_budget_s(3, 1.0) < worker_loss_budget_s(2, 1.0)  # more survivors, less lost capacity
+    with pytest.raises(ValueError, match="2 or more"):
+        worker_loss_budget_s(1, 2.5)
+    with pytest.raises(ValueError, match="positive"):
+        worker_loss_budget_s(2, 0.0)
+
+
+def test_nth_commit_after() -> None:
+    """The sample holding the n-th version after the fault, versions the 50 ms poll skipped included."""
+
+    def c(version: int, at: float) -> CommitSample:
+        return CommitSample(observed_at=at, version=version, epoch=7, committed_at=at, batch=version)
+
+    commits = [c(4, 1.0), c(5, 3.0), c(6, 11.0), c(8, 14.0), c(9, 16.0)]
+    assert nth_commit_after(commits, 10.0, 1) == commits[2]
+    assert nth_commit_after(commits, 10.0, 3) == commits[3]  # versions 7 and 8 seen together
+    assert nth_commit_after(commits, 10.0, 5) is None
+    assert nth_commit_after(commits, 20.0, 1) is None
+    assert nth_commit_after(commits, 0.0, 2) == commits[1]  # nothing before: the first after is the first
+
+
+@pytest.mark.parametrize(
     ("case", "lines", "committed_n", "expected"),
     [
         ("exactly once", ["1,1", "1,2", "5,3"], 3, (0, 0, 0)),
@@ -221,8 +300,12 @@ def test_leader_intervals_from_runner_states() -> None:
 
 
 def test_expand_and_report_render() -> None:
-    """`all` expands in table order; an unknown name is refused; the report shows PASS, FAIL and SKIP."""
-    assert expand(["all"]) == list(SCENARIOS)
+    """`all` expands in table order, the cluster scenarios only on a cluster; an unknown name is refused; the
+    report shows PASS, FAIL and SKIP."""
+    assert CLUSTER_SCENARIOS == ["worker-loss", "master-loss"]
+    assert expand(["all"]) == [name for name in SCENARIOS if name not in CLUSTER_SCENARIOS]
+    assert expand(["all"], spark_cluster=True) == list(SCENARIOS)
+    assert expand(["master-loss", "all"]) == ["master-loss", *expand(["all"])]
     assert expand(["crash", "crash", "handover"]) == ["crash", "handover"]
     with pytest.raises(DrillError, match="scenario 'nope' is unknown"):
         expand(["nope"])
@@ -299,7 +382,7 @@ def test_targeted_handover_drill_on_short_timeline(tmp_path: Path) -> None:
 def test_other_drills_on_short_timeline(tmp_path: Path, created_namespaces: list[NetNamespace]) -> None:
     """Every other scenario on the shortened timeline with the counter career, through run_drills: exit 0,
     a JSON document with each result and a PNG timeline; only Spark-only (or, without root, network) drills skip."""
-    others = [name for name in SCENARIOS if name not in CI_DRILLS + OWN_TEST_DRILLS]
+    others = [name for name in expand(["all"]) if name not in CI_DRILLS + OWN_TEST_DRILLS]
     json_out, plot_out = tmp_path / "drill.json", tmp_path / "drill.png"
     lines: list[str] = []
     code = run_drills(others, directory=tmp_path / "runs", records=None, json_out=json_out, plot_out=plot_out,
@@ -404,3 +487,91 @@ def test_plot_without_matplotlib_is_refused_before_the_drill_runs(tmp_path: Path
     assert done.stderr.strip().splitlines()[-1] == ("tenure: error: --plot needs matplotlib, which a replica's "
                                                      "install leaves out: pip install 'tenure[drill]' (or drop --plot)")
     assert not (tmp_path / "d").exists()
+
+
+# -- --spark-cluster: refused combinations, before anything starts (the real faults: tests/test_cluster_failover.py) --
+
+
+@pytest.mark.parametrize(
+    ("case", "args", "message"),
+    [
+        ("a cluster for the counter career", ["crash", "--career", "counter", "--spark-cluster", "2"],
+         "--spark-cluster runs the Spark career's application on a cluster, and the counter career has none: "
+         "drop --spark-cluster, or drop --career counter"),
+        ("worker-loss without a cluster", ["worker-loss"],
+         "worker-loss faults the Spark cluster: add --spark-cluster 2"),
+        ("both without a cluster, counter career", ["worker-loss", "master-loss", "--career", "counter"],
+         "worker-loss and master-loss fault the Spark cluster: add --spark-cluster 2 and the Spark career "
+         "(drop --career counter)"),
+        ("master-loss without a cluster", ["master-loss", "--spark-cluster", "0"],
+         "master-loss faults the Spark cluster: add --spark-cluster 2"),
+        ("worker-loss with one worker", ["worker-loss", "--spark-cluster", "1"],
+         "worker-loss needs a worker to survive the one it kills (the batch goes on there), and --spark-cluster 1 "
+         "gives one: use --spark-cluster 2"),
+        ("chaos on a cluster", ["chaos", "--spark-cluster", "2"],
+         "chaos runs without --spark-cluster: its partitions put replicas in network namespaces, out of reach of "
+         "the cluster on loopback"),
+    ],
+)
+def test_spark_cluster_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, args: list[str],
+                                message: str) -> None:
+    """One line on stderr, exit 2, and nothing started: no drill folder, no topology built."""
+    from click.testing import CliRunner
+
+    from service.cli import main
+    from service.drill import _context
+
+    built: list[str] = []
+    monkeypatch.setattr(_context.Drill, "__init__", lambda *a, **k: built.append(case))  # must never be reached
+    directory = tmp_path / "d"
+    done = CliRunner().invoke(main, ["drill", *args, "--short", "--dir", str(directory)])
+    assert done.exit_code == 2, (case, done.output)
+    assert done.stderr.strip().splitlines() == [f"tenure: error: {message}"], case
+    assert not directory.exists() and not built, case
+
+
+def test_spark_cluster_from_the_environment(tmp_path: Path) -> None:
+    """TENURE_DRILL_SPARK_CLUSTER sets --spark-cluster: with 1, worker-loss is refused as with the flag."""
+    from click.testing import CliRunner
+
+    from service.cli import main
+
+    done = CliRunner().invoke(main, ["drill", "worker-loss", "--dir", str(tmp_path / "d")],
+                              env={"TENURE_DRILL_SPARK_CLUSTER": "1"})
+    assert done.exit_code == 2 and "--spark-cluster 1 gives one" in done.stderr, done.output
+    out_of_range = CliRunner().invoke(main, ["drill", "crash", "--spark-cluster", "9"])
+    assert out_of_range.exit_code == 2 and "0<=x<=8" in out_of_range.stderr, out_of_range.output
+
+
+def test_run_drills_refuses_cluster_scenarios_without_a_cluster(tmp_path: Path) -> None:
+    """The library call refuses as the command does (DrillError), before any scenario runs; `run_scenario`
+    called directly skips a cluster scenario without a cluster, and a network drill on one."""
+    with pytest.raises(DrillError, match="add --spark-cluster 2"):
+        run_drills(["crash", "master-loss"], directory=tmp_path / "runs", records=None, json_out=None,
+                   plot_out=None, short=True, career="counter", echo=lambda _line: None)
+    assert not (tmp_path / "runs").exists()
+    plain = DrillSettings.make(career="spark", records=None, short=True)
+    skipped = run_scenario("worker-loss", plain, tmp_path / "runs")
+    assert (skipped.status, skipped.reason) == ("skipped", "needs a Spark cluster (--spark-cluster 2)")
+    on_cluster = DrillSettings.make(career="spark", records=None, short=True, spark_workers=2)
+    partition = run_scenario("partition", on_cluster, tmp_path / "runs")
+    assert partition.status == "skipped" and "loopback" in partition.reason
+    assert not (tmp_path / "runs").exists()
+
+
+def test_tasks_cut_short_on_a_lost_worker(tmp_path: Path) -> None:
+    """worker-loss counts the tasks the killed worker's executors started and never finished, from their logs."""
+    from service.drill._scenarios import _tasks_cut_short
+    from service.local import SparkCluster
+
+    cluster = SparkCluster(workers=2, port=23077, directory=tmp_path)  # never started: only its folders are read
+    executor = tmp_path / "worker1" / "work" / "app-20261122170055-0000" / "1"
+    executor.mkdir(parents=True)
+    (executor / "stderr").write_text(
+        "26/11/22 17:02:59 INFO Executor: Running task 1.0 in stage 44.0 (TID 64)\n"
+        "26/11/22 17:02:59 INFO Executor: Finished task 1.0 in stage 44.0 (TID 64). 3481 bytes result sent to driver\n"
+        "26/11/22 17:03:00 INFO Executor: Running task 0.0 in stage 45.0 (TID 65)\n"
+        "26/11/22 17:03:00 INFO Executor: Running task 1.0 in stage 45.0 (TID 66)\n"
+        "26/11/22 17:03:00 ERROR Executor: Exception in task 1.0 in stage 45.0 (TID 66)\n")
+    assert _tasks_cut_short(cluster, "worker1") == 1
+    assert _tasks_cut_short(cluster, "worker2") == 0

@@ -15,7 +15,7 @@ def expected_table() -> list[str]:
     rows = ["| flag | variable | default | meaning |", "|---|---|---|---|"]
     for name, info in ReplicaConfig.model_fields.items():
         if info.default_factory is not None:
-            default = "the host name"
+            default = "the host name" if name == "replica_id" else "—"
         elif info.default is PydanticUndefined:
             default = "required"
         elif info.default is None:

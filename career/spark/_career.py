@@ -40,6 +40,7 @@ from election._errors import ElectionError, Fenced, NotLeader
 __all__ = ["SparkCareer"]
 
 _POLL_S = 0.02
+_STANDBY_MASTER = "local[1]"  # a follower's warm-up when the leader's master is a cluster
 
 
 class SparkCareer:
@@ -116,9 +117,10 @@ class SparkCareer:
             check_transform(self._ensure_session(), self._config.transform, self._hooks.transform)
         if self._config.standby == "warm":
             started = self._clock()
-            warm_up(self._ensure_session(), self._config, self._hooks, replica_id=self._replica_id, log=self._log)
+            warm_up(self._ensure_session(standby=True), self._config, self._hooks, replica_id=self._replica_id,
+                    log=self._log)
             self._log.info("warmed_up", seconds=round(self._clock() - started, 3))
-        elif self._owned:
+        if self._owned and (self._config.standby == "cold" or self._config.on_cluster):
             self._stop_session()
         self._prepared = True
 
@@ -247,8 +249,8 @@ class SparkCareer:
         self._term = None
         term.log.info("handed_over", outcome=outcome.value, batch=term.last_committed, timed_out=timed_out,
                       seconds=round(self._clock() - started, 3))
-        if self._config.standby == "cold" and self._owned:
-            self._stop_session()
+        if self._owned and (self._config.standby == "cold" or self._config.on_cluster):
+            self._stop_session()  # on a cluster: the executors go with the application, freeing the cores
         return term.last_committed
 
     def close(self) -> None:
@@ -261,17 +263,20 @@ class SparkCareer:
 
     # -- internals -------------------------------------------------------------------------------------------
 
-    def _ensure_session(self) -> SparkSession:
+    def _ensure_session(self, *, standby: bool = False) -> SparkSession:
+        """The session, started if need be: on the configured master, or for a follower's warm-up on a cluster
+        on a local one (``standby``), so that followers hold none of the cluster's cores."""
+        master = _STANDBY_MASTER if standby and self._config.on_cluster else self._config.spark_master
         if self._session is None:
             conf = {
                 "spark.sql.streaming.stopTimeout": str(int(self._config.handover_timeout_s * 1000)),
                 **self._config.spark_conf,
             }
             self._session, self._owned = build_session(
-                self._config.spark_master, app_name=self._config.app_name,
+                master, app_name=self._config.app_name,
                 shuffle_partitions=self._config.shuffle_partitions, extra_conf=conf)
         else:
-            use_driver_python(self._session, self._config.spark_master)
+            use_driver_python(self._session, master)
         return self._session
 
     def _stop_session(self) -> None:

@@ -33,7 +33,9 @@ class SparkCareerConfig:
             when several consumer groups share one queue (default None: the data root, one group). Each group
             keeps its own data root; a queue file is archived once every registered group has consumed it.
         spark_master: ``local[2]`` (default), ``spark://host:7077``, ``k8s://…``. Ignored when a SparkSession
-            already exists in the process (its master wins).
+            already exists in the process (its master wins). On a cluster (any master but ``local…``) the
+            cluster's cores are the leader's alone: a follower warms up on a local session and stops it, the
+            leader's application starts at inauguration and stops at hand-over, releasing its executors.
         standby: ``warm`` (default): ``prepare`` starts Spark and runs the real pipeline once on a scratch sample,
             so a new leader's first batch runs hot (costs about 1 GB per follower). ``cold``: Spark starts at
             inauguration (7–9 s here) and stops at hand-over when this career started it.
@@ -142,6 +144,11 @@ class SparkCareerConfig:
     def retry_policy(self) -> RetryPolicy:
         """The retry settings as the batch writer uses them."""
         return RetryPolicy(self.retry_attempts, self.retry_backoff_s, self.retry_backoff_max_s)
+
+    @property
+    def on_cluster(self) -> bool:
+        """Whether the master is a cluster's (executors elsewhere) rather than ``local…``."""
+        return not self.spark_master.startswith("local")
 
     @property
     def file_source(self) -> bool:

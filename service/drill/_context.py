@@ -87,7 +87,8 @@ class Drill:
                                  handover_timeout_s=settings.handover_timeout_s, zk_tick_ms=settings.zk_tick_ms,
                                  replica_args=extra,
                                  zk_client_address=zk_side.host_address if zk_side else "127.0.0.1",
-                                 replica_launch=launch, zk_port=free_base_port(), fault_files=True)
+                                 replica_launch=launch, zk_port=free_base_port(), fault_files=True,
+                                 spark_workers=settings.spark_workers)
         self.monitor: Monitor | None = None
         self.markers: list[Marker] = []
         self.m = Measurements(scenario=name)
@@ -99,11 +100,16 @@ class Drill:
         self.old_pid: int | None = None
         self._drained_checked = 0.0
 
-    # 1. Start: ensemble, replicas (the namespaced one first, so it leads), monitor, producer, some commits.
+    # 1. Start: ensemble, Spark cluster (if any), replicas (the namespaced one first, so it leads), monitor,
+    # producer, some commits.
     def start_topology(self, *, all_at_once: bool = False) -> None:
         topo = self.topology
         topo.make_dirs()
         topo.ensemble.start()
+        if topo.spark is not None:
+            started = time.monotonic()
+            topo.spark.start()
+            self.m.cluster_start_s = time.monotonic() - started
         self.monitor = Monitor(topo)
         self.monitor.start()
         if self.ns is not None and not all_at_once:

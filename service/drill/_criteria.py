@@ -6,7 +6,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from service.drill._measures import Measurements
-from service.drill._settings import ABOUT_ONE_S, FLAKY_MAX_CHANGES, SAFE_UNTIL_SLACK_S, DrillSettings
+from service.drill._settings import (
+    ABOUT_ONE_S,
+    CLUSTER_COMMITS,
+    FLAKY_MAX_CHANGES,
+    SAFE_UNTIL_SLACK_S,
+    SPARK_WORKER_TIMEOUT_S,
+    DrillSettings,
+    worker_loss_budget_s,
+)
 
 __all__ = ["Criterion", "ScenarioResult", "judge", "verdict"]
 
@@ -70,6 +78,57 @@ def _targeted_handover_criteria(m: Measurements) -> list[Criterion]:
                   m.old_rejoined_as_follower is True and position is not None and position > 1,
                   f"rejoined {str(m.old_rejoined_as_follower).lower()}, "
                   + ("not in line" if position is None else f"place {position} in line")),
+    ]
+
+
+def _term_goes_on(m: Measurements) -> Criterion:
+    """The fault on the cluster leaves the term alone: no term begun after it, every commit after it the old
+    epoch's."""
+    epochs = ", ".join(str(e) for e in m.epochs_after_fault) or "none"
+    ok = m.old_epoch is not None and m.leadership_changes == 0 and m.epochs_after_fault == [m.old_epoch]
+    return Criterion("the leader's term goes on (same epoch, no leader change)", ok,
+                     f"epoch {m.old_epoch} ({m.old_leader}); leadership changes {m.leadership_changes}; "
+                     f"epochs committed after the fault: {epochs}")
+
+
+def _worker_loss_criteria(m: Measurements, s: DrillSettings) -> list[Criterion]:
+    interval, workers, value = m.interval_before_s, s.spark_workers, m.commits_after_loss_s
+    name = f"{CLUSTER_COMMITS} commits after the worker's loss, within the budget"
+    measured = "not observed" if value is None else f"{value:.2f} s"
+    if interval is None or workers < 2:
+        commits = Criterion(name, False, f"{measured} (no budget: {workers} workers, commit interval before the "
+                            f"fault {'not observed' if interval is None else f'{interval:.2f} s'})")
+    else:
+        limit = worker_loss_budget_s(workers, interval)
+        budget = (f"limit {ABOUT_ONE_S:g} s + (1 + {CLUSTER_COMMITS} × {workers}/{workers - 1}) × commit interval "
+                  f"{interval:.2f} s = {limit:.2f} s")
+        rerun = "" if m.tasks_lost is None else f"; {m.tasks_lost} task(s) cut short on the lost executor, run again"
+        commits = Criterion(name, value is not None and value <= limit, f"{measured} ({budget}){rerun}")
+    dropped = m.worker_dropped_s
+    executor = "no executor granted on it yet" if m.executor_back_s is None else \
+        f"the master granted an executor on it after {m.executor_back_s:.2f} s"
+    back = "" if m.worker_back_s is None else f"; restarted: ALIVE after {m.worker_back_s:.2f} s, {executor}"
+    return [
+        _term_goes_on(m),
+        commits,
+        Criterion("the master drops the lost worker", dropped is not None and dropped <= SPARK_WORKER_TIMEOUT_S,
+                  f"{m.lost_worker or '—'}: " + ("not observed" if dropped is None else f"{dropped:.2f} s")
+                  + f" after the kill (limit spark.worker.timeout {SPARK_WORKER_TIMEOUT_S:g} s){back}"),
+    ]
+
+
+def _master_loss_criteria(m: Measurements) -> list[Criterion]:
+    down = "—" if m.master_down_s is None else f"{m.master_down_s:.1f} s"
+    during, value = m.commits_master_down, m.app_back_s
+    start = "" if m.cluster_start_s is None else f"; the cluster's own start took {m.cluster_start_s:.2f} s"
+    return [
+        Criterion("commits go on while the master is down", during is not None and during >= 1,
+                  f"{'not observed' if during is None else during} commit(s) in the {down} it was down"),
+        Criterion("the application is back on the restarted master",
+                  value is not None and value <= SPARK_WORKER_TIMEOUT_S,
+                  ("not observed" if value is None else f"{value:.2f} s after the restart, {m.app_state_after}")
+                  + f" (limit spark.worker.timeout {SPARK_WORKER_TIMEOUT_S:g} s{start})"),
+        _term_goes_on(m),
     ]
 
 
@@ -143,6 +202,10 @@ def judge(m: Measurements, s: DrillSettings) -> list[Criterion]:
         out.append(Criterion("at most one leadership change per restart",
                              bool(m.changes_per_restart) and worst <= 1, f"per restart {m.changes_per_restart}"))
         out.append(Criterion("commits continue", m.commits_after_fault > 0, f"{m.commits_after_fault}"))
+    elif name == "worker-loss":
+        out.extend(_worker_loss_criteria(m, s))
+    elif name == "master-loss":
+        out.extend(_master_loss_criteria(m))
     return out
 
 

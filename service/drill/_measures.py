@@ -28,6 +28,7 @@ __all__ = [
     "audit_counter",
     "commit_interval",
     "leader_intervals",
+    "nth_commit_after",
     "runner_inaugurated",
     "versions_where",
 ]
@@ -110,6 +111,34 @@ class Measurements:
     replicas_down: list[str] = field(default_factory=list)
     #: the old leader's place in the election's line (1 leads) once the handover is done; None: not in line
     old_line_position: int | None = None
+    # worker-loss and master-loss: the leader's application on the embedded Spark cluster
+    #: how long the cluster took to start in this run (master serving, every worker registered)
+    cluster_start_s: float | None = None
+    #: the epochs of the commits observed after the fault (the term goes on: only the old epoch)
+    epochs_after_fault: list[int] = field(default_factory=list)
+    #: when the leader's steady cadence began: its application had an executor on every worker (the commits
+    #: before, the first after its inauguration, are slower)
+    cadence_from: float | None = None
+    #: the leader's median commit interval from ``cadence_from`` to the fault (its steady cadence on the cluster)
+    interval_before_s: float | None = None
+    #: worker-loss: the worker SIGKILLed with its executors, and when the master no longer had it ALIVE
+    lost_worker: str | None = None
+    worker_dropped_s: float | None = None
+    #: worker-loss: tasks the killed executor had started and not finished (from its log): Spark reruns them
+    tasks_lost: int | None = None
+    #: worker-loss: the fault → the third commit after it (``CLUSTER_COMMITS``; record versions, as observed)
+    commits_after_loss_s: float | None = None
+    #: worker-loss: the restart → the worker ALIVE at the master again, → the master granting the application an
+    #: executor on it again (its core in use; the executor's JVM then starts, cold, and registers with the driver)
+    worker_back_s: float | None = None
+    executor_back_s: float | None = None
+    #: master-loss: how long the master was down (fault → the restart), commits during it (record versions)
+    master_down_s: float | None = None
+    commits_master_down: int | None = None
+    #: master-loss: the restart → the master ALIVE (recovery done) with the application among its active ones
+    app_back_s: float | None = None
+    #: master-loss: the application's state on the recovered master (RUNNING, WAITING …)
+    app_state_after: str | None = None
 
 
 def leader_intervals(events: list[LogEvent], killed: dict[str, float], end: float) -> list[dict[str, Any]]:
@@ -152,6 +181,17 @@ def commit_interval(commits: list[CommitSample], epoch: int) -> float | None:
     ours = [c for c in commits if c.epoch == epoch]
     gaps = [b.committed_at - a.committed_at for a, b in itertools.pairwise(ours) if b.version == a.version + 1]
     return statistics.median(gaps) if gaps else None
+
+
+def nth_commit_after(commits: list[CommitSample], at: float, n: int) -> CommitSample | None:
+    """The sample in which the ``n``-th commit version after ``at`` was observed (the last version observed
+    before ``at`` is the base; with none, the first version after it counts as the first), or None."""
+    before = [c for c in commits if c.observed_at < at]
+    after = [c for c in commits if c.observed_at >= at]
+    if not after:
+        return None
+    base = before[-1].version if before else after[0].version - 1
+    return next((c for c in after if c.version >= base + n), None)
 
 
 def versions_where(commits: list[CommitSample], pred: Callable[[CommitSample], bool]) -> int:

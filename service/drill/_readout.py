@@ -14,6 +14,7 @@ from service.drill._measures import (
     audit_counter,
     commit_interval,
     leader_intervals,
+    nth_commit_after,
     runner_inaugurated,
     versions_where,
 )
@@ -46,7 +47,7 @@ from service.drill._monitor import (
     CommitSample,
     LogEvent,
 )
-from service.drill._settings import OUTAGE_GRACE_S, SAFE_UNTIL_SLACK_S
+from service.drill._settings import CLUSTER_COMMITS, OUTAGE_GRACE_S, SAFE_UNTIL_SLACK_S
 from service.ops import verify
 
 __all__ = ["audit", "measure", "timeline"]
@@ -76,7 +77,8 @@ def measure(d: Drill) -> None:
         m.new_leader, m.new_epoch = new_terms[0].replica_id, int(new_terms[0].fields.get("epoch") or 0)
         m.new_leader_s = new_terms[0].at - fault
     # Detection: the first reaction to the fault by anyone.
-    reactions = [e.at for e in events if e.at >= fault and (
+    # (until the end: the topology's stop afterwards, a handover among them, is no reaction to the fault)
+    reactions = [e.at for e in events if fault <= e.at < end and (
         e.event in _DETECT_EVENTS
         or (e.event == INAUGURATING and e.fields.get("epoch") != m.old_epoch)
         or (e.event == RUNNER_STATE and e.fields.get("old") == LEADING))]
@@ -151,6 +153,24 @@ def measure(d: Drill) -> None:
     m.processes_exited = sum(1 for e in events if e.event == RUNNER_STARTING and e.at >= fault)
     if d.name == "targeted-handover":
         _targeted_handover_facts(d, events, commits, successor)
+    if d.name in ("worker-loss", "master-loss"):
+        _cluster_facts(d, commits)
+
+
+def _cluster_facts(d: Drill, commits: list[CommitSample]) -> None:
+    """worker-loss and master-loss: the epochs committed after the fault, the leader's cadence before it, the
+    time to ``CLUSTER_COMMITS`` commits after a worker's loss, the commits while the master was down."""
+    m, fault = d.m, d.m.fault_at or 0.0
+    m.epochs_after_fault = sorted({c.epoch for c in commits if c.observed_at >= fault})
+    if m.old_epoch is not None:
+        since = m.cadence_from if m.cadence_from is not None else -math.inf
+        m.interval_before_s = commit_interval([c for c in commits if since <= c.observed_at < fault], m.old_epoch)
+    if d.name == "worker-loss":
+        nth = nth_commit_after(commits, fault, CLUSTER_COMMITS)
+        m.commits_after_loss_s = None if nth is None else nth.observed_at - fault
+    elif m.heal_at is not None:
+        # from the fault plus the grace a commit already sent may take to land, to the master's restart
+        m.commits_master_down = d.commits_between(fault + OUTAGE_GRACE_S, m.heal_at)
 
 
 def _targeted_handover_facts(d: Drill, events: list[LogEvent], commits: list[CommitSample],

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import structlog
@@ -21,9 +21,9 @@ from service.drill._context import Drill
 from service.drill._criteria import ScenarioResult, judge, verdict
 from service.drill._readout import audit, measure, timeline
 from service.drill._report import plot_timeline, render_report, write_json
-from service.drill._scenarios import SCENARIOS, expand
+from service.drill._scenarios import SCENARIOS, cluster_refusal, expand
 from service.drill._settings import DrillError, DrillSettings, career_unavailable
-from service.local import EnsembleError, NetNamespace, netns_unavailable
+from service.local import EnsembleError, NetNamespace, SparkClusterError, netns_unavailable
 
 __all__ = ["run_drills", "run_scenario"]
 
@@ -34,9 +34,17 @@ def run_scenario(name: str, settings: DrillSettings, directory: Path) -> Scenari
     """Run one scenario in ``directory/<name>`` (wiped first) and judge it; never raises for a failed drill."""
     spec = SCENARIOS[name]
     if spec.spark_only and settings.career != "spark":
-        return ScenarioResult(name, spec.fault, "skipped", "needs the Spark career (a JVM to kill)")
+        return ScenarioResult(name, spec.fault, "skipped", "needs the Spark career on a cluster" if spec.cluster
+                              else "needs the Spark career (a JVM to kill)")
+    if spec.cluster and not settings.spark_workers:
+        return ScenarioResult(name, spec.fault, "skipped", "needs a Spark cluster (--spark-cluster 2)")
+    if spec.netns and settings.spark_workers:
+        return ScenarioResult(name, spec.fault, "skipped", "the Spark cluster listens on loopback, out of reach "
+                              "of a replica in a network namespace: run it without --spark-cluster")
     if spec.netns and (why := netns_unavailable()):
         return ScenarioResult(name, spec.fault, "skipped", why)
+    if spec.produce_s is not None and settings.produce_s < spec.produce_s:
+        settings = replace(settings, produce_s=spec.produce_s)  # the same records, spread over longer
     scenario_dir = directory / name
     if scenario_dir.exists():
         shutil.rmtree(scenario_dir)
@@ -54,7 +62,7 @@ def run_scenario(name: str, settings: DrillSettings, directory: Path) -> Scenari
                     drill.prepare()
                 spec.inject(drill)
                 drill.settle()
-            except EnsembleError as exc:
+            except (EnsembleError, SparkClusterError) as exc:
                 drill.m.error = f"{type(exc).__name__}: {exc}"
             except Exception as exc:  # a timeout or a failed step: reported as a failed criterion
                 drill.m.error = f"{type(exc).__name__}: {exc}"
@@ -64,10 +72,10 @@ def run_scenario(name: str, settings: DrillSettings, directory: Path) -> Scenari
                 if drill.monitor is not None:
                     drill.monitor.stop()
                 drill.topology.stop()
-            # The ensemble's ports are picked free but can be taken by another process before it binds them:
-            # start over once on fresh ports.
-            if not (drill.monitor is None and drill.m.error and drill.m.error.startswith("EnsembleError")
-                    and attempt == 1):
+            # The ensemble's and the Spark cluster's ports are picked free but can be taken by another process
+            # before they bind them: start over once on fresh ports.
+            if not (drill.monitor is None and drill.m.error
+                    and drill.m.error.startswith(("EnsembleError", "SparkClusterError")) and attempt == 1):
                 break
             _log.warning("drill_retrying", scenario=name, reason=drill.m.error)
     finally:
@@ -87,11 +95,17 @@ def run_scenario(name: str, settings: DrillSettings, directory: Path) -> Scenari
 
 
 def run_drills(scenarios: list[str], *, directory: Path, records: int | None, json_out: Path | None,
-               plot_out: Path | None, short: bool = False, career: str = "spark",
+               plot_out: Path | None, short: bool = False, career: str = "spark", spark_workers: int = 0,
                echo: Callable[[str], None] = print) -> int:
-    """Run the named scenarios (or ``all``), print the report, write JSON and plot; 1 if any criterion failed."""
-    names = expand(scenarios)
-    settings = DrillSettings.make(career=career, records=records, short=short)
+    """Run the named scenarios (or ``all``), print the report, write JSON and plot; 1 if any criterion failed.
+
+    With ``spark_workers`` every scenario's leader runs on an embedded Spark cluster of that many workers, and
+    ``all`` includes the scenarios that fault the cluster. Refusals (``DrillError``) come before anything starts.
+    """
+    names = expand(scenarios, spark_cluster=spark_workers > 0)
+    if why := cluster_refusal(names, career=career, spark_workers=spark_workers):
+        raise DrillError(why)
+    settings = DrillSettings.make(career=career, records=records, short=short, spark_workers=spark_workers)
     if why := career_unavailable(career):
         raise DrillError(why)
     results: list[ScenarioResult] = []

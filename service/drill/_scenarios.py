@@ -4,27 +4,36 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import random
+import re
 import signal
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 from kazoo.client import KazooClient
 
 from election import group_status, read_history
 from service.drill._context import Drill, is_ready
-from service.drill._settings import DrillError
-from service.local import NetNamespace, NetnsError, ReplicaProcess
+from service.drill._measures import commit_interval
+from service.drill._settings import CLUSTER_COMMITS, MASTER_DOWN_S, SPARK_WORKER_TIMEOUT_S, DrillError
+from service.local import NetNamespace, NetnsError, ReplicaProcess, SparkCluster, SparkClusterError
 from service.ops import connected, request_handover, wait_handover
 
-__all__ = ["SCENARIOS", "Scenario", "expand"]
+__all__ = ["CLUSTER_SCENARIOS", "SCENARIOS", "Scenario", "cluster_refusal", "expand"]
 
 _log = structlog.get_logger("tenure.drill")
+
+#: An executor's log lines for a task it starts, and for one it finishes or gives up (by task id)
+_TASK_STARTED = re.compile(r"INFO Executor: Running task \S+ in stage \S+ \(TID (\d+)\)")
+_TASK_ENDED = re.compile(r"(?:Finished task|Exception in task|Executor killed task|Executor interrupted and "
+                         r"killed task) \S+ in stage \S+ \(TID (\d+)\)")
 
 
 def _java_children(pid: int) -> list[int]:
@@ -41,7 +50,12 @@ def _java_children(pid: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Scenario:
-    """A named fault: ``inject`` runs after ``Drill.prepare`` (unless ``custom_start``) and before settling."""
+    """A named fault: ``inject`` runs after ``Drill.prepare`` (unless ``custom_start``) and before settling.
+
+    ``cluster``: it faults the embedded Spark cluster (``--spark-cluster``), so ``all`` includes it only on one.
+    ``produce_s``: the production lasts at least this long (the records spread over it), so that the work
+    outlasts the fault and what the criteria count after it.
+    """
 
     name: str
     fault: str
@@ -49,6 +63,8 @@ class Scenario:
     netns: bool = False
     spark_only: bool = False
     custom_start: bool = False
+    cluster: bool = False
+    produce_s: float | None = None
 
 
 def _handover(d: Drill) -> None:
@@ -261,6 +277,144 @@ def _rolling_restart(d: Drill) -> None:
         d.wait_more_commits(2)
 
 
+def _cluster(d: Drill) -> SparkCluster:
+    cluster = d.topology.spark
+    if cluster is None:
+        raise RuntimeError(f"{d.name} faults the Spark cluster, and this drill runs none: add --spark-cluster 2")
+    return cluster
+
+
+def _master_state(cluster: SparkCluster) -> dict[str, Any] | None:
+    """The master's JSON, or None while it does not answer (down, starting)."""
+    try:
+        return cluster.state()
+    except SparkClusterError:
+        return None
+
+
+def _alive_workers(cluster: SparkCluster, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """This cluster's workers the master has ALIVE, by name, with their entries (``coresused`` …)."""
+    alive = {(w.get("host"), w.get("port")): w for w in state.get("workers", []) if w.get("state") == "ALIVE"}
+    return {w.name: alive[(w.host, w.port)] for w in cluster.workers if (w.host, w.port) in alive}
+
+
+def _executor_on(cluster: SparkCluster, name: str) -> bool:
+    """The master has worker ``name`` ALIVE with a core in use (only the leader's application runs here)."""
+    state = _master_state(cluster)
+    worker = _alive_workers(cluster, state).get(name) if state is not None else None
+    return worker is not None and int(worker.get("coresused", 0)) >= 1
+
+
+def _wait_steady(d: Drill, cluster: SparkCluster) -> None:
+    """Wait until the master serves one application (the leader's) with an executor on every running worker,
+    then for ``CLUSTER_COMMITS`` commits from there: the leader's steady cadence, which the budgets build on."""
+    running = [w.name for w in cluster.workers if w.running]
+
+    def spread() -> bool:
+        state = _master_state(cluster)
+        if state is None or state.get("status") != "ALIVE" or len(state.get("activeapps", [])) != 1:
+            return False
+        alive = _alive_workers(cluster, state)
+        return all(name in alive and int(alive[name].get("coresused", 0)) >= 1 for name in running)
+
+    d.wait(spread, d.settings.startup_timeout_s, "the leader's application with an executor on every worker")
+    d.m.cadence_from = time.time()
+    d.wait(lambda: d.commits_between(d.m.cadence_from or 0.0, math.inf) >= CLUSTER_COMMITS,
+           d.settings.work_timeout_s, f"{CLUSTER_COMMITS} commits on the whole cluster before the fault")
+
+
+def _steady_interval(d: Drill) -> float | None:
+    """The leader's median commit interval since its application spread over the cluster (``_wait_steady``)."""
+    since = d.m.cadence_from or 0.0
+    return commit_interval([c for c in d.commits() if c.observed_at >= since], d.m.old_epoch or 0)
+
+
+def _worker_loss(d: Drill) -> None:
+    """SIGKILL a worker and its executor in the middle of a batch: Spark reruns the lost tasks on the surviving
+    workers, the term goes on. Then the worker is started again and the application gets an executor on it."""
+    cluster = _cluster(d)
+    d.leader()
+    _wait_steady(d, cluster)
+    # _wait_steady returns on a commit: the next batch has just begun; strike while its tasks run.
+    time.sleep(0.4 * (_steady_interval(d) or 0.0))
+    state = _master_state(cluster) or {}
+    busy = [name for name, w in _alive_workers(cluster, state).items() if int(w.get("coresused", 0)) >= 1]
+    victim = busy[0] if busy else cluster.workers[0].name
+    d.m.lost_worker = victim
+    fault = d.mark("fault", f"SIGKILL Spark {victim} and its executor")
+    cluster.kill_worker(victim)
+    dropped: list[float] = []
+
+    def dropped_yet() -> bool:
+        if not dropped:
+            now = time.time()
+            state = _master_state(cluster)
+            if state is not None and victim not in _alive_workers(cluster, state):
+                dropped.append(now)
+        return bool(dropped)
+
+    def progressed() -> bool:
+        dropped_yet()
+        return d.commits_between(fault, math.inf) >= CLUSTER_COMMITS or d.drained()
+
+    d.m.tasks_lost = _tasks_cut_short(cluster, victim)  # read before the restart adds an executor's log
+    d.wait(progressed, d.settings.work_timeout_s, f"{CLUSTER_COMMITS} commits after {victim}'s loss")
+    d.wait(dropped_yet, SPARK_WORKER_TIMEOUT_S + 10, f"the master to drop {victim}")
+    d.m.worker_dropped_s = dropped[0] - fault
+    heal = d.mark("heal", f"restart {victim}")
+    cluster.start_worker(victim, wait=True, timeout_s=d.settings.startup_timeout_s)
+    d.m.worker_back_s = time.time() - heal
+    with contextlib.suppress(TimeoutError):  # a fact for the report, not a criterion
+        d.wait(lambda: _executor_on(cluster, victim), SPARK_WORKER_TIMEOUT_S, f"an executor on {victim} again")
+        d.m.executor_back_s = time.time() - heal
+    d.wait_more_commits()
+
+
+def _tasks_cut_short(cluster: SparkCluster, worker: str) -> int:
+    """Tasks the executors of ``worker`` started and never finished, from their logs (``Running task … (TID n)``
+    without ``Finished task … (TID n)``): after its SIGKILL, the tasks Spark has to run again elsewhere. (The
+    driver logs an executor's loss at INFO, which the replica's log leaves out.)"""
+    cut = 0
+    for log in sorted(cluster.worker(worker).directory.glob("work/*/*/stderr")):
+        with contextlib.suppress(OSError):
+            text = log.read_text(errors="replace")
+            cut += len(set(_TASK_STARTED.findall(text)) - set(_TASK_ENDED.findall(text)))
+    return cut
+
+
+def _master_loss(d: Drill) -> None:
+    """SIGKILL the Spark master, hold it down while batches run (the driver talks to its executors directly),
+    restart it: it recovers its workers and the running application from its FILESYSTEM state; the term goes
+    on. Down for ``MASTER_DOWN_S``, or two of the leader's steady commit intervals if longer (a loaded machine):
+    at least one whole batch runs without a master."""
+    cluster = _cluster(d)
+    d.leader()
+    _wait_steady(d, cluster)
+    down_s = max(MASTER_DOWN_S, 2 * (_steady_interval(d) or 0.0))
+    fault = d.mark("fault", f"SIGKILL the Spark master (down {down_s:.0f} s)")
+    cluster.kill_master()
+    time.sleep(max(0.0, fault + down_s - time.time()))
+    heal = d.mark("heal", "restart the Spark master (recovery from its FILESYSTEM state)")
+    d.m.master_down_s = heal - fault
+    cluster.start_master(wait=False)
+    apps: list[dict[str, Any]] = []
+
+    def back() -> bool:
+        if not cluster.master.running:
+            raise RuntimeError(f"the restarted Spark master exited: see {cluster.master.log}")
+        state = _master_state(cluster)
+        if state is None or state.get("status") != "ALIVE" or len(state.get("activeapps", [])) != 1:
+            return False
+        apps[:] = state["activeapps"]
+        return True
+
+    d.wait(back, SPARK_WORKER_TIMEOUT_S + d.settings.work_timeout_s, "the application back on the restarted master")
+    d.m.app_back_s = time.time() - heal
+    d.m.app_state_after = str(apps[0].get("state"))
+    cluster.wait_workers(timeout_s=d.settings.startup_timeout_s)
+    d.wait_more_commits()
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("handover", "SIGTERM the leader", _handover),
     Scenario("targeted-handover", "tenure handover --to the replica last in line", _targeted_handover),
@@ -276,15 +430,24 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("spark-death", "kill the leader's Spark JVM", _spark_death, spark_only=True),
     Scenario("cold-start", "all replicas start at once", _cold_start, custom_start=True),
     Scenario("rolling-restart", "restart every replica in turn", _rolling_restart),
+    Scenario("worker-loss", "SIGKILL a Spark worker and its executor while batches run, later restart it",
+             _worker_loss, spark_only=True, cluster=True, produce_s=40.0),
+    Scenario("master-loss", f"SIGKILL the Spark master, restart it {MASTER_DOWN_S:g} s later (or two commit "
+             "intervals, if longer)", _master_loss,
+             spark_only=True, cluster=True, produce_s=40.0),
 ]}
 
+#: the scenarios that fault the Spark cluster: they need ``--spark-cluster``
+CLUSTER_SCENARIOS = [name for name, spec in SCENARIOS.items() if spec.cluster]
 
-def expand(scenarios: list[str]) -> list[str]:
-    """``all`` → every scenario in table order; an unknown name raises ``DrillError`` naming the choices."""
+
+def expand(scenarios: list[str], *, spark_cluster: bool = False) -> list[str]:
+    """``all`` → every scenario in table order (those faulting the Spark cluster only with ``spark_cluster``);
+    an unknown name raises ``DrillError`` naming the choices."""
     names: list[str] = []
     for name in scenarios:
         if name == "all":
-            names.extend(n for n in SCENARIOS if n not in names)
+            names.extend(n for n, spec in SCENARIOS.items() if n not in names and (spark_cluster or not spec.cluster))
         elif name in SCENARIOS:
             if name not in names:
                 names.append(name)
@@ -292,3 +455,20 @@ def expand(scenarios: list[str]) -> list[str]:
             raise DrillError(f"scenario {name!r} is unknown: choose from all, {', '.join(SCENARIOS)} "
                              "(or chaos, alone)")
     return names
+
+
+def cluster_refusal(names: list[str], *, career: str, spark_workers: int) -> str | None:
+    """Why these scenarios cannot run with this career and ``--spark-cluster`` (one line, the fix in it), or
+    ``None``. Checked before anything starts."""
+    if spark_workers and career != "spark":
+        return (f"--spark-cluster runs the Spark career's application on a cluster, and the {career} career has "
+                "none: drop --spark-cluster, or drop --career " + career)
+    faulting = [n for n in names if SCENARIOS[n].cluster]
+    if faulting and not spark_workers:
+        also = f" and the Spark career (drop --career {career})" if career != "spark" else ""
+        verb = "faults" if len(faulting) == 1 else "fault"
+        return f"{' and '.join(faulting)} {verb} the Spark cluster: add --spark-cluster 2{also}"
+    if "worker-loss" in faulting and spark_workers < 2:
+        return (f"worker-loss needs a worker to survive the one it kills (the batch goes on there), and "
+                f"--spark-cluster {spark_workers} gives one: use --spark-cluster 2")
+    return None

@@ -9,12 +9,16 @@ from election import TenureError
 
 __all__ = [
     "ABOUT_ONE_S",
+    "CLUSTER_COMMITS",
     "FLAKY_MAX_CHANGES",
+    "MASTER_DOWN_S",
     "OUTAGE_GRACE_S",
     "SAFE_UNTIL_SLACK_S",
+    "SPARK_WORKER_TIMEOUT_S",
     "DrillError",
     "DrillSettings",
     "career_unavailable",
+    "worker_loss_budget_s",
 ]
 
 #: "within about 1 s" (issue 8, handover) as a threshold: a second plus the commit poller's resolution and
@@ -28,6 +32,16 @@ SAFE_UNTIL_SLACK_S = 0.5
 FLAKY_MAX_CHANGES = 2
 #: A commit sent just before a quorum loss may still land this long after it.
 OUTAGE_GRACE_S = 0.5
+#: worker-loss: the commits the leader must make after a worker's SIGKILL, within ``worker_loss_budget_s``.
+CLUSTER_COMMITS = 3
+#: master-loss: how long the Spark master stays down (commits must go on meanwhile).
+MASTER_DOWN_S = 10.0
+#: Spark's ``spark.worker.timeout`` (default 60 s; the embedded cluster keeps it): a master drops a worker it has
+#: not heard from for this long, and a restarted master in recovery waits this long for its workers and
+#: applications to answer before it drops the silent ones. The budget of both cluster drills: a SIGKILLed worker's
+#: connection closes at once, so the master need not wait for it; a restarted master that has the application back
+#: within this has it because the driver answered, not because recovery gave up waiting.
+SPARK_WORKER_TIMEOUT_S = 60.0
 
 
 class DrillError(TenureError):
@@ -61,14 +75,19 @@ class DrillSettings:
     #: How long a step of the work may take (a successor's first commit, a few more commits); a Spark batch on
     #: a loaded 2-core machine can take tens of seconds, the counter commits every ``counter_interval_s``.
     work_timeout_s: float = 60.0
+    #: With N > 0 the replicas' leader runs its application on an embedded Spark standalone cluster of N
+    #: one-core workers (``tenure drill --spark-cluster N``); 0: local Spark inside each replica.
+    spark_workers: int = 0
 
     @classmethod
-    def make(cls, *, career: str, records: int | None, short: bool) -> DrillSettings:
+    def make(cls, *, career: str, records: int | None, short: bool, spark_workers: int = 0) -> DrillSettings:
         work_timeout_s = 240.0 if career == "spark" else 60.0
         if short:
             return cls(career=career, records=records or 6000, produce_s=12.0, session_timeout_s=4.0,
-                       handover_timeout_s=2.0, zk_tick_ms=500, work_timeout_s=work_timeout_s)
-        return cls(career=career, records=records or 20000, work_timeout_s=work_timeout_s)
+                       handover_timeout_s=2.0, zk_tick_ms=500, work_timeout_s=work_timeout_s,
+                       spark_workers=spark_workers)
+        return cls(career=career, records=records or 20000, work_timeout_s=work_timeout_s,
+                   spark_workers=spark_workers)
 
     @property
     def safe_until_s(self) -> float:
@@ -78,6 +97,26 @@ class DrillSettings:
     @property
     def rate(self) -> float:
         return max(50.0, self.records / self.produce_s)
+
+
+def worker_loss_budget_s(workers: int, interval_s: float) -> float:
+    """How long ``CLUSTER_COMMITS`` commits may take after one of ``workers`` one-core workers is SIGKILLed,
+    given the leader's steady commit interval before the loss (``interval_s``, measured in the same run).
+
+    The batch in flight loses the tasks the dead executor ran: Spark runs them again on the survivors, so that
+    batch may take up to one interval more. The next batches run on ``workers - 1`` of ``workers`` cores, each
+    at most ``workers / (workers - 1)`` times as long as before. On top, about a second (``ABOUT_ONE_S``) for the
+    driver to learn of the lost executor (its connection drops) and reschedule::
+
+        ABOUT_ONE_S + (1 + CLUSTER_COMMITS * workers / (workers - 1)) * interval_s
+
+    With 2 workers and a 2.5 s interval: 1.5 + 7 × 2.5 = 19 s.
+    """
+    if workers < 2:
+        raise ValueError(f"workers={workers}: a worker's loss leaves a batch somewhere to run only with 2 or more")
+    if interval_s <= 0:
+        raise ValueError(f"interval_s={interval_s} must be positive")
+    return ABOUT_ONE_S + (1 + CLUSTER_COMMITS * workers / (workers - 1)) * interval_s
 
 
 def career_unavailable(career: str) -> str | None:

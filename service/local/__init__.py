@@ -4,6 +4,7 @@ network namespaces, and the commands built on them (``tenure zk``, ``tenure up``
 from service.local._demo import run_demo
 from service.local._ensemble import Ensemble, EnsembleError, Server, die_with_parent, find_java, free_base_port
 from service.local._netns import NetNamespace, NetnsError, netns_unavailable
+from service.local._spark_cluster import SparkCluster, SparkClusterError, SparkDaemon, SparkWorker
 from service.local._topology import ReplicaLaunch, ReplicaProcess, ReplicaStatus, Topology, sample_key, scrape
 from service.local._up import run_up
 
@@ -16,6 +17,10 @@ __all__ = [
     "ReplicaProcess",
     "ReplicaStatus",
     "Server",
+    "SparkCluster",
+    "SparkClusterError",
+    "SparkDaemon",
+    "SparkWorker",
     "Topology",
     "die_with_parent",
     "find_java",

@@ -55,7 +55,7 @@ class _DrainProgress:
 
 def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, keys: int = 50,
              career: str = "spark", session_timeout_s: float = 6.0, settle_timeout_s: float = 240.0,
-             warmup_timeout_s: float = 600.0) -> int:
+             warmup_timeout_s: float = 600.0, spark_workers: int = 0) -> int:
     """Run the scripted demonstration; returns 0 when the audit finds every message exactly once, in order."""
     console = Console(soft_wrap=True)  # long lines stay whole in logs and pipes
     if directory.exists():
@@ -63,9 +63,10 @@ def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, key
     # Injected oversized lines are max_line_bytes + 1 long: a 64 KiB limit keeps the demo's queue small.
     line_limit = ["--max-line-bytes", str(_MAX_LINE_BYTES)]
     topology = Topology(directory, replicas=3, career=career, session_timeout_s=session_timeout_s,
-                        handover_timeout_s=3.0, replica_args=line_limit)
+                        handover_timeout_s=3.0, replica_args=line_limit, spark_workers=spark_workers)
     try:
-        _say(console, f"starting a 3-server ZooKeeper ensemble and 3 {career} replicas under {directory}")
+        cluster = f", a Spark cluster of {spark_workers} workers" if spark_workers else ""
+        _say(console, f"starting a 3-server ZooKeeper ensemble{cluster} and 3 {career} replicas under {directory}")
         topology.start()
         first = topology.wait_for_leader(warmup_timeout_s)
         _say(console, f"[green]{first.replica_id}[/] leads with epoch {first.epoch}; the others follow, warm")

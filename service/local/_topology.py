@@ -20,6 +20,7 @@ import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.local._ensemble import Ensemble, die_with_parent, free_base_port
+from service.local._spark_cluster import SparkCluster
 from service.replica import (
     BATCHES,
     IS_LEADER,
@@ -253,7 +254,7 @@ class Topology:
                  session_timeout_s: float = 6.0, handover_timeout_s: float = 3.0, zk_tick_ms: int = 1000,
                  replica_args: list[str] | None = None, zk_servers: int = 3, zk_client_address: str = "127.0.0.1",
                  replica_launch: dict[str, ReplicaLaunch] | None = None, zk_port: int | None = None,
-                 fault_files: bool = False) -> None:
+                 fault_files: bool = False, spark_workers: int = 0) -> None:
         self.directory = directory
         #: with ``fault_files``, replica R runs with ``--fault-file <directory>/faults/R`` (see ``arm``)
         self.faults_dir = directory / "faults" if fault_files else None
@@ -263,12 +264,17 @@ class Topology:
         port = zk_port if zk_port is not None else free_base_port(zk_servers)
         self.ensemble = Ensemble(servers=zk_servers, port=port, directory=directory / "zk",
                                  tick_ms=zk_tick_ms, client_address=zk_client_address)
+        #: with ``spark_workers``, an embedded Spark standalone cluster that the replicas' leader runs on
+        self.spark = (SparkCluster(workers=spark_workers, port=free_base_port(spark_workers + 1, low=20000,
+                                                                               high=30000),
+                                   directory=directory / "spark") if spark_workers else None)
         self.replica_launch = dict(replica_launch or {})
         self.handover_timeout_s = handover_timeout_s
+        spark_args = ["--spark-master", self.spark.master_url] if self.spark is not None else []
         self._replica_args = [
             "--zk", self.ensemble.connect_string, "--group", group, "--data-root", str(self.data_root),
             "--career", career, "--session-timeout-s", f"{session_timeout_s:g}",
-            "--handover-timeout-s", f"{handover_timeout_s:g}", *(replica_args or []),
+            "--handover-timeout-s", f"{handover_timeout_s:g}", *spark_args, *(replica_args or []),
         ]
         self.replicas = [self._new_replica(f"replica-{i}") for i in range(1, replicas + 1)]
         self.producer: subprocess.Popen[bytes] | None = None
@@ -276,8 +282,11 @@ class Topology:
     def _new_replica(self, replica_id: str) -> ReplicaProcess:
         launch = self.replica_launch.get(replica_id, ReplicaLaunch())
         fault_file = self.faults_dir / replica_id if self.faults_dir is not None else None
+        env = {"TENURE_LOG_LEVEL": "info"}
+        if self.spark is not None:  # the driver binds and advertises loopback; executors run this Python
+            env |= {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
         return ReplicaProcess(replica_id, free_port(), self._replica_args, self.logs / f"{replica_id}.log",
-                              env={"TENURE_LOG_LEVEL": "info"}, command_prefix=list(launch.prefix),
+                              env=env, command_prefix=list(launch.prefix),
                               metrics_host=launch.metrics_host, fault_file=fault_file)
 
     def __enter__(self) -> Topology:
@@ -291,9 +300,12 @@ class Topology:
         return iter(self.replicas)
 
     def start(self) -> None:
-        """Start the ensemble, then every replica (they warm up and join in parallel)."""
+        """Start the ensemble and the Spark cluster, if any, then every replica (they warm up and join in
+        parallel)."""
         self.make_dirs()
         self.ensemble.start()
+        if self.spark is not None:
+            self.spark.start()
         for replica in self.replicas:
             replica.start()
         _log.info("topology_started", zk=self.ensemble.connect_string, replicas=len(self.replicas),
@@ -354,7 +366,8 @@ class Topology:
         return self.producer
 
     def stop(self) -> None:
-        """Stop the producer, then the followers, then the leader (one handover at most), then ZooKeeper."""
+        """Stop the producer, then the followers, then the leader (one handover at most), then the Spark cluster,
+        then ZooKeeper."""
         if self.producer is not None and self.producer.poll() is None:
             self.producer.terminate()
             try:
@@ -367,5 +380,7 @@ class Topology:
         for replica in ordered:
             code = replica.stop(self.handover_timeout_s + 10)
             _log.info("replica_stopped", replica_id=replica.replica_id, exit_code=code)
+        if self.spark is not None:
+            self.spark.stop()
         self.ensemble.stop()
         _log.info("topology_stopped")

@@ -53,7 +53,8 @@ def run_up(topology: Topology, *, producer_args: list[str] | None = None, plain_
         topology.start()
         if producer_args is not None:
             topology.start_producer(producer_args)
-        print(f"ZooKeeper: {topology.ensemble.connect_string}   data: {topology.data_root}   "
+        spark = f"Spark: {topology.spark.master_url}   " if topology.spark is not None else ""
+        print(f"ZooKeeper: {topology.ensemble.connect_string}   {spark}data: {topology.data_root}   "
               f"logs: {topology.logs}   metrics: " + ", ".join(f"127.0.0.1:{r.port}" for r in topology.replicas),
               flush=True)
         if sys.stdout.isatty():
@@ -65,6 +66,7 @@ def run_up(topology: Topology, *, producer_args: list[str] | None = None, plain_
             while not stop.wait(plain_interval_s):
                 print(_plain_line(topology.statuses()), flush=True)
     finally:
-        print("stopping: producer, followers, then the leader (a graceful handover), then ZooKeeper", flush=True)
+        print("stopping: producer, followers, then the leader (a graceful handover), then Spark and ZooKeeper",
+              flush=True)
         topology.stop()
     return 0

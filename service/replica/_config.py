@@ -50,7 +50,10 @@ class ReplicaConfig(BaseModel):
                                  "timeout after the last server response.")
     standby: Literal["warm", "cold"] = Field(default="warm", description="warm: followers hold a warmed "
                                              "SparkSession (fast takeover, ~1 GB each); cold: start Spark on election.")
-    spark_master: str = Field(default="local[2]", description="Spark master: local[N], spark://…, k8s://…")
+    spark_master: str = Field(default="local[2]", description="Spark master: local[N], spark://…, k8s://…; "
+                              "on a cluster followers warm up locally and hold none of its cores.")
+    spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings, "
+                                       "key=value[,key=value…], e.g. spark.executor.memory=512m.")
     max_files_per_trigger: int = Field(default=5, description="Flow control: queue files per batch.")
     max_bytes_per_trigger: int | None = Field(default=None, description="Flow control: bytes per batch, if set.")
     trigger_interval_s: float = Field(default=0.5, description="Spark processing-time trigger.")
@@ -118,6 +121,23 @@ class ReplicaConfig(BaseModel):
     def _positive(cls, value: float) -> float:
         if value <= 0:
             raise ValueError("must be a positive number of seconds")
+        return value
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _spark_settings(cls, value: object) -> object:
+        """``key=value,key=value`` (a flag or variable) or a table (TOML); every key a ``spark.`` setting."""
+        if isinstance(value, str):
+            pairs = [item.strip() for item in value.split(",") if item.strip()]
+            bad = next((item for item in pairs if "=" not in item), None)
+            if bad is not None:
+                raise ValueError(f"has {bad!r} without '=': use key=value[,key=value…]")
+            value = dict(item.split("=", 1) for item in pairs)
+        if isinstance(value, dict):
+            value = {str(k).strip(): str(v).strip() for k, v in value.items()}
+            stray = next((key for key in value if not key.startswith("spark.")), None)
+            if stray is not None:
+                raise ValueError(f"has {stray!r}, which is not a Spark setting: keys start with 'spark.'")
         return value
 
     @field_validator("zk_auth")

@@ -1,0 +1,113 @@
+"""The Spark career on a real standalone cluster (master and workers from the PySpark wheel): a worker SIGKILLed
+mid-batch, the master restarted, the leader SIGKILLed, all while the producer writes; verify finds every record
+exactly once and in order per key, and the followers never hold an application on the cluster."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.local import Topology
+from service.ops import verify
+
+ROOT = Path(__file__).resolve().parent.parent
+LINE_LIMIT = 64 * 1024
+SESSION_S = 6.0
+RECORDS = 24000
+
+
+def _apps(topology: Topology) -> list[dict[str, Any]]:
+    assert topology.spark is not None
+    return list(topology.spark.state().get("activeapps", []))
+
+
+def _retried_tasks(spark_dir: Path, killed: str) -> list[str]:
+    """Second (or later) attempts of a task, from the executors' logs on the workers that were not killed."""
+    return [line for log in spark_dir.glob("worker*/work/*/*/stderr") if f"/{killed}/" not in str(log)
+            for line in log.read_text(errors="replace").splitlines() if re.search(r"Running task \d+\.[1-9]", line)]
+
+
+def _written(topology: Topology) -> int:
+    return verify(topology.data_root, max_line_bytes=LINE_LIMIT).ids_written
+
+
+@pytest.mark.timeout(900)
+def test_exactly_once_through_worker_master_and_leader_loss(tmp_path: Path) -> None:
+    """Two warm replicas on a 2-worker cluster. While the producer writes: SIGKILL a worker while a batch's task
+    runs on it (Spark reruns the task on the other; the term goes on), restart the master (it recovers the running
+    application), SIGKILL the leader (its application dies with it; the successor's starts). Only the leader ever
+    has an application on the master."""
+    hold = tmp_path / "hold"
+    executors = f"spark.executorEnv.PYTHONPATH={ROOT},spark.executorEnv.TENURE_TEST_HOLD={hold}"
+    topology = Topology(tmp_path, replicas=2, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=4.0,
+                        replica_args=["--max-line-bytes", str(LINE_LIMIT), "--row-function", "tests.pipelines:held",
+                                      "--spark-conf", executors], spark_workers=2)
+    topology.start()
+    cluster = topology.spark
+    assert cluster is not None
+    try:
+        leader = topology.wait_for_leader(600)
+        topology.wait_for(lambda: all(r.status().up for r in topology), 600, "both replicas to serve metrics")
+        topology.wait_for(lambda: len(_apps(topology)) == 1, 120, "the leader's application on the master")
+        producer = topology.start_producer(["--records", str(RECORDS), "--keys", "100", "--rate", "800",
+                                            "--duplicates", "0.02", "--bad", "0.005", "--seed", "5",
+                                            "--max-line-bytes", str(LINE_LIMIT)])
+
+        # A worker dies with a batch's tasks running on it (held by the row function): Spark reruns them on the
+        # other worker within the same term.
+        topology.wait_for(lambda: _written(topology) >= 3000, 300, "3000 ids written", interval_s=1.0)
+        hold.touch()
+        reached: list[Path] = []
+        topology.wait_for(lambda: reached.extend(tmp_path.glob("hold.reached.*")) or reached, 120,
+                          "a task held mid-batch")
+        victim_worker = re.search(r"/(worker\d+)/work/", reached[0].read_text())
+        assert victim_worker is not None, reached[0].read_text()
+        cluster.kill_worker(victim_worker.group(1))
+        topology.wait_for(lambda: victim_worker.group(1) not in cluster.alive_workers(), 120,
+                          "the master to drop the worker")
+        hold.unlink()
+        before = topology.replica(leader.replica_id).status().batches
+        topology.wait_for(lambda: topology.replica(leader.replica_id).status().batches >= before + 3, 180,
+                          "three more commits on the surviving worker", interval_s=0.5)
+        assert topology.wait_for_leader(5).epoch == leader.epoch, "a worker's loss must not end the term"
+        assert _retried_tasks(cluster.directory, victim_worker.group(1)), \
+            "no task attempt was rerun on the surviving worker: the fault missed the batch"
+        cluster.start_worker(victim_worker.group(1))
+
+        # The master restarts: the application and the workers come back to it; the term goes on.
+        topology.wait_for(lambda: _written(topology) >= 8000, 300, "8000 ids written", interval_s=1.0)
+        cluster.kill_master()
+        before = topology.replica(leader.replica_id).status().batches
+        cluster.start_master()
+        topology.wait_for(lambda: len(_apps(topology)) == 1, 120, "the application to rejoin the new master")
+        topology.wait_for(lambda: topology.replica(leader.replica_id).status().batches >= before + 3, 180,
+                          "three more commits after the master's restart", interval_s=0.5)
+        assert topology.wait_for_leader(5).epoch == leader.epoch, "a master restart must not end the term"
+
+        # The leader dies: its application goes with it and the successor's application starts.
+        topology.wait_for(lambda: _written(topology) >= 14000, 300, "14000 ids written", interval_s=1.0)
+        victim = topology.replica(leader.replica_id)
+        victim.signal(signal.SIGKILL)
+        successor = topology.wait_for_leader(SESSION_S + 120)
+        assert successor.replica_id != victim.replica_id and successor.epoch > leader.epoch
+        topology.restart(victim.replica_id)
+        topology.wait_for(lambda: producer.poll() is not None, 300, "the producer to finish")
+
+        def drained() -> bool:
+            report = verify(topology.data_root, max_line_bytes=LINE_LIMIT)
+            return report.lost == 0 and report.unquarantined == 0
+
+        topology.wait_for(drained, 300, "the queue to drain", interval_s=2.0)
+        topology.wait_for(lambda: topology.replica(victim.replica_id).status().up, 300, "the restarted replica")
+        apps = _apps(topology)
+        assert len(apps) == 1, f"only the leader may hold cluster cores; active applications: {apps}"
+    finally:
+        topology.stop()
+    report = verify(topology.data_root, max_line_bytes=LINE_LIMIT)
+    assert report.ok, report.render()
+    assert report.ids_in == RECORDS and report.ids_written == RECORDS
+    assert report.quarantined == report.bad_lines_in > 0

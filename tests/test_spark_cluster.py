@@ -1,0 +1,347 @@
+"""The embedded Spark standalone cluster: workers register, executors run a job, a lost worker or master comes
+back, nothing outlives `stop`, and the `tenure spark` command."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from service.local import SparkCluster, SparkClusterError, SparkWorker, free_base_port
+from tests._replicas import descendants, wait_for
+
+TENURE = [sys.executable, "-m", "service"]
+LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1"}
+
+#: A PySpark driver that runs one small job (JVM-only and Python-on-executors) per line read from stdin.
+_DRIVER = """
+import sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master(sys.argv[1]).appName("tenure-test")
+         .config("spark.executor.memory", "512m").config("spark.driver.host", "127.0.0.1")
+         .config("spark.driver.bindAddress", "127.0.0.1").config("spark.ui.enabled", "false")
+         .config("spark.executor.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")  # quicker start
+         .getOrCreate())
+print("app", spark.sparkContext.applicationId, flush=True)
+while sys.stdin.readline():
+    rows = spark.range(100).repartition(2).count()
+    total = spark.sparkContext.parallelize(range(100), 2).map(lambda x: x).sum()
+    print("result", rows, total, flush=True)
+spark.stop()
+"""
+
+
+def free_spark_port(workers: int) -> int:
+    """A master port P with P..P+workers and P+1000..P+1000+workers free (``free_base_port`` checks a superset)."""
+    return free_base_port(workers + 1)
+
+
+def _processes_under(directory: Path) -> list[str]:
+    """Live processes whose command line names ``directory`` or whose working directory is inside it (an
+    executor's command line need not name it, but it runs in its worker's work folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            cwd = ""
+        if cmdline and (str(directory) in cmdline or cwd == str(directory) or cwd.startswith(f"{directory}/")):
+            found.append(f"{entry.name}: {cmdline[:160]}")
+    return found
+
+
+def _wait_none_under(directory: Path, timeout_s: float = 10.0) -> None:
+    """Fail unless no process is under ``directory`` within ``timeout_s``, naming those left."""
+    left: list[str] = []
+
+    def none_left() -> bool:
+        left[:] = _processes_under(directory)
+        return not left
+
+    try:
+        wait_for(none_left, timeout_s, f"no process under {directory}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; left: {left}") from None
+
+
+def _executors(worker: SparkWorker) -> set[int]:
+    """Pids of the executor JVMs running under ``worker``."""
+    assert worker.process is not None
+    found = set()
+    for pid in descendants(worker.process.pid):
+        with contextlib.suppress(OSError):
+            if b"CoarseGrainedExecutorBackend" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(pid)
+    return found
+
+
+class _Driver:
+    """A PySpark application on the cluster, in a process of its own (the test session has its own local
+    SparkSession, and one process holds one SparkContext)."""
+
+    def __init__(self, master_url: str, log: Path) -> None:
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+               # C1 only: a driver of two tiny jobs gains more from a quick start than from C2's code
+               "PYSPARK_SUBMIT_ARGS": "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell"}
+        self.log = log
+        with log.open("wb") as err:
+            self.proc = subprocess.Popen([sys.executable, "-c", _DRIVER, master_url], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                                         start_new_session=True)
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        self.app_id = self._expect("app", 120)[0]
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+
+    def _expect(self, word: str, timeout_s: float) -> list[str]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                fields = self._lines.get(timeout=0.5).split()
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            if fields[:1] == [word]:
+                return fields[1:]
+        tail = self.log.read_text(errors="replace")[-3000:]
+        raise AssertionError(f"the driver printed no {word!r} line within {timeout_s:g} s; its log ends:\n{tail}")
+
+    def job(self, timeout_s: float = 120.0) -> tuple[int, int]:
+        """Run one job; (rows counted, sum computed by Python on the executors)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("job\n")
+        self.proc.stdin.flush()
+        rows, total = self._expect("result", timeout_s)
+        return int(rows), int(total)
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    """One cluster of 2 workers for the module, stopped even when a test fails."""
+    spark = SparkCluster(workers=2, port=free_spark_port(2), directory=tmp_path_factory.mktemp("spark"))
+    try:
+        started = time.monotonic()
+        spark.start()
+        print(f"\n[timing] cluster start to 2 workers registered: {time.monotonic() - started:.1f} s")
+        yield spark
+    finally:
+        spark.stop()
+
+
+@pytest.fixture(scope="module")
+def app(cluster: SparkCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Driver]:
+    """One application on the module's cluster, running for the tests that need one."""
+    started = time.monotonic()
+    driver = _Driver(cluster.master_url, tmp_path_factory.mktemp("driver") / "driver.log")
+    print(f"\n[timing] driver's SparkSession: {time.monotonic() - started:.1f} s")
+    try:
+        yield driver
+    finally:
+        driver.stop()
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"workers": 0}, r"^workers=0 is too few: a cluster needs at least 1 worker$"),
+    ({"port": 80}, r"^port=80 is out of range: pick a port between 1024 and"),
+    ({"worker_memory_mb": 256}, r"^worker_memory_mb=256 is below 512: an executor needs about 450 MB, raise it$"),
+    ({"webui_port": 7078}, r"^webui_port=7078 overlaps the RPC ports 7077–7079"),
+    ({"worker_timeout_s": 1}, r"^worker_timeout_s=1 is below 4: a worker starved of CPU that briefly would be "
+                              r"dropped; raise it$"),
+], ids=["no-workers", "low-port", "small-worker", "webui-overlap", "short-timeout"])
+def test_invalid_settings_are_one_clear_error(kwargs: dict[str, int], message: str, tmp_path: Path) -> None:
+    """Settings that cannot work are refused at construction, naming the field, the value and the fix."""
+    with pytest.raises(SparkClusterError, match=message):
+        SparkCluster(directory=tmp_path, **kwargs)  # type: ignore[arg-type]  # table of mixed keyword values
+
+
+def test_workers_register_and_everything_listens_on_loopback(cluster: SparkCluster) -> None:
+    """Both workers are ALIVE at an ALIVE master; each JVM listens on its two given ports, on loopback only
+    (no REST server on 6066)."""
+    state = cluster.state()
+    assert state["status"] == "ALIVE"
+    assert state["aliveworkers"] == 2
+    assert cluster.alive_workers() == ["worker1", "worker2"]
+    assert cluster.dead() == []
+    for d in (cluster.master, *cluster.workers):
+        assert d.process is not None
+        listening = {(c.laddr.ip, c.laddr.port) for c in psutil.Process(d.process.pid).net_connections("inet")
+                     if c.status == psutil.CONN_LISTEN}
+        assert {port for _ip, port in listening} == {d.port, d.webui_port}, d.name
+        assert {ip for ip, _port in listening} <= LOOPBACK, d.name
+
+
+def test_a_job_runs_on_the_workers_executors(cluster: SparkCluster, app: _Driver) -> None:
+    """A PySpark application gets an executor on each worker (children of the worker JVMs), and a job with
+    Python code runs on them."""
+    started = time.monotonic()
+    assert app.job() == (100, 4950)
+    print(f"\n[timing] first job: {time.monotonic() - started:.1f} s")
+    state = cluster.state()
+    assert [(a["id"], a["state"]) for a in state["activeapps"]] == [(app.app_id, "RUNNING")]
+    assert {w["port"]: w["coresused"] for w in state["workers"]} == {w.port: 1 for w in cluster.workers}
+    for worker in cluster.workers:
+        assert _executors(worker), f"no executor under {worker.name}"
+        for pid in _executors(worker):
+            listening = {c.laddr.ip for c in psutil.Process(pid).net_connections("inet")
+                         if c.status == psutil.CONN_LISTEN}
+            assert listening <= LOOPBACK, f"{worker.name}'s executor listens on {listening}"
+
+
+def test_a_restarted_master_recovers_workers_and_the_application(cluster: SparkCluster, app: _Driver) -> None:
+    """The master SIGKILLed and started again recovers both workers and the running application from its
+    FILESYSTEM recovery state, and the application runs a job afterwards."""
+    cluster.kill_master()
+    with pytest.raises(SparkClusterError, match=r"^the Spark master does not answer at http://127\.0\.0\.1:"):
+        cluster.state()
+    assert cluster.dead() == []  # killed on purpose
+    started = time.monotonic()
+    cluster.start_master()
+    print(f"\n[timing] master restart to workers re-registered: {time.monotonic() - started:.1f} s")
+    assert cluster.alive_workers() == ["worker1", "worker2"]
+    state = cluster.state()
+    assert state["status"] == "ALIVE"
+    assert [(a["id"], a["state"]) for a in state["activeapps"]] == [(app.app_id, "RUNNING")]
+    assert app.job() == (100, 4950)
+
+
+def test_a_crashed_worker_is_reported_and_comes_back(cluster: SparkCluster, app: _Driver) -> None:
+    """A worker SIGKILLed from outside is named by `dead()` and leaves `alive_workers()`; its executors exit
+    with it; `start_worker` brings it back under its name, and the application gets an executor there again."""
+    worker = cluster.worker("worker2")
+    assert worker.process is not None
+    executors = _executors(worker)
+    assert executors
+    os.kill(worker.process.pid, signal.SIGKILL)  # the JVM alone, as a crash or the OOM killer would
+    killed = time.monotonic()
+    wait_for(lambda: cluster.dead() == ["worker2"], 10, "dead() to name worker2")
+    wait_for(lambda: cluster.alive_workers() == ["worker1"], 30, "the master to drop worker2")
+    print(f"\n[timing] worker loss seen by the master: {time.monotonic() - killed:.2f} s")
+    wait_for(lambda: not any(psutil.pid_exists(p) for p in executors), 30, "worker2's executor to exit")
+
+    started = time.monotonic()
+    cluster.start_worker("worker2")
+    print(f"[timing] worker restart to registered: {time.monotonic() - started:.1f} s")
+    assert cluster.alive_workers() == ["worker1", "worker2"]
+    assert cluster.dead() == []
+    wait_for(lambda: _executors(worker), 60, "a new executor of the application on worker2")
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie does not)."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_kill_worker_ends_its_executors_with_it(cluster: SparkCluster, app: _Driver) -> None:
+    """`kill_worker` SIGKILLs a worker together with its executors, as a lost machine, and returns when they are
+    gone; `dead()` leaves it out (killed on purpose); `start_worker` brings it back."""
+    worker = cluster.worker(1)
+    executors = _executors(worker)
+    assert executors
+    cluster.kill_worker(1)
+    assert not worker.running
+    assert not [pid for pid in executors if _running(pid)]
+    wait_for(lambda: cluster.alive_workers() == ["worker2"], 30, "the master to drop worker1")
+    assert cluster.dead() == []
+    cluster.start_worker(1)
+    assert cluster.alive_workers() == ["worker1", "worker2"]
+    wait_for(lambda: _executors(worker), 60, "a new executor of the application on worker1")
+
+
+def test_stop_leaves_no_process_behind(cluster: SparkCluster, app: _Driver) -> None:
+    """`stop` ends the workers, their executors (and PySpark's daemons under them) and the master: no process
+    names the cluster's directory or runs inside it afterwards. (Last: it stops the module's cluster.)"""
+    assert all(_executors(w) for w in cluster.workers)
+    assert _processes_under(cluster.directory)
+    started = time.monotonic()
+    cluster.stop()
+    print(f"\n[timing] stop: {time.monotonic() - started:.1f} s")
+    assert not any(d.running for d in (cluster.master, *cluster.workers))
+    _wait_none_under(cluster.directory)
+
+
+def test_cli_prints_master_url_reports_a_death_and_stops_clean(tmp_path: Path) -> None:
+    """`tenure spark` prints the master URL once its worker registered, logs `spark_process_died` for a worker
+    that dies, and on SIGTERM exits 0 leaving no process of the cluster."""
+    base = free_spark_port(1)
+    with (tmp_path / "stderr.log").open("wb") as err:
+        proc = subprocess.Popen([*TENURE, "spark", "--workers", "1", "--port", str(base), "--dir", str(tmp_path)],
+                                stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line == f"spark://127.0.0.1:{base}", (tmp_path / "stderr.log").read_text()
+        ours = descendants(proc.pid)
+        assert len(ours) == 2  # the master and the worker
+        worker = next(p for p in ours if b"deploy.worker.Worker" in Path(f"/proc/{p}/cmdline").read_bytes())
+        os.kill(worker, signal.SIGKILL)
+        wait_for(lambda: "spark_process_died" in (tmp_path / "stderr.log").read_text(), 10,
+                 "`tenure spark` to report the dead worker")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        _wait_none_under(tmp_path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    died = [ln for ln in (tmp_path / "stderr.log").read_text().splitlines() if "spark_process_died" in ln]
+    assert len(died) == 1 and '"process": "worker1"' in died[0], died
+
+
+def test_cli_port_in_use_exits_2_with_one_line(tmp_path: Path) -> None:
+    """`tenure spark` with a worker's port held prints one error line naming the port and exits 2."""
+    base = free_spark_port(2)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", base + 1))
+        holder.listen()
+        result = subprocess.run([*TENURE, "spark", "--port", str(base), "--dir", str(tmp_path)],
+                                capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"tenure: error: port {base + 1} (for worker1) is already in use: stop "
+                                          "what holds it or choose another --port"]
+    assert result.stdout == ""
+
+
+def test_cli_without_java_exits_2_with_one_line(tmp_path: Path) -> None:
+    """`tenure spark` with no java on PATH and no JAVA_HOME prints the one-line fix and exits 2."""
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"} | {"PATH": str(tmp_path)}
+    result = subprocess.run([*TENURE, "spark", "--port", str(free_spark_port(2)), "--dir", str(tmp_path / "spark")],
+                            capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == ["tenure: error: java not found: install a Java 17+ runtime "
+                                          "(e.g. openjdk-17-jre-headless) or set JAVA_HOME"]
