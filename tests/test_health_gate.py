@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,3 +87,34 @@ def test_a_follower_whose_data_root_breaks_leaves_the_line_until_healed(
     root.unlink()
     root.mkdir()
     wait_for(lambda: _line(zk_client, zk_group) == ["r1", "r2"], 20, "r2 back in line")
+
+
+def test_processes_probing_one_folder_do_not_fail_each_other(tmp_path: Path) -> None:
+    """Replicas share the data root, and each probes it every 2 s: one process's probe file, written and
+    unlinked, must never make another's check fail (with one shared probe name, an unlink between another
+    process's write and unlink made it report the data root unwritable, and a healthy replica left the
+    election)."""
+    loop = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from career._health import storage_problem\n"
+        "deadline = time.monotonic() + 3.0\n"
+        "checks = 0\n"
+        "while time.monotonic() < deadline:\n"
+        "    problem = storage_problem(Path(sys.argv[1]), 0)\n"
+        "    checks += 1\n"
+        "    if problem is not None:\n"
+        "        sys.exit(f'after {checks} checks: {problem}')\n"
+        "print(checks)\n"
+    )
+    probes = [subprocess.Popen([sys.executable, "-c", loop, str(tmp_path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    try:
+        results = [p.communicate(timeout=60) for p in probes]
+    finally:
+        for p in probes:
+            p.kill()
+            p.wait()
+    assert [p.returncode for p in probes] == [0, 0, 0], [err for _, err in results]
+    assert all(int(out) > 50 for out, _ in results), "the probes must have overlapped many times"
+    assert not list(tmp_path.iterdir()), "a probe file was left behind"
