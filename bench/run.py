@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, str] = {
     "targeted": "bench._targeted:run_targeted",
     "throughput": "bench._throughput:run_throughput",
     "footprint": "bench._footprint:run_footprint",
+    "cluster": "bench._on_cluster:run_cluster",
 }
 
 
