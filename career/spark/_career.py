@@ -120,7 +120,7 @@ class SparkCareer:
             warm_up(self._ensure_session(standby=True), self._config, self._hooks, replica_id=self._replica_id,
                     log=self._log)
             self._log.info("warmed_up", seconds=round(self._clock() - started, 3))
-        if self._owned and (self._config.standby == "cold" or self._config.on_cluster):
+        if self._session_per_term:
             self._stop_session()
         self._prepared = True
 
@@ -249,7 +249,7 @@ class SparkCareer:
         self._term = None
         term.log.info("handed_over", outcome=outcome.value, batch=term.last_committed, timed_out=timed_out,
                       seconds=round(self._clock() - started, 3))
-        if self._owned and (self._config.standby == "cold" or self._config.on_cluster):
+        if self._session_per_term:
             self._stop_session()  # on a cluster: the executors go with the application, freeing the cores
         return term.last_committed
 
@@ -262,6 +262,12 @@ class SparkCareer:
         self._session = None
 
     # -- internals -------------------------------------------------------------------------------------------
+
+    @property
+    def _session_per_term(self) -> bool:
+        """Whether the Spark this career started lives only from inauguration to hand-over: cold standby, or a
+        cluster master (whose cores are the leader's alone)."""
+        return self._owned and (self._config.standby == "cold" or self._config.on_cluster)
 
     def _ensure_session(self, *, standby: bool = False) -> SparkSession:
         """The session, started if need be: on the configured master, or for a follower's warm-up on a cluster
