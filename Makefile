@@ -22,6 +22,8 @@ lint: $(BIN)/.installed
 test: lint
 	$(BIN)/pytest
 
+# Every benchmark (hours): JSON, markdown and plots under bench/results/<UTC date>/ (see bench/run.py); point the
+# README's bench:table blocks at the folder to commit, then `$(BIN)/python -m bench.report` refreshes its tables.
 bench: $(BIN)/.installed
 	$(BIN)/python -m bench.run
 

@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--timeout-s", type=float, default=900.0)
+    parser.add_argument("--ready-file", type=Path, default=None,
+                        help="created once the query runs (the latency benchmark starts its producer then)")
     args = parser.parse_args(argv)
 
     from bench._query import session, start_query
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     query = start_query(spark, config, checkpoint=args.data_root / "checkpoint-bare",
                         table=args.data_root / "table", quarantine=args.data_root / "quarantine",
                         on_batch=on_batch)
+    if args.ready_file is not None:
+        args.ready_file.touch()
     finished = done.wait(args.timeout_s)
     query.stop()
     args.out.write_text(json.dumps({"started_at": started, "finished": finished, "batches": batches}) + "\n")

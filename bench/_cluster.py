@@ -26,7 +26,7 @@ __all__ = ["Cluster", "Commit", "CommitTimeline", "NaiveCluster", "TenureCluster
 
 SESSION_TIMEOUT_S = 6.0
 HANDOVER_TIMEOUT_S = 5.0
-ZK_TICK_MS = 1000
+ZK_TICK_MS = Ensemble.DEFAULT_TICK_MS  # the embedded default: sessions expire within a fraction of a second
 
 
 def producer_args(rate: float, records: int = 50_000_000, seed: int = 9) -> list[str]:
@@ -44,6 +44,7 @@ class Commit:
     committed_at: float  # the committer's wall clock (same machine)
     replica_id: str
     written: int
+    files: tuple[str, ...] = ()  # the queue files the batch read (names inside landing/)
 
 
 class CommitTimeline:
@@ -92,7 +93,8 @@ class CommitTimeline:
                 commit = Commit(observed_at=time.time(), batch_id=int(record["batch_id"]),
                                 epoch=int(record["epoch"]), committed_at=float(record["committed_at"]),
                                 replica_id=str(record.get("replica_id", "")),
-                                written=int((record.get("counts") or record).get("written", 0)))
+                                written=int((record.get("counts") or record).get("written", 0)),
+                                files=tuple(record.get("files") or ()))
                 with self._lock:
                     self.commits.append(commit)
 

@@ -56,7 +56,11 @@ class Target:
 
 @dataclass
 class Result:
-    """One benchmark's outcome: parameters, figures, a table for humans, targets and notes."""
+    """One benchmark's outcome: parameters, figures, a table for humans, targets, more tables, plots and notes.
+
+    ``plots`` are file names relative to the folder the result is written to (``<name>.png`` by convention,
+    drawn by the benchmark itself), so the markdown's images resolve wherever the folder is read.
+    """
 
     name: str
     title: str
@@ -68,11 +72,20 @@ class Result:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # title → rows, after the main table
+    plots: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
         body["targets"] = [asdict(t) for t in self.targets]
         return body
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Result:
+        """The result ``to_json`` wrote (keys it does not know, from older or newer versions, are dropped)."""
+        known = {k: v for k, v in body.items() if k in cls.__dataclass_fields__}
+        known["targets"] = [Target(**t) for t in known.get("targets", [])]
+        return cls(**known)
 
     def to_markdown(self) -> str:
         out = [f"### {self.title}", "", f"`{self.command}` — {self.seconds:.0f} s", ""]
@@ -82,12 +95,19 @@ class Result:
             out += [markdown_table(self.table), ""]
         if self.targets:
             out += [markdown_table([t.row() for t in self.targets]), ""]
+        for title, rows in self.tables.items():
+            out += [f"**{title}**", "", markdown_table(rows), ""]
+        out += [f"![{self.title}]({plot})" for plot in self.plots]
+        out += [""] if self.plots else []
         out += [f"- {note}" for note in self.notes]
         return "\n".join(out).rstrip() + "\n"
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    """A GitHub markdown table from dicts (columns from the first row, then any new keys in order)."""
+    """A GitHub markdown table from dicts (columns from the first row, then any new keys in order; no rows: a
+    note saying so)."""
+    if not rows:
+        return "_(no rows)_"
     columns: list[str] = []
     for row in rows:
         columns += [k for k in row if k not in columns]
@@ -172,7 +192,7 @@ class _BenchEnsemble(Ensemble):
 
 
 @contextlib.contextmanager
-def embedded_ensemble(directory: Path, *, servers: int = 3, tick_ms: int = 1000,
+def embedded_ensemble(directory: Path, *, servers: int = 3, tick_ms: int = Ensemble.DEFAULT_TICK_MS,
                       max_client_cnxns: int | None = None) -> Iterator[Ensemble]:
     """A real ZooKeeper ensemble from the PySpark jars on free ports, stopped on exit."""
     for attempt in range(1, 6):

@@ -9,6 +9,7 @@ from kazoo.client import KazooClient
 
 from bench._common import BenchContext, Result, Target, embedded_ensemble, percentiles
 from election import Elected, Election, ElectionEvent, Identity
+from service.local import Ensemble
 
 __all__ = ["run_fence_latency"]
 
@@ -29,7 +30,7 @@ def run_fence_latency(ctx: BenchContext) -> Result:
         name="fence_latency",
         title="Fenced commit latency",
         command="python -m bench.run --only fence_latency",
-        params={"commits": n, "warmup": warmup, "zk_servers": 3, "zk_tick_ms": 1000,
+        params={"commits": n, "warmup": warmup, "zk_servers": 3, "zk_tick_ms": Ensemble.DEFAULT_TICK_MS,
                 "session_timeout_s": _SESSION_TIMEOUT_S},
     )
     with embedded_ensemble(ctx.work / "zk") as ensemble:

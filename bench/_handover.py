@@ -1,4 +1,5 @@
-"""Handover gap (graceful, SIGTERM) and crash failover (SIGKILL): tenure warm, tenure cold, the naive recipe."""
+"""Handover gap (graceful, SIGTERM) and crash failover (SIGKILL): tenure warm, tenure cold, the naive recipe;
+each change split into segments (``bench._split``) and drawn as a stacked bar."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from bench._cluster import (
     rss,
 )
 from bench._common import BenchContext, Result, Target, percentiles
+from bench._plots import add_plot, change_plot
+from bench._split import SEGMENTS, Event, SplitError, median_segments, read_log, split_change
 
 __all__ = ["change", "run_failover", "run_handover", "stats", "steady"]
 
@@ -28,6 +31,12 @@ _STEADY_COMMITS = 3  # commits by the current leader before the next change
 _START_TIMEOUT_S = 600.0
 _CHANGE_TIMEOUT_S = 300.0
 _MIB = 1 << 20
+_SPLIT_NOTE = ("Segments (`bench/_split.py`): boundaries from the replicas' own JSON logs (`handed_over`, `released`, "
+               "`elected`, `spark_session_ready`, `inaugurated`, `query_started`, `batch_committed` with `read_s`, "
+               "`stage_s`, `commit_s`) and the first commit's `committed_at`; a graceful split starts at the old "
+               "leader's last commit, a crash's at the signal. The gap ends at `committed_at`, which the commit "
+               "record takes just before the fenced write: `commit` and `publish` (hatched in the plot) follow it. "
+               "A missing event leaves its segment empty (—) and its time in the next one.")
 
 
 def steady(cluster: Cluster, timeline: CommitTimeline, timeout_s: float) -> Commit:
@@ -74,6 +83,7 @@ def change(cluster: Cluster, timeline: CommitTimeline, *, crash: bool) -> dict[s
         "from": leader, "to": first.replica_id,
         "gap_s": round(first.committed_at - last_old.committed_at, 3),
         "signal_to_first_commit_s": round(first.committed_at - signalled_at, 3),
+        "signalled_at": signalled_at,
         "signal_to_exit_s": round(exited_at - signalled_at, 3),
         "first_batch_records": first.written,
         "first_batch_id": first.batch_id,
@@ -83,11 +93,13 @@ def change(cluster: Cluster, timeline: CommitTimeline, *, crash: bool) -> dict[s
 
 def _run_cluster(cluster: Cluster, count: int, *, crash: bool, rows: list[dict[str, Any]],
                  budget_s: float | None = None) -> None:
-    """Append one row per change to ``rows`` (so the changes measured survive a later failure)."""
+    """Append one row per change to ``rows`` (so the changes measured survive a later failure); split each once
+    the replicas have stopped, when their logs are complete (a batch's event follows its commit record)."""
     started = time.monotonic()
     cluster.start()
+    timeline = CommitTimeline(cluster.connect_string, cluster.group)
     try:
-        with CommitTimeline(cluster.connect_string, cluster.group) as timeline:
+        with timeline:
             for index in range(count):
                 if budget_s is not None and index > 0 and time.monotonic() - started > budget_s:
                     print(f"bench: {cluster.label}: time budget spent after {index} changes", file=sys.stderr)
@@ -96,6 +108,43 @@ def _run_cluster(cluster: Cluster, count: int, *, crash: bool, rows: list[dict[s
                 print(f"bench: {cluster.label} change {index + 1}/{count}: {rows[-1]}", file=sys.stderr, flush=True)
     finally:
         cluster.stop()
+        _split_rows(cluster, timeline.snapshot(), rows, crash=crash)
+
+
+def _log_files(cluster: Cluster, replica_id: str) -> list[Path]:
+    """A replica's log files: one per replica for tenure (appended across restarts), one per start for naive."""
+    if isinstance(cluster, NaiveCluster):
+        return sorted(cluster.logs.glob(f"{replica_id}.*.log"))
+    if isinstance(cluster, TenureCluster):
+        return [cluster.topology.logs / f"{replica_id}.log"]
+    return []
+
+
+def _split_rows(cluster: Cluster, commits: list[Commit], rows: list[dict[str, Any]], *, crash: bool) -> None:
+    """Add each row's split (``bench._split.split_change``), or ``split_error`` saying why there is none."""
+    events: dict[str, list[Event]] = {}
+    for row in rows:
+        try:
+            for replica_id in (row["from"], row["to"]):
+                if replica_id not in events:
+                    events[replica_id] = read_log(_log_files(cluster, replica_id))
+            row.update(split_change(commits, row, events[row["from"]], events[row["to"]], crash=crash,
+                                    naive=isinstance(cluster, NaiveCluster)))
+        except (SplitError, KeyError, ValueError, OSError) as exc:
+            row["split_error"] = f"{type(exc).__name__}: {exc}"
+
+
+def _segment_tables(changes: dict[str, list[dict[str, Any]]], noun: str, total_key: str,
+                    total_title: str) -> dict[str, list[dict[str, Any]]]:
+    """Two tables: the median of each segment per recipe, and every change's segments (labelled, in seconds)."""
+    medians = [{"recipe": label, "split": f"{sum(bool(r.get('segments_s')) for r in rows)} of {len(rows)}",
+                **median_segments(rows)} for label, rows in changes.items() if rows]
+    every = [{"recipe": label, "#": i + 1, total_title: r.get(total_key),
+              **{SEGMENTS[k]: v for k, v in (r.get("segments_s") or {}).items()},
+              **({"split error": r["split_error"]} if "split_error" in r else {})}
+             for label, rows in changes.items() for i, r in enumerate(rows)]
+    return {"Where the time goes: median seconds per segment (medians do not add up to the median total)": medians,
+            f"Every {noun}: seconds per segment": every}
 
 
 def _run_recipes(ctx: BenchContext, recipes: list[tuple[str, Callable[[Path], Cluster]]], count: int, *,
@@ -131,7 +180,7 @@ def run_handover(ctx: BenchContext) -> Result:
         command="python -m bench.run --only handover",
         params={"handovers_per_recipe": count, "contenders": 3, "producer_records_per_s": _RATE,
                 "session_timeout_s": SESSION_TIMEOUT_S, "handover_timeout_s": HANDOVER_TIMEOUT_S,
-                "spark": "local[2], 2 shuffle partitions, UI off, 5 files (5000 records) per trigger, 0.5 s trigger"},
+                "spark": "local[2], 2 shuffle partitions, UI off, 5 files per trigger, the default trigger"},
     )
     recipes: list[tuple[str, Callable[[Path], Cluster]]] = [
         ("tenure-warm", lambda d: TenureCluster(d, standby="warm", rate=_RATE)),
@@ -160,6 +209,10 @@ def run_handover(ctx: BenchContext) -> Result:
     naive_p50 = summary.get("naive", {}).get("gap_s", {}).get("p50")
     ratio = round(warm_p50 / naive_p50, 4) if warm_p50 is not None and naive_p50 else None
     result.figures.update({"summary": summary, "changes": changes, "ratio_warm_over_naive_p50": ratio})
+    result.tables.update(_segment_tables(changes, "handover", "gap_s", "gap s"))
+    add_plot(result, ctx.out, lambda path: change_plot(
+        path, changes, title="Graceful handover gap per handover, split: tenure warm vs naive (and tenure cold)",
+        total_key="gap_s", ylabel="seconds from the old leader's last commit", lines={"target: gap ≤ 1 s": 1.0}))
     result.targets += [
         Target("tenure warm gap p50 (s)", warm_p50, "≤ 1 s", warm_p50 is not None and warm_p50 <= 1.0),
         Target("gap p50 ratio tenure-warm / naive", ratio, "≤ 0.1", ratio is not None and ratio <= 0.1),
@@ -175,6 +228,9 @@ def run_handover(ctx: BenchContext) -> Result:
         "just before each change, leader and ready followers (mean).",
         "naive: kazoo's `Election` recipe; the winner starts a SparkSession and the same query (same pipeline "
         "functions and Spark settings) on election and stops it on SIGTERM (`bench/_naive.py`).",
+        _SPLIT_NOTE,
+        "naive logs only its election and its step-down, so its split is: stop query, release + election, then "
+        "SparkSession + query + first batch in one segment.",
     ]
     return result
 
@@ -196,10 +252,17 @@ def run_failover(ctx: BenchContext) -> Result:
                      "last→first commit p50 s": gap["p50"], "session timeout s": SESSION_TIMEOUT_S,
                      "crashes": kill["n"]}]
     result.figures = {"kill_to_first_commit_s": kill, "gap_s": gap, "changes": rows}
+    result.tables.update(_segment_tables({"tenure-warm": rows}, "crash", "signal_to_first_commit_s",
+                                        "SIGKILL→first commit s"))
+    add_plot(result, ctx.out, lambda path: change_plot(
+        path, {"tenure-warm": rows}, title="Crash failover per crash, split: SIGKILL of the leader → the "
+        "successor's first commit", total_key="signal_to_first_commit_s", ylabel="seconds from the SIGKILL",
+        lines={f"session timeout {SESSION_TIMEOUT_S:g} s": SESSION_TIMEOUT_S,
+               "target: ≤ session timeout + 1 s": SESSION_TIMEOUT_S + 1}))
     worst = kill["max"]
     result.targets.append(Target("SIGKILL→first commit, worst (s)", worst,
                                  f"≤ session timeout + 1 s = {SESSION_TIMEOUT_S + 1:g} s",
                                  worst is not None and worst <= SESSION_TIMEOUT_S + 1))
-    result.notes.append("The successor learns of the crash only when ZooKeeper expires the dead leader's "
-                        "session, so the floor is the session timeout.")
+    result.notes += ["The successor learns of the crash only when ZooKeeper expires the dead leader's "
+                     "session, so the floor is the session timeout.", _SPLIT_NOTE]
     return result

@@ -18,10 +18,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bench._cluster import (
     HANDOVER_TIMEOUT_S,
@@ -32,15 +32,13 @@ from bench._cluster import (
     CommitTimeline,
     TenureCluster,
 )
-from bench._common import BenchContext, Result, Target, markdown_table
+from bench._common import BenchContext, Result, Target
 from bench._handover import _run_recipes, stats
+from bench._plots import add_plot, change_bars, pyplot, save, segment_legend
+from bench._split import SEGMENTS, median_segments, seconds_to
 from bench._throughput import _fill_landing, _run_bare, _steady_rate
-from service.drill import read_events
 from service.local import SparkCluster, Topology, free_base_port
 from service.ops import produce, verify
-
-if TYPE_CHECKING:
-    from service.drill._monitor import LogEvent
 
 __all__ = ["main", "run_cluster"]
 
@@ -49,20 +47,6 @@ _TIMEOUT_S = 1800.0  # one throughput run (a loaded 2-core machine runs executor
 _DRAIN_TIMEOUT_S = 600.0
 # What Topology gives a replica on a cluster: the driver binds and advertises loopback; executors run this Python.
 _DRIVER_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-# The successor's path from the old leader's last commit to its own first one: (boundary, the segment ending
-# there). Boundaries come from the replicas' JSON logs and the commit records; a boundary a run lacks (no new
-# application in local mode, no handover record after an overrun) merges its segment into the next one.
-_SEGMENTS = (
-    ("query_stopped", "old leader: finish batch, stop query"),
-    ("app_stopped", "old leader: stop Spark app, record handover"),
-    ("elected", "release → successor elected"),
-    ("session_ready", "successor: start Spark app"),
-    ("inaugurated", "inaugurate"),
-    ("query_started", "start query"),
-    ("batch_started", "plan first batch"),
-    ("read_done", "first batch: read"),
-    ("committed", "first batch: stage + commit"),
-)
 _LOG_STAMP = re.compile(r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d) INFO CoarseGrainedExecutorBackend: (.*)$", re.M)
 
 
@@ -253,14 +237,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
 
-# -- the handover split ------------------------------------------------------------------------------------------
-
-def _find(events: list[LogEvent], name: str, *, after: float = 0.0, epoch: int | None = None,
-          has: str | None = None) -> LogEvent | None:
-    """The first event ``name`` at or after ``after`` (of term ``epoch``, with field ``has``), or None."""
-    return next((e for e in events if e.event == name and e.at >= after
-                 and (epoch is None or e.fields.get("epoch") == epoch) and (has is None or has in e.fields)), None)
-
+# -- the successor's executors (the handover's split itself is bench._split's, made by bench._handover) --------
 
 @dataclass(frozen=True)
 class _Executor:
@@ -290,56 +267,28 @@ def _executors(spark: SparkCluster | None) -> list[_Executor]:
     return found
 
 
-def _split(replicas: _Replicas, row: dict[str, Any], executors: list[_Executor]) -> dict[str, Any]:
-    """Where one handover's gap went: the segments of ``_SEGMENTS`` in seconds, and the executors' milestones
-    (seconds after the successor's election)."""
-    commits = replicas.commits
-    first = next(c for c in commits if c.batch_id == row["first_batch_id"] and c.replica_id == row["to"])
-    old_epoch = next(c.epoch for c in reversed(commits[:commits.index(first)]) if c.epoch != first.epoch)
-    last_old = max((c for c in commits if c.epoch == old_epoch), key=lambda c: c.committed_at)
-    logs = replicas.topology.logs
-    old = read_events(logs / f"{row['from']}.log", row["from"])
-    new = read_events(logs / f"{row['to']}.log", row["to"])
-    elected = _find(new, "elected", epoch=first.epoch)
-    batch = _find(new, "batch_committed", epoch=first.epoch, has="read_s", after=last_old.committed_at)
-    query_stopped = _find(old, "handed_over", epoch=old_epoch, has="outcome")
-    app_stopped = _find(old, "handover_recorded", epoch=old_epoch)
-    session = _find(new, "spark_session_ready", after=elected.at) if elected is not None else None
-    at: dict[str, float | None] = {
-        "query_stopped": query_stopped.at if query_stopped else None,
-        "app_stopped": app_stopped.at if app_stopped else None,
-        "elected": elected.at if elected else None,
-        "session_ready": session.at if session is not None and session.at <= first.committed_at else None,
-        "inaugurated": e.at if (e := _find(new, "inaugurated", epoch=first.epoch, has="rolled_forward")) else None,
-        "query_started": e.at if (e := _find(new, "query_started", epoch=first.epoch)) else None,
-        "batch_started": None, "read_done": None, "committed": first.committed_at,
-    }
-    if batch is not None and batch.fields.get("batch") == first.batch_id:
-        read_s, stage_s = float(batch.fields["read_s"]), float(batch.fields["stage_s"])
-        at["batch_started"] = first.committed_at - stage_s - read_s
-        at["read_done"] = first.committed_at - stage_s
-    segments: dict[str, float | None] = {}
-    previous = last_old.committed_at
-    for boundary, label in _SEGMENTS:
-        moment = at[boundary]
-        segments[label] = None if moment is None else round(moment - previous, 3)
-        previous = moment if moment is not None else previous
-    out: dict[str, Any] = {"old_epoch": old_epoch, "new_epoch": first.epoch, "segments_s": segments}
-    if elected is not None:
-        mine = [x for x in executors if elected.at - 1.0 <= x.launched <= first.committed_at]
-        out["executors"] = len(mine)
-        for name, pick, first_or_last in (("launched", lambda x: x.launched, min),
-                                          ("registered", lambda x: x.registered, min),
-                                          ("all_registered", lambda x: x.registered, max),
-                                          ("first_task", lambda x: x.first_task, min)):
-            moments = [m for m in map(pick, mine) if m is not None]
-            out[f"executors_{name}_after_elected_s"] = round(first_or_last(moments) - elected.at, 1) if moments \
-                else None
+def _milestones(replicas: _Replicas, row: dict[str, Any], executors: list[_Executor]) -> dict[str, Any]:
+    """The successor's executors for its term: how many, and when the first launched, registered and got a task
+    and the last registered (seconds after the successor's election)."""
+    elected_at = row.get("elected_at")
+    ended = next((c.committed_at for c in replicas.commits
+                  if c.batch_id == row["first_batch_id"] and c.replica_id == row["to"]), None)
+    if elected_at is None or ended is None:
+        return {}
+    mine = [x for x in executors if elected_at - 1.0 <= x.launched <= ended]
+    out: dict[str, Any] = {"executors": len(mine)}
+    for name, pick, first_or_last in (("launched", lambda x: x.launched, min),
+                                      ("registered", lambda x: x.registered, min),
+                                      ("all_registered", lambda x: x.registered, max),
+                                      ("first_task", lambda x: x.first_task, min)):
+        moments = [m for m in map(pick, mine) if m is not None]
+        out[f"executors_{name}_after_elected_s"] = round(first_or_last(moments) - elected_at, 1) if moments else None
     return out
 
 
 def _handovers(ctx: BenchContext, result: Result, load: _LoadSampler) -> dict[str, list[dict[str, Any]]]:
-    """N graceful handovers on 3 warm replicas over a 2-worker cluster, then N in local mode; each row split."""
+    """N graceful handovers on 3 warm replicas over a 2-worker cluster, then N in local mode; each row split (by
+    ``bench._handover``) and given the successor's executor milestones."""
     count = 1 if ctx.quick else 5
     result.params.update({"handovers_per_setup": count, "contenders": 3, "producer_records_per_s": _RATE,
                           "session_timeout_s": SESSION_TIMEOUT_S, "handover_timeout_s": HANDOVER_TIMEOUT_S})
@@ -359,10 +308,7 @@ def _handovers(ctx: BenchContext, result: Result, load: _LoadSampler) -> dict[st
             continue
         executors = _executors(replicas.topology.spark)
         for row in rows:
-            try:
-                row.update(_split(replicas, row, executors))
-            except (StopIteration, KeyError, ValueError) as exc:
-                row["split_error"] = f"{type(exc).__name__}: {exc}"
+            row.update(_milestones(replicas, row, executors))
             ended = next((c.committed_at for c in replicas.commits if c.batch_id == row["first_batch_id"]), None)
             if ended is not None:
                 row["load_1m"] = load.mean(ended - row["signal_to_first_commit_s"], ended)
@@ -379,20 +325,6 @@ def _handovers(ctx: BenchContext, result: Result, load: _LoadSampler) -> dict[st
 
 # -- the result ---------------------------------------------------------------------------------------------------
 
-@dataclass
-class _TablesResult(Result):
-    """A ``Result`` with more tables than one: ``tables`` (title → rows) render after the main table."""
-
-    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-
-    def to_markdown(self) -> str:
-        out = [Result.to_markdown(replace(self, notes=[])).rstrip(), ""]
-        for title, rows in self.tables.items():
-            out += [f"**{title}**", "", markdown_table(rows), ""]
-        out += [f"- {note}" for note in self.notes]
-        return "\n".join(out).rstrip() + "\n"
-
-
 def _median(values: Sequence[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return round(statistics.median(present), 2) if present else None
@@ -400,7 +332,7 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 def run_cluster(ctx: BenchContext) -> Result:
     """Throughput (tenure vs bare, 1 and 2 workers) and graceful handovers (2-worker cluster vs local mode)."""
-    result = _TablesResult(
+    result = Result(
         name="cluster", title="On a Spark standalone cluster: throughput vs the bare query, and the handover gap",
         command="python -m bench.run --only cluster",
         params={"cluster": "embedded (service/local/_spark_cluster.py): 1 master + W workers, 1 core and 1 GB "
@@ -440,9 +372,7 @@ def run_cluster(ctx: BenchContext) -> Result:
                      "SIGTERM→first commit p50 s": stats([r["signal_to_first_commit_s"] for r in rows])["p50"],
                      "first batch records (min)": min(r["first_batch_records"] for r in rows),
                      "load 1m (mean)": _median([r.get("load_1m") for r in rows])})
-        split: dict[str, Any] = {"setup": label}
-        for _boundary, segment in _SEGMENTS:
-            split[segment] = _median([(r.get("segments_s") or {}).get(segment) for r in rows])
+        split: dict[str, Any] = {"setup": label, **median_segments(rows)}
         if label.startswith("cluster"):
             for name, title in (("launched", "first executor launched"), ("registered", "first executor registered"),
                                 ("all_registered", "all executors registered"), ("first_task", "first task")):
@@ -451,7 +381,8 @@ def run_cluster(ctx: BenchContext) -> Result:
     result.tables["Graceful handover gap (SIGTERM of the leader; 3 warm replicas, data waiting)"] = gaps
     result.tables["Where the gap goes: median seconds per segment (medians do not add up to the median gap)"] = splits
     result.tables["Every handover: seconds per segment"] = [
-        {"setup": label, "#": i + 1, "gap s": r["gap_s"], **(r.get("segments_s") or {}),
+        {"setup": label, "#": i + 1, "gap s": r["gap_s"],
+         **{SEGMENTS[k]: v for k, v in (r.get("segments_s") or {}).items()},
          "first executor registered (after elected)": r.get("executors_registered_after_elected_s"),
          "load 1m": r.get("load_1m")} for label, rows in changes.items() for i, r in enumerate(rows)]
     verified = [r["verify_ok"] for r in runs if "verify_ok" in r] + \
@@ -470,11 +401,8 @@ def run_cluster(ctx: BenchContext) -> Result:
                                      None if ratio is None else ratio >= 0.9))
     result.targets.append(Target("tenure data roots verified exactly once", sum(verified),
                                  f"all {len(verified)}", bool(verified) and all(verified)))
-    plot = ctx.out / "cluster.png"
-    _plot(result, plot)
-    result.figures["plot"] = str(plot)
+    add_plot(result, ctx.out, lambda path: _plot(result, path))
     result.notes += [
-        f"Plot: `{plot}`.",
         "Throughput: bare and tenure read the same produced files (hard links), with the same pipeline and "
         "session settings, as `bench/_throughput.py` does; on a cluster each run gets a fresh embedded cluster "
         "of W workers (same settings). tenure is one warm replica (`tenure run --career spark --spark-master "
@@ -486,10 +414,12 @@ def run_cluster(ctx: BenchContext) -> Result:
         "Handover: each setup runs its block on its own 3-replica warm topology under a producer; the leader is "
         "SIGTERMed once it has made 3 commits and every follower is ready (warm), then restarted. Gap: the old "
         "leader's last commit to the successor's first (`committed_at` in `/tenure/<group>/commit`).",
-        "Segments: boundaries from the old leader's and the successor's JSON logs (`handed_over`, "
-        "`handover_recorded`, `elected`, `spark_session_ready`, `inaugurated`, `query_started`) and the first "
-        "batch's `read_s`/`stage_s`. On a cluster the successor's application starts at inauguration and its "
-        "executors start then: the first batch's read waits for them. Executor times come from the workers' "
+        "Segments (`bench/_split.py`): boundaries from the old leader's and the successor's JSON logs "
+        "(`handed_over`, `released`, `elected`, `spark_session_ready`, `inaugurated`, `query_started`) and the "
+        "first batch's `batch_committed` (`read_s`, `stage_s`, `commit_s`); the gap ends at the first commit's "
+        "`committed_at`, before its fenced write and publish (hatched). On a cluster the successor's "
+        "application starts at inauguration and its executors start then: the first batch's read waits for them. "
+        "Executor times come from the workers' "
         "work folders (launch: the folder's mtime; registered with the driver and first task assigned: the "
         "executor's log, whole seconds + 0.5), in seconds after the successor's election.",
         "Exactly once: `service.ops.verify` on every tenure data root (throughput runs; each handover topology "
@@ -500,14 +430,10 @@ def run_cluster(ctx: BenchContext) -> Result:
 
 def _plot(result: Result, path: Path) -> None:
     """Throughput bars (tenure vs bare per setup, each round a dot) and every handover's gap, split stacked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     runs: list[dict[str, Any]] = result.figures.get("runs", [])
     changes: dict[str, list[dict[str, Any]]] = result.figures.get("handovers", {})
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.2), gridspec_kw={"width_ratios": [1, 2]})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(16, 5.2), gridspec_kw={"width_ratios": [1, 2]})
     setups = [s for s in ("cluster 1w", "cluster 2w", "local[2]") if any(r["setup"] == s for r in runs)]
     for offset, kind, colour in ((-0.2, "tenure", "#2e7d32"), (0.2, "bare", "#78909c")):
         mine = [[r["records_per_s"] for r in runs if r["setup"] == s and r["run"] == kind and r["records_per_s"]]
@@ -521,37 +447,20 @@ def _plot(result: Result, path: Path) -> None:
     left.set_title("Throughput: tenure's leader vs the bare query", fontsize=10, loc="left")
     left.legend(fontsize=8)
     left.grid(axis="y", alpha=0.3)
-    bars = [(f"{label} #{i + 1}", r) for label, rows in changes.items() for i, r in enumerate(rows)]
-    colours = [plt.get_cmap("tab10")(k) for k in range(10)]
     marker = "first executor registered"
-    for x, (_name, row) in enumerate(bars):
-        segments = row.get("segments_s") or {}
-        bottom = 0.0
-        for k, (_boundary, segment) in enumerate(_SEGMENTS):
-            if segments.get(segment):
-                right.bar(x, segments[segment], bottom=bottom, color=colours[k % len(colours)], width=0.7,
-                          label=segment)
-                bottom += segments[segment]
-        if not segments:
-            right.bar(x, row["gap_s"], color="#bdbdbd", width=0.7)
+    for x, row in change_bars(right, changes, total_key="gap_s"):
         registered = row.get("executors_registered_after_elected_s")
-        if registered is not None and segments.get("release → successor elected") is not None:
-            elected = sum(v or 0 for v in list(segments.values())[:3])  # the first 3 segments end at the election
+        if registered is not None and (row.get("segments_s") or {}).get("election") is not None:
+            elected = seconds_to(row["segments_s"], "election")
             right.scatter([x], [elected + registered], marker="D", color="black", s=22, zorder=4, label=marker)
-    handles = dict(zip(*reversed(right.get_legend_handles_labels()), strict=True))
-    order = [label for label in [s for _b, s in _SEGMENTS] + [marker] if label in handles]
-    right.legend([handles[label] for label in order], order, fontsize=7, loc="upper right")
-    right.set_xticks(range(len(bars)), [name for name, _ in bars], rotation=45, ha="right", fontsize=8)
+    segment_legend(right, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     right.set_ylabel("seconds from the old leader's last commit")
     right.set_title("Graceful handover gap: 2-worker cluster vs local mode, split", fontsize=10, loc="left")
     right.grid(axis="y", alpha=0.3)
     load = result.params.get("load_1m_samples", {})
     fig.suptitle(f"tenure on an embedded Spark cluster (2 cores; load average 1 min: mean {load.get('mean')}, "
                  f"max {load.get('max')})", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,15 @@ from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark a
 from pyspark.sql.streaming.query import StreamingQuery
 
 from career.spark import SparkCareerConfig, build_session
-from career.spark._pipeline import KIND_BAD, KIND_ROW, classified_stream, quarantine_rows, table_rows
+from career.spark._pipeline import (
+    KIND_BAD,
+    KIND_FILE,
+    KIND_ROW,
+    classified_stream,
+    output_partitions,
+    quarantine_rows,
+    table_rows,
+)
 
 __all__ = ["BatchInfo", "session", "start_query"]
 
@@ -45,9 +53,16 @@ def start_query(spark: SparkSession, config: SparkCareerConfig, *, checkpoint: P
         started = time.time()
         df.persist()
         try:
-            by_kind = {r["kind"]: int(r["n"]) for r in df.groupBy("kind").agg(F.count(F.lit(1)).alias("n")).collect()}
+            # One aggregation, as tenure's own: counts by kind and the files read (for the latency benchmark).
+            rows = df.groupBy("kind").agg(
+                F.count(F.lit(1)).alias("n"),
+                F.collect_list(F.when(F.col("kind") == KIND_FILE, F.col("source_file"))).alias("files"),
+            ).collect()
+            by_kind = {r["kind"]: int(r["n"]) for r in rows}
+            files = sorted(f.rsplit("/", 1)[-1] for r in rows for f in r["files"] if f)
             if by_kind.get(KIND_ROW):
-                table_rows(df, epoch=epoch, batch_id=batch_id, partitions=config.shuffle_partitions) \
+                table_rows(df, epoch=epoch, batch_id=batch_id,
+                           partitions=output_partitions(by_kind[KIND_ROW], config.shuffle_partitions)) \
                     .write.mode("append").parquet(table.resolve().as_uri())
             if by_kind.get(KIND_BAD):
                 quarantine_rows(df, epoch=epoch, batch_id=batch_id).write.mode("append") \
@@ -55,7 +70,7 @@ def start_query(spark: SparkSession, config: SparkCareerConfig, *, checkpoint: P
         finally:
             df.unpersist()
         on_batch({"batch_id": batch_id, "started_at": started, "committed_at": time.time(),
-                  "written": by_kind.get(KIND_ROW, 0), "quarantined": by_kind.get(KIND_BAD, 0)})
+                  "written": by_kind.get(KIND_ROW, 0), "quarantined": by_kind.get(KIND_BAD, 0), "files": files})
 
     return (stream.writeStream.foreachBatch(write)
             .option("checkpointLocation", checkpoint.resolve().as_uri())

@@ -1,4 +1,5 @@
-"""Throughput: records/s through tenure's pipeline on the leader vs the same query run bare, alternating."""
+"""Throughput: records/s through tenure's pipeline on the leader vs the same query run bare, alternating; a plot
+of every run's per-batch rate over time."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import os
 import subprocess
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from bench._cluster import CommitTimeline, TenureCluster
 from bench._common import BenchContext, Result, Target, percentiles
+from bench._plots import add_plot, rate_plot
 from service.ops import produce
 
 __all__ = ["run_throughput"]
@@ -40,6 +43,15 @@ def _steady_rate(batches: list[dict[str, Any]]) -> dict[str, Any]:
             "total_records": sum(b["written"] for b in data)}
 
 
+def _rate_over_time(batches: list[dict[str, Any]]) -> list[list[float]]:
+    """``[seconds since the first commit, records/s]`` per batch after the first: its records over the time since
+    the previous batch's commit (the first has no previous one)."""
+    batches = sorted(batches, key=lambda b: b["committed_at"])
+    return [[round(b["committed_at"] - batches[0]["committed_at"], 3),
+             round(b["written"] / (b["committed_at"] - a["committed_at"]), 1)]
+            for a, b in pairwise(batches) if b["committed_at"] > a["committed_at"]]
+
+
 def _fill_landing(source: Path, data_root: Path) -> None:
     """Hard-link the produced files into a fresh landing folder (same names and mtimes, no copy)."""
     landing = data_root / "landing"
@@ -57,7 +69,7 @@ def _run_bare(work: Path, source: Path, records: int) -> dict[str, Any]:
                         str(records), "--out", str(out), "--timeout-s", f"{_TIMEOUT_S:g}"],
                        stdout=log, stderr=subprocess.STDOUT, check=True, timeout=_TIMEOUT_S + 120)
     body = json.loads(out.read_text())
-    return _steady_rate(body["batches"])
+    return {**_steady_rate(body["batches"]), "rate_over_time": _rate_over_time(body["batches"])}
 
 
 def _run_tenure(work: Path, source: Path, records: int) -> dict[str, Any]:
@@ -80,7 +92,7 @@ def _run_tenure(work: Path, source: Path, records: int) -> dict[str, Any]:
                        for c in timeline.snapshot()]
     finally:
         cluster.stop()
-    return _steady_rate(batches)
+    return {**_steady_rate(batches), "rate_over_time": _rate_over_time(batches)}
 
 
 def run_throughput(ctx: BenchContext) -> Result:
@@ -94,7 +106,7 @@ def run_throughput(ctx: BenchContext) -> Result:
         params={"records": records, "keys": 100, "records_per_file": per_file, "rounds": rounds,
                 "steady_state": f"batches after the first {_SKIP_BATCHES} with data",
                 "spark": "career defaults: local[2], 2 shuffle partitions, UI off, RocksDB state, "
-                         "5 files per trigger, 0.5 s trigger"},
+                         "5 files per trigger, the default trigger"},
     )
     source = ctx.work / "source"
     # Files of exactly ``per_file`` records: no size or time limit cuts them short.
@@ -125,6 +137,9 @@ def run_throughput(ctx: BenchContext) -> Result:
     ratio = round(tenure / bare, 3) if bare and tenure else None
     result.figures = {"runs": runs, "bare_records_per_s": bare, "tenure_records_per_s": tenure, "ratio": ratio}
     result.targets.append(Target("throughput ratio tenure / bare", ratio, "≥ 0.9", ratio is not None and ratio >= 0.9))
+    add_plot(result, ctx.out, lambda path: rate_plot(
+        path, {f"{r['run']} round {r['round']}": r["rate_over_time"] for r in runs},
+        title=f"Throughput per batch: tenure's leader vs the bare query (steady state: after batch {_SKIP_BATCHES})"))
     result.notes += [
         "Both read the same files (hard links of one produced set), use the same pipeline functions "
         "(`career/spark/_pipeline.py`) and the same session settings (`career.spark.build_session`). The bare "
@@ -132,5 +147,7 @@ def run_throughput(ctx: BenchContext) -> Result:
         "commits through the fence, publishes (renames) and archives consumed files.",
         "tenure runs as one `tenure run --career spark` replica (the leader; no followers competing for the 2 "
         "cores); its batch times come from the commit records, the bare query's from `foreachBatch`.",
+        "Plot: each batch's records over the time since the previous batch's commit, against the time since the "
+        "run's first commit (`rate_over_time` in each run's figures).",
     ]
     return result

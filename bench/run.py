@@ -1,4 +1,10 @@
-"""Run the benchmarks: ``python -m bench.run [--quick] [--only NAME ...] [--out bench/results]``."""
+"""Run the benchmarks: ``python -m bench.run [--quick] [--only NAME ...] [--out DIR]``.
+
+Results go to ``bench/results/<UTC date>/`` by default (``<UTC date>-quick`` with ``--quick``, whose sizes give no
+figures to quote): ``<name>.json``, ``<name>.md`` and the benchmark's plots (``<name>.png``) per benchmark, which
+a later run into the same folder overwrites only for the benchmarks it ran, and ``summary.json`` and
+``SUMMARY.md``, merged by benchmark name: they describe every benchmark in the folder, each from its latest run.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +18,16 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from bench._common import BenchContext, Result, machine, markdown_table, write_result
 from service.replica import configure_logging
 
 __all__ = ["BENCHMARKS", "main"]
+
+_RESULTS = Path(__file__).resolve().parent / "results"
 
 # name → "module:function"; modules load lazily, so the ZooKeeper-only benchmarks never import Spark.
 BENCHMARKS: dict[str, str] = {
@@ -25,8 +35,11 @@ BENCHMARKS: dict[str, str] = {
     "fence_latency": "bench._fence_latency:run_fence_latency",
     "handover": "bench._handover:run_handover",
     "failover": "bench._handover:run_failover",
+    "election_failover": "bench._election_failover:run_election_failover",
     "targeted": "bench._targeted:run_targeted",
     "throughput": "bench._throughput:run_throughput",
+    "latency": "bench._latency:run_latency",
+    "dedup_state": "bench._dedup_state:run_dedup_state",
     "footprint": "bench._footprint:run_footprint",
     "cluster": "bench._on_cluster:run_cluster",
 }
@@ -59,18 +72,52 @@ def run_one(name: str, ctx: BenchContext) -> Result:
     return result
 
 
-def _summary(results: Sequence[Result], total_s: float, quick: bool, argv: Sequence[str]) -> str:
-    info = machine()
-    lines = [
-        "# tenure benchmarks" + (" (--quick: tiny sizes, not figures to quote)" if quick else ""), "",
-        f"Command: `python -m bench.run {' '.join(argv)}`".rstrip() + f" — total {total_s / 60:.1f} min", "",
-        markdown_table([info]), "",
-    ]
+def _merge_summary(out: Path, results: Sequence[Result], total_s: float, quick: bool,
+                   argv: Sequence[str]) -> dict[str, Any]:
+    """``out/summary.json`` with this invocation's benchmarks replacing their earlier entries (others kept) and
+    the invocation appended to ``invocations``; an unreadable summary starts afresh."""
+    path = out / "summary.json"
+    try:
+        summary: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        summary = {}
+    if not isinstance(summary, dict):
+        summary = {}
+    finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+    benchmarks = dict(summary.get("benchmarks") or {})
+    for r in results:
+        benchmarks[r.name] = {"seconds": r.seconds, "error": r.error, "targets": [t.row() for t in r.targets],
+                              "quick": quick, "command": r.command, "finished_at": finished_at}
+    invocations = [*summary.get("invocations", []),
+                   {"command": " ".join(["python -m bench.run", *argv]), "quick": quick,
+                    "total_s": round(total_s, 1), "finished_at": finished_at, "benchmarks": [r.name for r in results]}]
+    rank = {name: index for index, name in enumerate(BENCHMARKS)}  # the registry's order, then others by name
+    ordered = dict(sorted(benchmarks.items(), key=lambda item: (rank.get(item[0], len(rank)), item[0])))
+    return {"machine": machine(), "benchmarks": ordered, "invocations": invocations}
+
+
+def _summary_markdown(out: Path, summary: dict[str, Any]) -> str:
+    """SUMMARY.md: the machine, every invocation, the targets and each benchmark's markdown, from the folder's
+    ``<name>.json`` files (a benchmark whose file is gone is named, not shown)."""
+    results, missing = [], []
+    for name in summary["benchmarks"]:
+        try:
+            results.append(Result.from_json(json.loads((out / f"{name}.json").read_text())))
+        except (OSError, ValueError, TypeError):
+            missing.append(name)
+    quick = any(entry.get("quick") for entry in summary["benchmarks"].values())
+    lines = [f"# tenure benchmarks: {out.name}" + (" (some --quick: tiny sizes, not figures to quote)" if quick
+                                                    else ""), "",
+             markdown_table([{"command": i["command"], "benchmarks": ", ".join(i["benchmarks"]),
+                              "minutes": round(i["total_s"] / 60, 1), "finished (UTC)": i["finished_at"]}
+                             for i in summary.get("invocations", [])]), "",
+             markdown_table([summary["machine"]]), ""]
     targets = [{"benchmark": r.name, **t.row()} for r in results for t in r.targets]
     if targets:
         lines += ["## Targets", "", markdown_table(targets), ""]
-    for result in results:
-        lines.append(result.to_markdown())
+    if missing:
+        lines += [f"Listed in summary.json but without a readable result file: {', '.join(missing)}.", ""]
+    lines += [result.to_markdown() for result in results]
     return "\n".join(lines)
 
 
@@ -81,7 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: seconds to minutes (the smoke test)")
     parser.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), metavar="NAME",
                         help=f"run only these ({', '.join(BENCHMARKS)})")
-    parser.add_argument("--out", type=Path, default=Path("bench/results"), help="where JSON and markdown go")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where results go (default: bench/results/<UTC date>, or <UTC date>-quick with "
+                             "--quick; a run into a folder with results replaces only the benchmarks it ran)")
     parser.add_argument("--work", type=Path, default=None,
                         help="scratch folder (default: a temporary one, removed afterwards)")
     parser.add_argument("--keep-work", action="store_true", help="keep the scratch folder (logs, data)")
@@ -93,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level, json=False)
     names = [n for n in BENCHMARKS if args.only is None or n in args.only]
     work = args.work or Path(tempfile.mkdtemp(prefix="tenure-bench-"))
+    if args.out is None:
+        args.out = _RESULTS / (datetime.now(UTC).strftime("%Y-%m-%d") + ("-quick" if args.quick else ""))
     ctx = BenchContext(quick=args.quick, work=work, out=args.out,
                        budget_s=args.budget_min * 60 if args.budget_min else None)
     started = time.monotonic()
@@ -110,12 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     total_s = time.monotonic() - started
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "SUMMARY.md").write_text(_summary(results, total_s, args.quick, args_list))
-    (args.out / "summary.json").write_text(json.dumps(
-        {"total_s": round(total_s, 1), "quick": args.quick, "machine": machine(),
-         "benchmarks": {r.name: {"seconds": r.seconds, "error": r.error,
-                                 "targets": [t.row() for t in r.targets]} for r in results}},
-        indent=2, sort_keys=True) + "\n")
+    summary = _merge_summary(args.out, results, total_s, args.quick, args_list)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (args.out / "SUMMARY.md").write_text(_summary_markdown(args.out, summary))
     print(f"bench: {len(results)} benchmarks in {total_s / 60:.1f} min; see {args.out / 'SUMMARY.md'}", file=sys.stderr)
     return 1 if any(r.error for r in results) else 0
 

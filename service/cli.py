@@ -61,8 +61,10 @@ def _stop_on_signals() -> threading.Event:
               help="First client port; servers use PORT, PORT+1, …")
 @click.option("--dir", "directory", type=click.Path(path_type=Path), default=Path(".tenure/zk"),
               envvar="TENURE_ZK_DIR", show_default=True, help="Data and logs, one folder per server.")
-@click.option("--tick-ms", type=click.IntRange(100, 10000), default=2000, envvar="TENURE_ZK_TICK_MS",
-              show_default=True, help="ZooKeeper tickTime; sessions may last 2 to 20 ticks.")
+@click.option("--tick-ms", type=click.IntRange(100, 10000), default=Ensemble.DEFAULT_TICK_MS,
+              envvar="TENURE_ZK_TICK_MS", show_default=True,
+              help="ZooKeeper tickTime. Sessions expire on tick boundaries, so a crashed leader is noticed up to "
+              "1.5 ticks after its session timeout; sessions of 2–60 s (and at least 2 ticks) are granted as asked.")
 def zk(servers: int, port: int, directory: Path, tick_ms: int) -> None:
     """Run a real ZooKeeper ensemble from the PySpark jars, in the foreground until SIGTERM or Ctrl-C."""
     if servers == 2:
@@ -438,8 +440,8 @@ def demo(directory: Path, records: int, rate: float, career: str, spark_workers:
               help="Records the producer writes per scenario (Spark career). [default: 20000; 6000 with --short]")
 @click.option("--career", type=click.Choice(["spark", "counter"]), default="spark", envvar="TENURE_DRILL_CAREER",
               show_default=True, help="The replicas' career; the audit is `verify` (spark) or the counter check.")
-@click.option("--short", is_flag=True, help="The shortened timeline of the tests: session timeout 4 s, tickTime "
-              "500 ms, fewer records.")
+@click.option("--short", is_flag=True, help="The shortened timeline of the tests: session timeout 4 s, "
+              "fewer records.")
 @click.option("--dir", "directory", type=click.Path(path_type=Path), default=Path(".tenure/drill"),
               show_default=True, help="One folder per scenario, wiped first: ZooKeeper data, data root, logs.")
 @click.option("--faults", type=click.IntRange(1, 100), default=None,

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from bench._common import Result, Target, markdown_table, percentiles
-from bench._throughput import _steady_rate
+from bench import run
+from bench._common import Result, Target, markdown_table, percentiles, write_result
+from bench._plots import add_plot, change_plot, latency_plot, rate_plot
+from bench._throughput import _rate_over_time, _steady_rate
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -58,17 +60,88 @@ def test_result_renders_targets_and_errors() -> None:
     assert "**Failed:** TimeoutError: slow" in text
 
 
+def test_rate_over_time_is_each_batchs_records_over_the_time_since_the_previous_commit() -> None:
+    """Per-batch rates: the first batch has no previous commit; later ones divide by the interval before them."""
+    batches = [{"batch_id": 0, "committed_at": 10.0, "written": 50}, {"batch_id": 2, "committed_at": 14.0,
+                                                                       "written": 300},
+               {"batch_id": 1, "committed_at": 12.0, "written": 100}]
+    assert _rate_over_time(batches) == [[2.0, 50.0], [4.0, 150.0]]
+
+
+def test_result_markdown_renders_named_tables_and_plots_and_round_trips_through_json() -> None:
+    """Named tables follow the main one, plots are images relative to the result's folder, and from_json
+    gives back what to_json wrote (older files without tables or plots read too)."""
+    result = Result(name="handover", title="Handover", command="c", table=[{"a": 1}],
+                    targets=[Target("gap", 1.5, "≤ 1 s", False)], tables={"Split": [{"b": 2}]},
+                    plots=["handover.png"], notes=["a note"])
+    text = result.to_markdown()
+    assert text.index("| a |") < text.index("**Split**") < text.index("![Handover](handover.png)") \
+        < text.index("- a note")
+    assert Result.from_json(json.loads(json.dumps(result.to_json()))) == result
+    legacy = {k: v for k, v in result.to_json().items() if k not in ("tables", "plots")} | {"unknown": 1}
+    assert Result.from_json(legacy).tables == {}
+
+
+def test_plots_draw_pngs_and_a_failed_plot_becomes_a_note(tmp_path: Path) -> None:
+    """Each drawing helper writes a PNG; add_plot lists it in result.plots, or notes why there is none."""
+    rows = [{"gap_s": 5.0, "segments_s": {"stop_query": 1.0, "release": 0.5, "election": 0.3, "session": None,
+                                          "inauguration": 0.2, "query_start": 0.7, "planning": 0.4, "read": 1.1,
+                                          "stage": 0.8, "commit": 0.05, "publish": 0.15}},
+            {"gap_s": 4.0, "split_error": "SplitError: no commit"}]
+    naive = [{"gap_s": 25.0, "segments_s": {"stop_query": 1.0, "election": 1.2, "naive_start": 22.8}}]
+    result = Result(name="handover", title="Handover", command="c")
+    add_plot(result, tmp_path, lambda path: change_plot(path, {"tenure-warm": rows, "naive": naive}, title="t",
+                                                        total_key="gap_s", ylabel="s", lines={"target": 1.0}))
+    add_plot(result, tmp_path, lambda path: rate_plot(path.with_name("rate.png"),
+                                                      {"bare round 1": [[1.0, 9.0], [2.0, 10.0]],
+                                                       "tenure round 1": [[1.0, 8.0]]}, title="t"))
+    latency_plot(tmp_path / "latency.png", {"tenure": [0.5, 1.0, 2.0], "bare": [0.4, 0.9], "empty": []},
+                 {"p99 target": 5.0}, "latency")
+
+    def broken(_path: Path) -> None:
+        raise ValueError("no data")
+
+    add_plot(result, tmp_path, broken)
+    assert result.plots == ["handover.png", "handover.png"]
+    assert result.notes == ["No plot: ValueError: no data"]
+    for name in ("handover.png", "rate.png", "latency.png"):
+        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
+
+
+def test_summary_merges_by_benchmark_so_a_folder_describes_every_benchmark_in_it(tmp_path: Path) -> None:
+    """A second run into a folder replaces its own benchmarks' entries and keeps the others; SUMMARY.md shows
+    every benchmark whose result file is there."""
+    first = [Result(name="herd", title="Herd", command="h", seconds=5.0),
+             Result(name="handover", title="Handover", command="x", seconds=9.0,
+                    targets=[Target("gap", 2.0, "≤ 1 s", False)])]
+    for result in first:
+        write_result(tmp_path, result)
+    summary = run._merge_summary(tmp_path, first, 14.0, False, ["--only", "herd", "handover"])
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    again = Result(name="handover", title="Handover", command="x", seconds=7.0,
+                   targets=[Target("gap", 0.5, "≤ 1 s", True)])
+    write_result(tmp_path, again)
+    merged = run._merge_summary(tmp_path, [again], 7.0, False, ["--only", "handover"])
+    assert set(merged["benchmarks"]) == {"herd", "handover"}
+    assert merged["benchmarks"]["handover"]["seconds"] == 7.0
+    assert merged["benchmarks"]["herd"]["seconds"] == 5.0
+    assert [i["benchmarks"] for i in merged["invocations"]] == [["herd", "handover"], ["handover"]]
+    text = run._summary_markdown(tmp_path, merged)
+    assert "### Herd" in text and "### Handover" in text and "| handover | gap | 0.5 |" in text
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_quick_run_of_herd_and_fence_latency_writes_json_and_markdown(tmp_path: Path) -> None:
-    """`python -m bench.run --quick --only herd fence_latency` runs against a real ensemble and writes results."""
+@pytest.mark.timeout(1500)
+def test_quick_run_of_herd_fence_latency_and_failover_writes_results_and_plots(tmp_path: Path) -> None:
+    """`python -m bench.run --quick --only herd fence_latency failover` runs against a real ensemble (and 3 warm
+    Spark replicas) and writes results; failover draws its plot and splits its crash into segments."""
     out = tmp_path / "results"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.run", "--quick", "--only", "herd", "fence_latency", "--out", str(out),
-         "--work", str(tmp_path / "work")],
-        cwd=REPO, capture_output=True, text=True, timeout=840, check=False)
+        [sys.executable, "-m", "bench.run", "--quick", "--only", "herd", "fence_latency", "failover", "--out",
+         str(out), "--work", str(tmp_path / "work")],
+        cwd=REPO, capture_output=True, text=True, timeout=1440, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    for name in ("herd", "fence_latency"):
+    for name in ("herd", "fence_latency", "failover"):
         body = json.loads((out / f"{name}.json").read_text())
         assert body["name"] == name
         assert body["error"] is None
@@ -86,6 +159,39 @@ def test_quick_run_of_herd_and_fence_latency_writes_json_and_markdown(tmp_path: 
         assert row["fired (mntr) − leader's own"] == expected
     fence = json.loads((out / "fence_latency.json").read_text())
     assert fence["figures"]["fenced_ms"]["n"] == fence["params"]["commits"]
+    # The split is the same code for a graceful handover (bench._handover._run_cluster); a quick handover run,
+    # three recipes of 3 Spark replicas, takes 7 minutes here, so the crash carries the end-to-end check.
+    failover = json.loads((out / "failover.json").read_text())
+    assert failover["plots"] == ["failover.png"]
+    assert (out / "failover.png").read_bytes().startswith(b"\x89PNG")
+    assert "![" in (out / "failover.md").read_text()
+    crashes = failover["figures"]["changes"]
+    assert crashes and all("split_error" not in r for r in crashes), crashes
+    for row in crashes:
+        segments = row["segments_s"]
+        assert next(iter(segments)) == "detection" and "stop_query" not in segments
+        assert segments["detection"] is not None and segments["stage"] is not None
+        assert sum(v or 0 for k, v in segments.items() if k not in ("commit", "publish")) == \
+            pytest.approx(row["signal_to_first_commit_s"], abs=0.02)
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["benchmarks"]) == {"herd", "fence_latency"}
+    assert set(summary["benchmarks"]) == {"herd", "fence_latency", "failover"}
     assert (out / "SUMMARY.md").exists()
+
+
+def test_latency_figures_leave_out_the_prefill_and_the_first_batches() -> None:
+    """Latency is per queue file (visible − landed); batches that read the prefill's files and the first
+    ``skip`` steady ones are left out; a batch's duration runs from its trigger to its commit."""
+    from bench._latency import _figures
+
+    landed = {"pre-1": 0.0, "a": 10.0, "b": 11.0, "c": 12.0, "d": 12.5}
+    batches = [
+        {"batch_id": 0, "files": ["pre-1"], "triggered_at": 0.1, "done_at": 5.0, "visible_at": 5.1},
+        {"batch_id": 1, "files": ["pre-1", "a"], "triggered_at": 5.2, "done_at": 10.4, "visible_at": 10.5},
+        {"batch_id": 2, "files": ["b"], "triggered_at": 11.1, "done_at": 11.5, "visible_at": 11.6},
+        {"batch_id": 3, "files": ["c", "d"], "triggered_at": 12.6, "done_at": 13.0, "visible_at": 13.1},
+        {"batch_id": 4, "files": [], "triggered_at": 13.2, "done_at": 13.3, "visible_at": 13.4},
+    ]
+    figures = _figures(batches, landed, {"pre-1"}, skip=1)
+    assert figures["latencies"] == [1.1, 0.6]  # batch 3 only: c and d
+    assert figures["durations"] == [0.4]
+    assert figures["batches"] == 1

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import errno
+import inspect
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,9 +18,13 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from service.local import Ensemble, EnsembleError, find_java
+from bench._common import embedded_ensemble
+from service.cli import zk as zk_command
+from service.drill._settings import DrillSettings
+from service.local import Ensemble, EnsembleError, Topology, find_java
+from service.replica import four_letter_word
 from tests._replicas import descendants, wait_for
-from tests.conftest import free_zk_base_port
+from tests.conftest import ZK_TICK_MS, free_zk_base_port
 
 TENURE = [sys.executable, "-m", "service"]
 
@@ -38,6 +45,110 @@ def test_shared_ensemble_serves_reads_and_writes(zk_client: KazooClient, zk_grou
     zk_client.create(f"/tenure/{zk_group}/probe", b"hello", makepath=True)
     assert zk_client.get(f"/tenure/{zk_group}/probe")[0] == b"hello"
     assert zk_client.server_version()[:2] == (3, 9)
+
+
+def _zoo_cfg(tick_ms: int, directory: Path) -> dict[str, str]:
+    """The zoo.cfg an ensemble at ``tick_ms`` writes for its first server, as key → value (nothing started)."""
+    ensemble = Ensemble(servers=3, port=2181, directory=directory, tick_ms=tick_ms)
+    text = ensemble._write_config(ensemble.servers[0]).read_text()
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+@pytest.mark.parametrize(
+    ("tick_ms", "init_limit", "sync_limit", "min_session_ms", "max_session_ms"),
+    [
+        pytest.param(Ensemble.DEFAULT_TICK_MS, "100", "50", "2000", "60000", id="default-200ms"),
+        pytest.param(500, "40", "20", "2000", "60000", id="500ms"),
+        pytest.param(2000, "10", "5", "4000", "60000", id="zookeeper-usual-2000ms"),
+        pytest.param(10000, "2", "1", "20000", "200000", id="longest-10s-widens-bounds"),
+    ],
+)
+def test_config_keeps_wall_clock_limits_and_explicit_session_bounds(
+        tmp_path: Path, tick_ms: int, init_limit: str, sync_limit: str, min_session_ms: str,
+        max_session_ms: str) -> None:
+    """zoo.cfg gives the quorum 20 s to sync and 10 s to answer whatever the tick (initLimit and syncLimit
+    count ticks), and grants sessions of 2–60 s, widened to ZooKeeper's 2 and 20 ticks only at a long tick."""
+    cfg = _zoo_cfg(tick_ms, tmp_path)
+    assert (cfg["tickTime"], cfg["initLimit"], cfg["syncLimit"]) == (str(tick_ms), init_limit, sync_limit)
+    assert (cfg["minSessionTimeout"], cfg["maxSessionTimeout"]) == (min_session_ms, max_session_ms)
+
+
+def test_default_tick_is_short(tmp_path: Path) -> None:
+    """The default tick is 200 ms, so a dead session is expired within 0.3 s of its timeout (1.5 ticks)."""
+    ensemble = Ensemble(servers=1, port=2181, directory=tmp_path)
+    assert ensemble.tick_ms == Ensemble.DEFAULT_TICK_MS == 200
+    assert ensemble.session_timeout_bounds_s == (2.0, 60.0)
+
+
+@pytest.mark.parametrize(
+    "tick_of",
+    [
+        pytest.param(lambda _d: next(p.default for p in zk_command.params if p.name == "tick_ms"), id="tenure-zk"),
+        pytest.param(lambda d: Topology(d, replicas=0).ensemble.tick_ms, id="topology-up-demo"),
+        pytest.param(lambda _d: DrillSettings.make(career="counter", records=None, short=False).zk_tick_ms,
+                     id="drill"),
+        pytest.param(lambda _d: DrillSettings.make(career="counter", records=None, short=True).zk_tick_ms,
+                     id="drill-short"),
+        pytest.param(lambda _d: inspect.signature(embedded_ensemble).parameters["tick_ms"].default, id="bench"),
+        pytest.param(lambda _d: ZK_TICK_MS, id="tests"),
+    ],
+)
+def test_every_launcher_of_the_embedded_ensemble_uses_the_default_tick(
+        tmp_path: Path, tick_of: Callable[[Path], int]) -> None:
+    """`tenure zk`, the local topology (`tenure up`, demo, drills), the benchmarks and the tests' ensemble all
+    run ZooKeeper at the default tick, so each gets the same prompt session expiry."""
+    assert tick_of(tmp_path) == Ensemble.DEFAULT_TICK_MS
+
+
+@pytest.fixture(scope="module")
+def default_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ensemble]:
+    """One standalone server with every default (tick included), for the session negotiation tests."""
+    ensemble = Ensemble(servers=1, port=free_zk_base_port(1), directory=tmp_path_factory.mktemp("zk-default"))
+    try:
+        ensemble.start()
+        yield ensemble
+    finally:
+        ensemble.stop()
+
+
+def _granted_timeout_ms(ensemble: Ensemble, client: KazooClient) -> int:
+    """The session timeout the server negotiated for ``client`` (``to=`` in its ``cons`` line); kazoo keeps
+    only the timeout it asked for."""
+    server = ensemble.servers[0]
+    session = f"sid=0x{client.client_id[0]:x}"
+    reply = four_letter_word(server.host, server.client_port, "cons")
+    line = next((row for row in reply.splitlines() if re.search(rf"{session}\b", row)), None)
+    assert line is not None, f"the server lists no {session}: {reply}"
+    match = re.search(r"\bto=(\d+)", line)
+    assert match is not None, line
+    return int(match.group(1))
+
+
+@pytest.mark.parametrize(
+    ("asked_s", "granted_ms"),
+    [
+        pytest.param(2.0, 2000, id="2s-below-2-ticks-of-the-old-2000ms"),
+        pytest.param(4.0, 4000, id="4s-the-benchmarks-timeout"),
+        pytest.param(60.0, 60000, id="60s-far-above-20-ticks"),
+        pytest.param(1.0, 2000, id="1s-raised-to-the-2s-minimum"),
+        pytest.param(90.0, 60000, id="90s-lowered-to-the-60s-maximum"),
+    ],
+)
+def test_session_timeouts_are_granted_as_asked(default_server: Ensemble, asked_s: float, granted_ms: int) -> None:
+    """With the defaults a client gets the session timeout it asks for anywhere in 2–60 s (far outside the 2 to
+    20 ticks ZooKeeper would allow on its own), and the nearest bound outside it; `conf` reports those bounds,
+    which `tenure run` checks its --session-timeout-s against."""
+    client = KazooClient(hosts=default_server.connect_string, timeout=asked_s)
+    try:
+        client.start(timeout=30)
+        assert _granted_timeout_ms(default_server, client) == granted_ms
+    finally:
+        client.stop()
+        client.close()
+    server = default_server.servers[0]
+    conf = four_letter_word(server.host, server.client_port, "conf")
+    bounds = dict(re.findall(r"^(tickTime|minSessionTimeout|maxSessionTimeout)=(\d+)", conf, re.M))
+    assert bounds == {"tickTime": "200", "minSessionTimeout": "2000", "maxSessionTimeout": "60000"}
 
 
 def test_quorum_arithmetic(private_ensemble: Ensemble) -> None:

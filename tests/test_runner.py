@@ -164,8 +164,8 @@ def _run_fails(args: list[str], timeout_s: float = 60) -> str:
 @pytest.mark.parametrize(
     ("case", "extra", "expected"),
     [
-        ("session above the ensemble's maximum", ["--session-timeout-s", "12"],
-         "session_timeout_s=12 is outside the ensemble's bounds of 1–10 s"),
+        ("session above the ensemble's maximum", ["--session-timeout-s", "90"],
+         "session_timeout_s=90 is outside the ensemble's bounds of 2–60 s"),
         ("handover not below session", ["--session-timeout-s", "4", "--handover-timeout-s", "4"],
          "handover_timeout_s=4 is not below session_timeout_s=4"),
         ("bad group name", ["--group", "a/b"], "group='a/b' is not a valid group name"),

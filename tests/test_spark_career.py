@@ -18,6 +18,7 @@ from kazoo.client import KazooClient
 
 from career import CareerContext, Outcome
 from career.spark import SparkCareer, SparkCareerConfig, SparkCareerError
+from career.spark._warmup import KEEP_WARM_GROUP
 from election import Elected, Election, Fenced, Identity
 from service.ops import VerifyReport, verify
 
@@ -364,3 +365,46 @@ def test_inaugurate_refuses_a_checkpoint_that_never_saw_the_committed_batch(
         with pytest.raises(SparkCareerError, match=r"checkpoint .* has no such batch"):
             career.inaugurate(ctx)
     career.close()
+
+
+def test_a_warm_follower_runs_its_keep_warm_job_only_while_following(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
+) -> None:
+    """Warm standby keeps Spark's Python workers from their 60 s idle stop: a tiny job every interval while the
+    career follows, none while it leads (the batches keep the workers busy then), again after the hand-over, and
+    none after close."""
+    root = tmp_path / "data"
+    Queue(root)
+    career = SparkCareer(make_config(root, standby="warm", keep_warm_interval_s=0.3), Recorder(), replica_id="r1")
+    tracker = spark.sparkContext.statusTracker()
+
+    def jobs() -> int:
+        return len(tracker.getJobIdsForGroup(KEEP_WARM_GROUP))
+
+    def wait_for_jobs(count: int) -> None:
+        deadline = time.monotonic() + 120
+        while jobs() < count:
+            assert time.monotonic() < deadline, f"{jobs()} keep-warm jobs, expected {count}"
+            time.sleep(0.1)
+
+    before = jobs()
+    career.prepare()
+    wait_for_jobs(before + 3)
+    with leadership(zk_client, zk_group, "r1") as (_, ctx):
+        career.inaugurate(ctx)
+        settled = time.monotonic() + 1.0  # a job begun just before inaugurate may still finish
+        while time.monotonic() < settled:
+            career.execute()
+            time.sleep(0.05)
+        during = jobs()
+        until = time.monotonic() + 3.0  # ten intervals
+        while time.monotonic() < until:
+            career.execute()
+            time.sleep(0.05)
+        assert jobs() == during, "a keep-warm job ran while the career was leading"
+        career.hand_over(Outcome.CLEAN)
+    wait_for_jobs(during + 2)
+    career.close()
+    after = jobs()
+    time.sleep(1.0)  # three intervals: a heartbeat still running would have started a job
+    assert jobs() == after

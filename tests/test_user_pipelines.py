@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +204,61 @@ def test_crash_after_the_commit_rolls_the_retry_store_and_dead_letter_forward(
     report = audit(root)
     assert report.ok, report.render()
     assert (report.ids_written, report.ids_dead_lettered, report.ids_waiting) == (3, 1, 0)
+
+
+def test_a_repeat_of_a_held_record_after_the_dedup_window_is_a_duplicate_not_a_second_write(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
+) -> None:
+    """A held record has not advanced its key's order mark, so once Spark's dedup window has forgotten its id
+    only the retry store knows it: the producer's repeat of its line is dropped before the row function and
+    counted as a duplicate, and the held copy — once the row function succeeds — is written exactly once.
+
+    The repeat comes with a repeat of a record written in the same batch as the held one; that repeat is
+    quarantined as late (not dropped as a duplicate), which shows Spark had truly forgotten both ids.
+    """
+    window_s, backoff_s = 1.0, 2.0
+    root = tmp_path / "data"
+    flag = tmp_path / "held-fails"
+    flag.touch()
+    q = Queue(root)
+    lines = [record(1, "held", 1, fail_while=str(flag)), record(2, "fine", 1)]
+    settings = {"row_function": "tests.pipelines:flaky", "dedup_window": f"{window_s:g} second",
+                "retry_attempts": 100, "retry_backoff_s": backoff_s, "retry_backoff_max_s": backoff_s}
+    observer = Recorder()
+    career = SparkCareer(make_config(root, **settings), observer, replica_id="r1")
+
+    def consumed(name: str) -> Callable[[], bool]:
+        return lambda: name not in landing_names(root)
+
+    with leadership(zk_client, zk_group, "r1") as (_, ctx):
+        career.inaugurate(ctx)
+        first = put_records(q, lines)
+        run_until(career, lambda: consumed(first)() and commit_record(zk_client, zk_group)["retry_waiting"] == 1)
+        # Spark forgets an id ingested at t once a batch runs after one ingested past t + 2 × window (the
+        # watermark trails the latest ingestion by the window; the id expires a window after t): the first
+        # filler is ingested past that, the second runs after it, so the repeat's batch starts with both ids
+        # of the first batch forgotten.
+        forgotten_after = time.time() + 2 * window_s + 0.5
+        run_until(career, lambda: time.time() > forgotten_after, timeout_s=30)
+        for i in (3, 4):
+            run_until(career, consumed(put_records(q, [record(i, "fine", i - 1)])))
+        run_until(career, consumed(put_records(q, lines)))  # the repeats
+        waiting = commit_record(zk_client, zk_group)["retry_waiting"]
+        flag.unlink()
+        # Every failure came before the unlink, so every held record is due one back-off later: a batch woken
+        # by a new file after that tries them all (the test does not hang on a retry tick's timing).
+        all_due = time.time() + backoff_s + 0.5
+        run_until(career, lambda: time.time() > all_due, timeout_s=30)
+        last = put_records(q, [record(5, "fine", 4)])
+        run_until(career, lambda: consumed(last)() and commit_record(zk_client, zk_group)["retry_waiting"] == 0)
+        career.hand_over(Outcome.CLEAN)
+    career.close()
+
+    ids = sorted(ds.dataset(root / "table").to_table(columns=["id"]).column("id").to_pylist())
+    assert ids == ["id-1", "id-2", "id-3", "id-4", "id-5"], f"table ids: {ids}"
+    assert (observer.total("written"), observer.total("duplicate"), observer.total("late")) == (5, 1, 1), \
+        observer.batches
+    report = audit(root)
+    assert report.ok, report.render()
+    assert (report.ids_written, report.ids_waiting, report.ids_late) == (5, 0, 1), report.render()
+    assert waiting == 1, "the repeat was held beside the held copy"

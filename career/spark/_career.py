@@ -34,7 +34,7 @@ from career.spark._storage import (
     spark_committed,
 )
 from career.spark._term import Term, committed_batch, no_fault
-from career.spark._warmup import warm_up
+from career.spark._warmup import KeepWarm, warm_up
 from election._errors import ElectionError, Fenced, NotLeader
 
 __all__ = ["SparkCareer"]
@@ -92,6 +92,7 @@ class SparkCareer:
         self._owned = False
         self._prepared = False
         self._term: Term | None = None
+        self._keep_warm: KeepWarm | None = None
         self._faults = faults if faults is not None else no_fault
         self._housekeeper = Housekeeper(self._layout, config, observer, clock, self._faults)
         self._hooks = Hooks(
@@ -122,6 +123,10 @@ class SparkCareer:
             self._log.info("warmed_up", seconds=round(self._clock() - started, 3))
         if self._session_per_term:
             self._stop_session()
+        elif self._config.standby == "warm" and self._config.keep_warm_interval_s:
+            self._keep_warm = KeepWarm(self._ensure_session(), self._config.keep_warm_interval_s,
+                                       idle=lambda: self._term is None, log=self._log)
+            self._keep_warm.start()
         self._prepared = True
 
     def ready(self) -> bool:
@@ -254,7 +259,10 @@ class SparkCareer:
         return term.last_committed
 
     def close(self) -> None:
-        """Stop a running query and, if this career started Spark, Spark itself."""
+        """Stop the keep-warm heartbeat, a running query and, if this career started Spark, Spark itself."""
+        if self._keep_warm is not None:
+            self._keep_warm.stop()
+            self._keep_warm = None
         if self._term is not None:
             self.hand_over(Outcome.FAILED)
         if self._owned:

@@ -24,12 +24,14 @@ __all__ = [
     "KIND_FILE",
     "KIND_ROW",
     "QUARANTINE_COLUMNS",
+    "SMALL_BATCH_RECORDS",
     "TABLE_COLUMNS",
     "classified_batch",
     "classified_stream",
     "deduplicated",
     "ordered",
     "ordered_records",
+    "output_partitions",
     "quarantine_rows",
     "records",
     "split_lines",
@@ -236,8 +238,23 @@ def records(classified: DataFrame) -> DataFrame:
     return classified.where(F.col("kind") == KIND_ROW).select("id", "key", "seq", "ts", "payload")
 
 
+SMALL_BATCH_RECORDS = 20_000
+"""Up to this many records a batch is written as one part file (see :func:`output_partitions`)."""
+
+
+def output_partitions(records: int, configured: int) -> int:
+    """How many part files a batch of ``records`` is written as: one for a small batch, else ``configured``.
+
+    Why: one partition needs no shuffle (a narrow coalesce, then a sort), which saves a Spark stage — about 70 ms
+    of a light load's 0.5 s batch on 2 cores — while a large batch keeps its parallel write.
+    """
+    return 1 if records <= SMALL_BATCH_RECORDS else configured
+
+
 def ordered(rows: DataFrame, *, partitions: int) -> DataFrame:
     """``rows`` with each key in one partition (so in one part file), by ``seq``: the output's per-key order."""
+    if partitions == 1:  # every key in the one partition: no exchange needed
+        return rows.coalesce(1).sortWithinPartitions("key", "seq")
     return rows.repartition(partitions, "key").sortWithinPartitions("key", "seq")
 
 

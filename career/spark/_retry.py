@@ -8,6 +8,10 @@ attempt it is dead-lettered and its key moves on.
 The retry store is a snapshot: each committed batch names one Parquet file ``retry/batch-<B>-part-00000.parquet``
 with every record held after that batch. It is staged, committed (the commit record names it) and published like
 the table, so a new leader — or a re-run of a batch — starts from exactly the committed store.
+
+A new record whose id is held in that snapshot is the producer's repeat of a held record that Spark's dedup
+window has already forgotten (a held record has not advanced its key's order mark, so the mark cannot catch it):
+it is dropped before the row function, with status ``duplicate``, and the held copy carries on.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark a
 
 __all__ = [
     "DEAD",
+    "DUPLICATE",
     "HELD",
     "RETRY_COLUMNS",
     "WRITTEN",
@@ -37,6 +42,7 @@ __all__ = [
     "next_due",
     "process_records",
     "read_snapshot",
+    "repeat_ids",
     "snapshot_table",
     "write_parquet",
 ]
@@ -44,6 +50,7 @@ __all__ = [
 WRITTEN = "written"
 HELD = "held"  # failed and due later, or waiting behind its key's failed record
 DEAD = "dead"  # out of attempts: dead-lettered
+DUPLICATE = "duplicate"  # a new record whose id is held: a repeat, dropped before the row function
 
 RETRY_COLUMNS: tuple[str, ...] = (
     "id", "key", "seq", "ts", "payload", "attempts", "first_failed_at", "last_failed_at", "due_at", "error",
@@ -60,6 +67,7 @@ _PROCESSED_DDL = (
     "id STRING, key STRING, seq BIGINT, ts BIGINT, payload STRING, attempts INT, first_failed_at DOUBLE, "
     "last_failed_at DOUBLE, due_at DOUBLE, error STRING, status STRING"
 )
+_REPEAT = "_repeat"  # in the processor's input only when something is held: true on a repeat of a held id
 _MAX_ERROR = 2000
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
@@ -105,16 +113,26 @@ def _apply(row_function: RowFunction, key: str, rid: str, seq: int, ts: int, pay
 
 def _processor(row_function: RowFunction, policy: RetryPolicy, now: float
                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` body over rows sorted by (key, seq) within each key's one partition."""
+    """The ``mapInArrow`` body over rows sorted by (key, seq) within each key's one partition.
+
+    A row flagged ``_repeat`` (see :func:`process_records`) is passed through as ``duplicate``: it never reaches
+    the row function and takes no part in its key's order, so its held copy is tried as if it were alone.
+    """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         current_key: str | None = None
         blocked = False
         for batch in batches:
             cols = batch.to_pydict()
+            repeats = cols.get(_REPEAT)
             out: dict[str, list[Any]] = {name: [] for name in _PROCESSED_SCHEMA.names}
             for i in range(batch.num_rows):
                 row = {name: cols[name][i] for name in _RETRY_SCHEMA.names}
+                if repeats is not None and repeats[i]:
+                    for name in _RETRY_SCHEMA.names:
+                        out[name].append(row[name])
+                    out["status"].append(DUPLICATE)
+                    continue
                 if row["key"] != current_key:
                     current_key, blocked = row["key"], False
                 status = HELD
@@ -148,8 +166,9 @@ def process_records(new_rows: DataFrame, held: pa.Table | None, *, row_function:
                     policy: RetryPolicy, now: float, partitions: int) -> DataFrame:
     """The batch's new records plus the held ones, through the row function, each key in ``seq`` order.
 
-    Returns rows of the retry columns plus ``status`` (``written``, ``held`` or ``dead``), each key's rows in
-    one of ``partitions`` partitions in (key, seq) order — ready for the table without another shuffle.
+    Returns rows of the retry columns plus ``status`` (``written``, ``held``, ``dead`` or ``duplicate``), each
+    key's rows in one of ``partitions`` partitions in (key, seq) order — ready for the table without another
+    shuffle. A new record whose id is in ``held`` is a repeat of a held record: ``duplicate``, not run.
 
     Args:
         new_rows: this batch's deduplicated records (``id``, ``key``, ``seq``, ``ts``, ``payload``).
@@ -166,7 +185,17 @@ def process_records(new_rows: DataFrame, held: pa.Table | None, *, row_function:
         F.lit(None).cast("string").alias("error"),
     )
     if held is not None and held.num_rows:
-        rows = rows.unionByName(new_rows.sparkSession.createDataFrame(held.select(list(RETRY_COLUMNS))))
+        # Only a batch that holds records pays for finding repeats of them. A broadcast join, not
+        # ``isin``: the held ids go to the JVM as one Arrow table (a local relation, broadcast without a job),
+        # where ``isin`` would make one py4j call and one plan literal per id — fine for a dozen held records,
+        # slow for the thousands a long outage of a row function's dependency can hold. A left join with a
+        # flag rather than a left-anti join: the repeats reach the processor, which drops them before the row
+        # function and reports them as ``duplicate`` in the same pass, so counting them costs no second job.
+        spark = new_rows.sparkSession
+        ids = pc.unique(held.column("id"))  # unique: the left join must never multiply a new record
+        flags = spark.createDataFrame(pa.table({"id": ids, _REPEAT: pa.array([True] * len(ids))}))
+        rows = rows.join(F.broadcast(flags), "id", "left").unionByName(
+            spark.createDataFrame(held.select(list(RETRY_COLUMNS))).withColumn(_REPEAT, F.lit(False)))
     return (
         rows.repartition(partitions, "key")
         .sortWithinPartitions("key", "seq")
@@ -193,6 +222,12 @@ def snapshot_table(processed: pa.Table) -> pa.Table:
     """The held rows of a processed batch (collected to the driver) in snapshot shape."""
     held = processed.filter(pc.equal(processed.column("status"), HELD))
     return held.select(list(RETRY_COLUMNS)).cast(_RETRY_SCHEMA)
+
+
+def repeat_ids(processed: pa.Table) -> list[str]:
+    """The ids of a processed batch's ``duplicate`` rows: new records dropped as repeats of held ones."""
+    return [str(rid) for rid in processed.filter(pc.equal(processed.column("status"), DUPLICATE))
+            .column("id").to_pylist()]
 
 
 def dead_letter_table(processed: pa.Table, *, epoch: int, batch_id: int) -> pa.Table:

@@ -6,6 +6,7 @@ import importlib
 from dataclasses import dataclass
 
 from election import TenureError
+from service.local import Ensemble
 
 __all__ = [
     "ABOUT_ONE_S",
@@ -52,9 +53,10 @@ class DrillError(TenureError):
 class DrillSettings:
     """Timings and load of one drill run.
 
-    Both timelines run ZooKeeper at tickTime 500 ms: a server expires sessions on tick boundaries, so a dead
-    leader's session ends up to one tick after its timeout, and "session timeout + 1 s" must leave room for
-    that. ``short`` gives the test timeline: session timeout 4 s, a shorter handover budget, fewer records.
+    Both timelines run ZooKeeper at the embedded default tickTime (``Ensemble.DEFAULT_TICK_MS``, 200 ms), as
+    `tenure up` does: a server expires sessions on tick boundaries, so a dead leader's session ends up to 1.5
+    ticks (0.3 s) after its timeout, and "session timeout + 1 s" must leave room for that. ``short`` gives the
+    test timeline: session timeout 4 s, a shorter handover budget, fewer records.
 
     Example::
 
@@ -67,7 +69,7 @@ class DrillSettings:
     produce_s: float = 20.0
     session_timeout_s: float = 6.0
     handover_timeout_s: float = 3.0
-    zk_tick_ms: int = 500
+    zk_tick_ms: int = Ensemble.DEFAULT_TICK_MS
     safe_fraction: float = 0.5
     counter_interval_s: float = 0.1
     startup_timeout_s: float = 300.0
@@ -84,7 +86,7 @@ class DrillSettings:
         work_timeout_s = 240.0 if career == "spark" else 60.0
         if short:
             return cls(career=career, records=records or 6000, produce_s=12.0, session_timeout_s=4.0,
-                       handover_timeout_s=2.0, zk_tick_ms=500, work_timeout_s=work_timeout_s,
+                       handover_timeout_s=2.0, work_timeout_s=work_timeout_s,
                        spark_workers=spark_workers)
         return cls(career=career, records=records or 20000, work_timeout_s=work_timeout_s,
                    spark_workers=spark_workers)

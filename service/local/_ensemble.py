@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import random
 import re
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import structlog
 
@@ -35,6 +37,16 @@ _log = structlog.get_logger("tenure.zk")
 _MIN_JAVA = 17
 _QUORUM_OFFSET = 1000  # quorum port = client port + 1000; election port = client port + 2000
 _ELECTION_OFFSET = 2000
+# Wall-clock tolerances of the quorum, turned into initLimit and syncLimit (which count ticks) for any tickTime:
+# the 20 s and 10 s that initLimit=10, syncLimit=5 gave at ZooKeeper's usual 2000 ms, enough for a follower on a
+# loaded 2-core machine to sync at start-up and to answer the leader's pings.
+_INIT_LIMIT_S = 20.0
+_SYNC_LIMIT_S = 10.0
+# Session timeouts granted as asked (ZooKeeper's own bounds, 2 to 20 ticks, would clamp them to 0.4–4 s at a
+# 200 ms tick). Below 2 s a GC pause or a busy machine turns into a leadership change; 60 s is already a very
+# slow crash failover.
+_MIN_SESSION_S = 2.0
+_MAX_SESSION_S = 60.0
 
 
 class EnsembleError(TenureError):
@@ -166,6 +178,16 @@ class Ensemble:
     so the three kinds never clash. Data and logs live under ``directory/zk<id>/``. Clients connect on
     ``client_address`` (loopback by default; drills use a veth address that a network namespace can reach).
 
+    Timing: ZooKeeper expires sessions in buckets one ``tickTime`` wide (its ``ExpiryQueue``), and a follower
+    passes its clients' heartbeats on to the leader only at the leader's pings, twice a tick. A crashed leader's
+    session therefore ends up to 1.5 ticks after its timeout, and every crash failover waits for that: up to 3 s
+    at ZooKeeper's usual 2000 ms. ``DEFAULT_TICK_MS`` (200 ms) makes it at most 0.3 s, leaving room within
+    "session timeout + 0.5 s" for the watch and the successor's checks, for ten pings a second per follower (no
+    measurable cost). A shorter tick would gain little more and bring ticks near a loaded machine's scheduling
+    delays (a JVM thread woken late). The written ``zoo.cfg`` keeps what ticks would otherwise
+    shrink: ``initLimit``/``syncLimit`` give the quorum 20 s / 10 s whatever the tick, and ``min/maxSessionTimeout``
+    grant sessions of 2–60 s as asked (see ``session_timeout_bounds_s``) instead of clamping them to 2–20 ticks.
+
     Example::
 
         with Ensemble(servers=3, port=2181, directory=Path("/tmp/zk")) as zk:
@@ -173,8 +195,14 @@ class Ensemble:
             zk.kill(zk.leader())       # SIGKILL the ZooKeeper leader
     """
 
-    def __init__(self, *, servers: int = 3, port: int = 2181, directory: Path, tick_ms: int = 2000,
+    #: The embedded ensemble's tickTime (see "Timing" above); `tenure zk`, `tenure up` and drills use it.
+    DEFAULT_TICK_MS: ClassVar[int] = 200
+
+    def __init__(self, *, servers: int = 3, port: int = 2181, directory: Path, tick_ms: int = DEFAULT_TICK_MS,
                  heap_mb: int = 256, client_address: str = "127.0.0.1") -> None:
+        if tick_ms <= 0:
+            raise EnsembleError(f"tick_ms={tick_ms} must be positive: ZooKeeper's tickTime is in milliseconds "
+                                f"(default {self.DEFAULT_TICK_MS})")
         if servers not in (1, 3):
             raise EnsembleError(f"servers={servers} is not supported: use 1 (standalone) or 3 (a quorum of 2)")
         if not 1024 <= port <= 65535 - _ELECTION_OFFSET - servers:
@@ -194,6 +222,13 @@ class Ensemble:
     @property
     def connect_string(self) -> str:
         return ",".join(s.address for s in self.servers)
+
+    @property
+    def session_timeout_bounds_s(self) -> tuple[float, float]:
+        """The session timeouts the servers grant as asked: 2–60 s, each bound raised to ZooKeeper's own (2 and
+        20 ticks) where that is higher, as at a long tick: a session under 2 ticks cannot be expired on time."""
+        tick_s = self.tick_ms / 1000
+        return max(_MIN_SESSION_S, 2 * tick_s), max(_MAX_SESSION_S, 20 * tick_s)
 
     def __enter__(self) -> Ensemble:
         self.start()
@@ -233,10 +268,13 @@ class Ensemble:
     def _write_config(self, s: Server) -> Path:
         data = s.directory / "data"
         data.mkdir(parents=True, exist_ok=True)
+        low_s, high_s = self.session_timeout_bounds_s
         lines = [
             f"tickTime={self.tick_ms}",
-            "initLimit=10",
-            "syncLimit=5",
+            f"initLimit={math.ceil(_INIT_LIMIT_S * 1000 / self.tick_ms)}",
+            f"syncLimit={math.ceil(_SYNC_LIMIT_S * 1000 / self.tick_ms)}",
+            f"minSessionTimeout={round(low_s * 1000)}",
+            f"maxSessionTimeout={round(high_s * 1000)}",
             f"dataDir={data}",
             f"clientPort={s.client_port}",
             f"clientPortAddress={s.host}",

@@ -251,7 +251,8 @@ class Topology:
     """
 
     def __init__(self, directory: Path, *, replicas: int = 3, group: str = "default", career: str = "spark",
-                 session_timeout_s: float = 6.0, handover_timeout_s: float = 3.0, zk_tick_ms: int = 1000,
+                 session_timeout_s: float = 6.0, handover_timeout_s: float = 3.0,
+                 zk_tick_ms: int = Ensemble.DEFAULT_TICK_MS,
                  replica_args: list[str] | None = None, zk_servers: int = 3, zk_client_address: str = "127.0.0.1",
                  replica_launch: dict[str, ReplicaLaunch] | None = None, zk_port: int | None = None,
                  fault_files: bool = False, spark_workers: int = 0) -> None:

@@ -27,7 +27,7 @@ class ReplicaConfig(BaseModel):
 
     Hazards: ``session_timeout_s`` bounds crash failover (a dead leader is noticed only when its session
     expires) but too short a value turns GC or network pauses into leadership changes. The ensemble only
-    grants sessions of 2 to 20 ticks; a value outside is refused at start-up.
+    grants sessions within its bounds (embedded: 2–60 s); a value outside is refused at start-up.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -54,13 +54,18 @@ class ReplicaConfig(BaseModel):
                               "on a cluster followers warm up locally and hold none of its cores.")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings, "
                                        "key=value[,key=value…], e.g. spark.executor.memory=512m.")
+    keep_warm_interval_s: float = Field(default=20.0, description="Warm standby, local Spark: a follower runs a "
+                                        "tiny Python job this often so its Python workers stay alive (Spark "
+                                        "stops them after 60 s idle); 0: off.")
     max_files_per_trigger: int = Field(default=5, description="Flow control: queue files per batch.")
     max_bytes_per_trigger: int | None = Field(default=None, description="Flow control: bytes per batch, if set.")
-    trigger_interval_s: float = Field(default=0.5, description="Spark processing-time trigger.")
+    trigger_interval_s: float = Field(default=0.1, description="Spark processing-time trigger: the longest a "
+                                      "file landing on an idle consumer waits.")
     max_line_bytes: int = Field(default=1 << 20, description="Longer lines are quarantined as oversized; "
                                 "`tenure verify` must use the same value.")
-    dedup_window: str = Field(default="24 hours", description="How long a message id is remembered (a Spark "
-                              "interval); a repeat arriving later is quarantined as late.")
+    dedup_window: str = Field(default="2 minutes", description="How long a message id is remembered (a Spark "
+                              "interval); a repeat arriving later is quarantined as late. Each batch scans every "
+                              "remembered id: keep rate × window small.")
     archive_retention_s: float = Field(default=7 * 86400.0, description="Archived queue files are deleted "
                                        "this long after archiving; `tenure verify` needs them.")
     shuffle_partitions: int = Field(default=2, description="Output partitions (part files) per batch, by key.")

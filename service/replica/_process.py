@@ -31,7 +31,7 @@ _log = structlog.get_logger("tenure.replica")
 
 
 def _check_session_timeout(hosts: str, session_timeout_s: float) -> None:
-    """Refuse a session timeout the ensemble would silently clamp (it grants 2 to 20 ticks).
+    """Refuse a session timeout the ensemble would silently clamp to its bounds (embedded ensemble: 2–60 s).
 
     kazoo does not expose the negotiated timeout, so ask a server for its bounds with the ``conf`` command;
     where four-letter words are disabled the check is skipped with a warning.
@@ -48,7 +48,7 @@ def _check_session_timeout(hosts: str, session_timeout_s: float) -> None:
         low, high = bounds["minSessionTimeout"] / 1000, bounds["maxSessionTimeout"] / 1000
         if not low <= session_timeout_s <= high:
             raise ConfigError(f"session_timeout_s={session_timeout_s:g} is outside the ensemble's bounds of "
-                              f"{low:g}–{high:g} s (2 to 20 ticks): choose a value in that range")
+                              f"{low:g}–{high:g} s: choose a value in that range")
         return
     _log.warning("session_timeout_unchecked", reason="no server answered the conf four-letter word")
 

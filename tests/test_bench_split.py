@@ -1,0 +1,190 @@
+"""The leader-change split of bench/_split.py on synthetic events: each segment between the right boundaries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench._cluster import Commit
+from bench._split import SEGMENTS, Event, SplitError, median_segments, read_log, seconds_to, split_change
+
+OLD, NEW = 7, 9  # the old leader's epoch and the successor's
+
+
+def commit(batch: int, epoch: int, at: float, replica: str) -> Commit:
+    return Commit(observed_at=at + 0.01, batch_id=batch, epoch=epoch, committed_at=at, replica_id=replica,
+                  written=100)
+
+
+def ev(event: str, at: float, **fields: Any) -> Event:
+    return Event(event, at, fields)
+
+
+# replica-1 leads epoch 7 until its last commit at 1002.0; replica-2 (epoch 9) commits batch 12 at 1007.0.
+COMMITS = [commit(10, OLD, 1000.0, "replica-1"), commit(11, OLD, 1002.0, "replica-1"),
+           commit(12, NEW, 1007.0, "replica-2"), commit(13, NEW, 1009.0, "replica-2")]
+ROW = {"from": "replica-1", "to": "replica-2", "first_batch_id": 12, "gap_s": 5.0}
+
+OLD_EVENTS = [
+    ev("released", 900.5, node="n_3"),  # an earlier term's release: before the last commit
+    ev("handed_over", 900.0, epoch=5, outcome="clean"),  # an earlier term of the same replica
+    ev("handing_over", 1002.5, epoch=OLD, outcome="clean"),
+    ev("handed_over", 1003.0, epoch=OLD, outcome="clean", batch=11),  # the career's: query stopped
+    ev("handover_recorded", 1003.2, epoch=OLD, clean=True),
+    ev("released", 1003.5, node="n_7"),
+    ev("handed_over", 1003.6, epoch=OLD, seconds=1.1),  # the runner's, after the release: no outcome
+]
+NEW_EVENTS = [
+    ev("spark_session_ready", 500.0, master="local[2]"),  # the warm standby's session, long before
+    ev("batch_committed", 600.0, epoch=0, batch=12, warmup=True, read_s=9.0, stage_s=9.0, commit_s=0.0),
+    ev("elected", 800.0, epoch=6),  # the successor's own earlier term
+    ev("inaugurated", 801.0, epoch=6, rolled_forward=0),
+    ev("query_started", 802.0, epoch=6),
+    ev("batch_committed", 803.0, epoch=6, batch=5, read_s=1.0, stage_s=1.0, commit_s=0.01),
+    ev("elected", 1003.8, epoch=NEW),
+    ev("inaugurating", 1003.85, epoch=NEW),
+    ev("inaugurated", 1004.0, epoch=NEW, rolled_forward=0),  # the career's
+    ev("inaugurated", 1004.05, epoch=NEW, seconds=0.25),  # the runner's: no rolled_forward
+    ev("query_started", 1004.7, epoch=NEW),
+    ev("batch_committed", 1007.2, epoch=NEW, batch=12, read_s=1.1, stage_s=0.8, commit_s=0.05),
+    ev("batch_committed", 1009.2, epoch=NEW, batch=13, read_s=1.0, stage_s=0.9, commit_s=0.02),
+]
+GRACEFUL = {"stop_query": 1.0, "release": 0.5, "election": 0.3, "session": None, "inauguration": 0.2,
+            "query_start": 0.7, "planning": 0.4, "read": 1.1, "stage": 0.8, "commit": 0.05, "publish": 0.15}
+
+
+def approx(segments: dict[str, float | None]) -> dict[str, Any]:
+    return {k: (None if v is None else pytest.approx(v, abs=1e-6)) for k, v in segments.items()}
+
+
+def test_graceful_split_bounds_each_segment_by_its_events() -> None:
+    """Each graceful segment runs between its two boundaries; earlier terms' and warm-up events are ignored."""
+    split = split_change(COMMITS, ROW, OLD_EVENTS, NEW_EVENTS, crash=False)
+    assert split["segments_s"] == approx(GRACEFUL)
+    assert list(split["segments_s"]) == [k for k in SEGMENTS if k in GRACEFUL]  # in time order
+    assert (split["old_epoch"], split["new_epoch"], split["elected_at"]) == (OLD, NEW, 1003.8)
+    assert split["split_origin"] == "old leader's last commit"
+
+
+def test_graceful_segments_up_to_stage_add_up_to_the_gap() -> None:
+    """The gap (last old commit → first new committed_at) is the sum of the segments before commit and publish."""
+    segments = split_change(COMMITS, ROW, OLD_EVENTS, NEW_EVENTS, crash=False)["segments_s"]
+    assert seconds_to(segments, "stage") == pytest.approx(ROW["gap_s"])
+    assert seconds_to(segments, "publish") == pytest.approx(ROW["gap_s"] + 0.05 + 0.15)
+
+
+def test_cold_successor_counts_its_spark_start_between_election_and_inauguration() -> None:
+    """A SparkSession started after the election and before inauguration is the session segment."""
+    events = sorted([*NEW_EVENTS, ev("spark_session_ready", 1003.9, master="local[2]")], key=lambda e: e.at)
+    segments = split_change(COMMITS, ROW, OLD_EVENTS, events, crash=False)["segments_s"]
+    assert segments["session"] == pytest.approx(0.1)
+    assert segments["inauguration"] == pytest.approx(0.1)  # from the session, not from the election
+
+
+def test_crash_split_starts_at_the_signal_and_has_no_old_leader_segments() -> None:
+    """A crash: signal → elected is detection; the old leader's log (a graceful past) plays no part."""
+    row = {**ROW, "signalled_at": 997.8}
+    split = split_change(COMMITS, row, OLD_EVENTS, NEW_EVENTS, crash=True)
+    assert split["split_origin"] == "signal"
+    assert split["segments_s"] == approx({"detection": 6.0, "session": None, "inauguration": 0.2,
+                                          "query_start": 0.7, "planning": 0.4, "read": 1.1, "stage": 0.8,
+                                          "commit": 0.05, "publish": 0.15})
+    assert seconds_to(split["segments_s"], "stage") == pytest.approx(1007.0 - 997.8)
+
+
+def test_crash_without_a_signal_time_is_an_error() -> None:
+    """A crash split needs the signal time: without it there is no origin."""
+    with pytest.raises(SplitError, match="signalled_at"):
+        split_change(COMMITS, ROW, [], NEW_EVENTS, crash=True)
+
+
+def test_missing_event_leaves_its_segment_empty_and_its_time_to_the_next() -> None:
+    """Without query_started, query_start is None and planning runs from the inauguration."""
+    events = [e for e in NEW_EVENTS if e.event != "query_started"]
+    segments = split_change(COMMITS, ROW, OLD_EVENTS, events, crash=False)["segments_s"]
+    assert segments["query_start"] is None
+    assert segments["planning"] == pytest.approx(0.7 + 0.4)
+    assert seconds_to(segments, "stage") == pytest.approx(ROW["gap_s"])
+
+
+def test_missing_batch_event_leaves_planning_and_read_empty_and_stage_holds_the_rest() -> None:
+    """Without the first batch's event, only committed_at is known: the time from query start is in stage."""
+    events = [e for e in NEW_EVENTS if not (e.event == "batch_committed" and e.fields.get("epoch") == NEW)]
+    segments = split_change(COMMITS, ROW, OLD_EVENTS, events, crash=False)["segments_s"]
+    assert (segments["planning"], segments["read"], segments["commit"], segments["publish"]) == (None,) * 4
+    assert segments["stage"] == pytest.approx(0.4 + 1.1 + 0.8)
+
+
+def test_no_career_handed_over_is_not_replaced_by_the_runners() -> None:
+    """A handover that overran logs no career ``handed_over``: stop_query is None, not the runner's event after
+    the release (which would swallow the release)."""
+    old = [e for e in OLD_EVENTS if not (e.event == "handed_over" and "outcome" in e.fields and e.at > 1000)]
+    segments = split_change(COMMITS, ROW, old, NEW_EVENTS, crash=False)["segments_s"]
+    assert segments["stop_query"] is None
+    assert segments["release"] == pytest.approx(1.5)
+
+
+def test_release_logged_after_the_election_gives_a_zero_election_not_a_negative_one() -> None:
+    """The old leader's release line may land after the successor's election line; no segment goes negative."""
+    old = [e if e.event != "released" or e.at < 1000 else ev("released", 1003.9, node="n_7") for e in OLD_EVENTS]
+    segments = split_change(COMMITS, ROW, old, NEW_EVENTS, crash=False)["segments_s"]
+    assert segments["release"] == pytest.approx(0.9)
+    assert segments["election"] == 0.0
+    assert segments["inauguration"] == pytest.approx(0.1)
+    assert all(v is None or v >= 0 for v in segments.values())
+    assert seconds_to(segments, "stage") == pytest.approx(ROW["gap_s"])
+
+
+def test_naive_split_finds_its_term_by_the_election_time_in_its_epoch() -> None:
+    """The naive replica's epoch is its election time in ms: that names its term's "elected" among others."""
+    epoch = int(1004.25 * 1000)
+    commits = [commit(3, 995_000, 1002.0, "replica-1"), commit(4, epoch, 1030.0, "replica-2")]
+    old = [ev("stepped_down", 990.0), ev("stepped_down", 1003.0)]
+    new = [ev("elected", 900.0, replica_id="replica-2"), ev("elected", 1004.25, replica_id="replica-2")]
+    row = {"from": "replica-1", "to": "replica-2", "first_batch_id": 4}
+    split = split_change(commits, row, old, new, crash=False, naive=True)
+    assert split["segments_s"] == approx({"stop_query": 1.0, "election": 1.25, "naive_start": 25.75})
+    crash = split_change(commits, {**row, "signalled_at": 1001.0}, old, new, crash=True, naive=True)
+    assert crash["segments_s"] == approx({"detection": 3.25, "naive_start": 25.75})
+
+
+@pytest.mark.parametrize(
+    ("commits", "match"),
+    [
+        pytest.param(COMMITS[:2], "no commit of batch 12 by replica-2", id="first-commit-not-seen"),
+        pytest.param([commit(12, NEW, 1007.0, "replica-2")], "no commit of an epoch before", id="no-older-epoch"),
+    ],
+)
+def test_split_error_when_the_commits_cannot_place_the_change(commits: list[Commit], match: str) -> None:
+    """Without the successor's first commit, or any older epoch's commit before it, there is nothing to split."""
+    with pytest.raises(SplitError, match=match):
+        split_change(commits, ROW, OLD_EVENTS, NEW_EVENTS, crash=False)
+
+
+def test_read_log_reads_both_formats_in_time_order_and_skips_other_lines(tmp_path: Path) -> None:
+    """tenure's ISO timestamps and the naive recipe's epoch seconds both parse; Spark's lines are skipped."""
+    tenure = tmp_path / "replica-1.log"
+    tenure.write_text("\n".join([
+        "26/11/22 17:36:30 WARN NativeCodeLoader: Unable to load native-hadoop library",
+        'partial line{"event": "elected", "epoch": 9, "timestamp": "2026-11-22T17:37:55.500000Z"}',
+        '{"event": "broken", "timestamp": ',
+        json.dumps({"event": "query_started", "epoch": 9, "timestamp": "2026-11-22T17:37:57Z"}),
+    ]))
+    naive = tmp_path / "replica-1.2.log"
+    naive.write_text(json.dumps({"event": "stepped_down", "at": 1795369076.25}) + "\n")
+    events = read_log([tenure, naive, tmp_path / "missing.log"])
+    assert [(e.event, e.at) for e in events] == [("elected", 1795369075.5), ("stepped_down", 1795369076.25),
+                                                 ("query_started", 1795369077.0)]
+    assert events[0].fields["epoch"] == 9
+
+
+def test_median_segments_labels_each_segment_and_skips_rows_without_a_split() -> None:
+    """Medians per segment label, over the rows that have it; a segment no row measured is None."""
+    rows = [{"segments_s": {"election": 0.1, "session": None, "read": 3.0}},
+            {"segments_s": {"election": 0.3, "session": None, "read": 1.0}},
+            {"segments_s": {"election": 0.2, "session": None, "read": 2.0}},
+            {"split_error": "SplitError: …"}]
+    assert median_segments(rows) == {SEGMENTS["election"]: 0.2, SEGMENTS["session"]: None, SEGMENTS["read"]: 2.0}
