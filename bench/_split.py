@@ -40,6 +40,7 @@ one. A boundary logged before the previous one (two processes' lines racing by m
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -51,7 +52,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bench._cluster import Commit
 
-__all__ = ["SEGMENTS", "Event", "SplitError", "median_segments", "read_log", "seconds_to", "split_change"]
+__all__ = ["SEGMENTS", "Event", "SplitError", "median_segments", "read_log", "seconds_to", "split_change",
+           "steady_interval_s"]
 
 # Every segment in time order, with the label tables and plots show. A split carries the keys of its kind only.
 SEGMENTS: dict[str, str] = {
@@ -232,3 +234,12 @@ def median_segments(rows: Iterable[Mapping[str, Any]]) -> dict[str, float | None
             values = [s[key] for s in splits if s.get(key) is not None]
             out[label] = round(statistics.median(values), 3) if values else None
     return out
+
+
+def steady_interval_s(events: Sequence[Event], epoch: int) -> float | None:
+    """The median time between a term's consecutive ``batch_committed`` events: with data always waiting, one
+    whole steady micro-batch (trigger, planning, read, stage, commit, publish). None below two batches."""
+    times = [e.at for e in events if e.event == "batch_committed" and e.fields.get("epoch") == epoch
+             and "read_s" in e.fields]
+    intervals = [b - a for a, b in itertools.pairwise(times)]
+    return round(statistics.median(intervals), 3) if intervals else None
