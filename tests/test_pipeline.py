@@ -14,9 +14,11 @@ import pytest
 from career.queue import REASONS, classify_line
 from career.spark._pipeline import (
     QUARANTINE_COLUMNS,
+    SMALL_BATCH_RECORDS,
     TABLE_COLUMNS,
     classified_batch,
     classified_stream,
+    output_partitions,
     quarantine_rows,
     table_rows,
 )
@@ -163,13 +165,18 @@ def test_oversized_and_non_utf8_lines_are_kept_for_quarantine(session: Any, tmp_
     assert [r.id for r in rows if r.kind == "row"] == ["m1"]
 
 
-def test_order_per_key_one_part_file_each(session: Any, tmp_path: Path) -> None:
-    """Output rows: each key's rows of a batch sit in one part file, in (key, seq) order, in output shape."""
+@pytest.mark.parametrize("partitions", [2, 1], ids=["by-key", "small-batch-coalesced"])
+def test_order_per_key_one_part_file_each(session: Any, tmp_path: Path, partitions: int) -> None:
+    """Output rows: each key's rows of a batch sit in one part file, in (key, seq) order, in output shape — also
+    when a small batch is written as one part file without a shuffle (read from two input files, so the rows
+    start in two partitions)."""
     landing = tmp_path / "landing"
     lines = [rec(f"{key}{seq}", key=key, seq=seq) for seq in (5, 3, 9, 1, 7) for key in ("a", "b", "c", "d")]
-    put(landing, "shuffled.jsonl", lines)
-    df = classified_batch(session.read.format("binaryFile").load(str(landing)), MAX)
-    out = table_rows(df, epoch=1, batch_id=0, partitions=2)
+    put(landing, "shuffled-1.jsonl", lines[10:])
+    put(landing, "shuffled-2.jsonl", lines[:10])
+    df = classified_batch(session.read.format("binaryFile").load(str(landing)), MAX).repartition(2)
+    assert output_partitions(len(lines), 2) == 1 and output_partitions(SMALL_BATCH_RECORDS + 1, 2) == 2
+    out = table_rows(df, epoch=1, batch_id=0, partitions=partitions)
     assert tuple(out.columns) == TABLE_COLUMNS
     target = tmp_path / "out"
     out.write.parquet(str(target))
@@ -183,6 +190,7 @@ def test_order_per_key_one_part_file_each(session: Any, tmp_path: Path) -> None:
         keys = [(row["key"], row["seq"]) for row in table]
         assert keys == sorted(keys)
     assert seen == {key: [1, 3, 5, 7, 9] for key in ("a", "b", "c", "d")}
+    assert len(list(target.glob("part-*.parquet"))) <= partitions
     assert json.loads(table[0]["payload"])["n"].startswith(table[0]["key"])
 
 

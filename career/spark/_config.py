@@ -54,7 +54,8 @@ class SparkCareerConfig:
         archive_retention_s: archived queue files are deleted this long after archiving (default 7 days).
             Hazard: ``tenure verify`` needs the queue files to audit; after deletion their ids count as
             unexpected.
-        shuffle_partitions: partitions of each batch's output, by key (default 2: one part file per partition).
+        shuffle_partitions: partitions of each batch's output, by key (default 2: one part file per partition);
+            a batch of up to ``SMALL_BATCH_RECORDS`` (20 000) records is one part file, with no shuffle.
         handover_timeout_s: a clean hand-over waits this long for the batch in flight before stopping the query
             (default 5). Keep it below the ZooKeeper session timeout.
         source_format: Spark source format (default ``binaryFile`` over ``landing/``). Any other format is read

@@ -68,7 +68,8 @@ class ReplicaConfig(BaseModel):
                               "remembered id: keep rate × window small.")
     archive_retention_s: float = Field(default=7 * 86400.0, description="Archived queue files are deleted "
                                        "this long after archiving; `tenure verify` needs them.")
-    shuffle_partitions: int = Field(default=2, description="Output partitions (part files) per batch, by key.")
+    shuffle_partitions: int = Field(default=2, description="Output partitions (part files) per batch, by key; "
+                                    "a batch of up to 20 000 records is one part file.")
     idle_backoff_s: float = Field(default=0.1, description="Pause after an execute() that found no work.")
     failure_backoff_s: float = Field(default=1.0, description="First back-off after the career raised; doubles.")
     failure_backoff_max_s: float = Field(default=60.0, description="Cap of the failure back-off; a term "
