@@ -1,4 +1,4 @@
-"""What a remembered id costs: the bare pipeline's batch duration at a light load as its dedup state grows.
+"""What a remembered id costs: the bare query's batch duration at a light load as its dedup state grows.
 
 Spark's ``dropDuplicatesWithinWatermark`` expires ids by scanning its whole state in every batch, so a batch
 costs time in proportion to the ids remembered (``rate × dedup_window`` at equilibrium). One query (one JVM)
@@ -31,41 +31,24 @@ _BURST_FILE = 50_000
 
 
 def _measure(sizes: list[int], out: Path) -> None:
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
-
-    from career.spark import SparkCareerConfig, build_session
-    from career.spark._pipeline import KIND_ROW, classified_stream, table_rows
+    from bench._query import session, start_query
+    from career.spark import SparkCareerConfig
     from service.ops import produce
 
     root = Path(tempfile.mkdtemp(prefix="tenure-dedup-state-"))
     (root / "landing").mkdir()
     config = SparkCareerConfig(data_root=root, dedup_window="24 hours")  # nothing expires during the run
-    spark, _owned = build_session(config.spark_master, app_name="dedup-state",
-                                  shuffle_partitions=config.shuffle_partitions, extra_conf={})
-    stream = classified_stream(spark, source_format="binaryFile", path=str(root / "landing"),
-                               options={"maxFilesPerTrigger": str(config.max_files_per_trigger)}, schema=None,
-                               max_line_bytes=config.max_line_bytes, dedup_window=config.dedup_window,
-                               source_file_expr="", line_expr="")
+    spark = session(config, "dedup-state")
     batches: list[dict[str, Any]] = []
     lock = threading.Lock()
 
-    def write(df: Any, batch_id: int) -> None:  # the bare query's batch: count, then the ordered Parquet write
-        started = time.time()
-        df.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            written = sum(r["n"] for r in df.groupBy("kind").agg(F.count(F.lit(1)).alias("n")).collect()
-                          if r["kind"] == KIND_ROW)
-            if written:
-                table_rows(df, epoch=1, batch_id=batch_id, partitions=config.shuffle_partitions) \
-                    .write.mode("append").parquet(str(root / "table"))
-        finally:
-            df.unpersist()
+    def on_batch(batch: dict[str, Any]) -> None:
         with lock:
-            batches.append({"batch_id": batch_id, "written": written, "seconds": time.time() - started})
+            batches.append({"batch_id": batch["batch_id"], "written": batch["written"],
+                            "seconds": batch["committed_at"] - batch["started_at"]})
 
-    query = (stream.writeStream.foreachBatch(write).option("checkpointLocation", str(root / "checkpoint"))
-             .trigger(processingTime=f"{int(config.trigger_interval_s * 1000)} milliseconds").start())
+    query = start_query(spark, config, checkpoint=root / "checkpoint", table=root / "table",
+                        quarantine=root / "quarantine", on_batch=on_batch)
 
     def wait_for(total: int) -> None:
         deadline = time.monotonic() + 900
@@ -141,7 +124,8 @@ def run_dedup_state(ctx: BenchContext) -> Result:
         name="dedup_state", title="Batch duration vs ids remembered by the dedup state (bare pipeline)",
         command="python -m bench.run --only dedup_state",
         params={"sizes": sizes, "light_load": "1 000 records/s, one file a second", "burst_file_records": _BURST_FILE,
-                "spark": "career defaults: local[2], 2 shuffle partitions, UI off, RocksDB state"},
+                "spark": "career defaults: local[2], 2 shuffle partitions, UI off, RocksDB state",
+                "query": "bench._query.start_query, the bare query the latency and throughput baselines run"},
     )
     out = ctx.work / "dedup-state.json"
     with (ctx.work / "dedup-state.log").open("ab") as log:

@@ -183,8 +183,11 @@ def _run_tenure(work: Path, records: int, load: str, skip: int) -> dict[str, Any
                     raise RuntimeError(f"tenure wrote {sum(c.written for c in timeline.snapshot())} of {records} "
                                        f"records; see {cluster.topology.logs}")
                 time.sleep(0.1)
-            time.sleep(0.2)  # the watcher's next polls see the last batch's published files
-            commits, landed, visible = timeline.snapshot(), dict(watcher.landed), dict(watcher.visible)
+            commits = timeline.snapshot()
+            deadline = time.monotonic() + 10  # the watcher polls table/ every _POLL_S: it sees the last publish soon
+            while any(c.batch_id not in watcher.visible for c in commits) and time.monotonic() < deadline:
+                time.sleep(_POLL_S)
+            landed, visible = dict(watcher.landed), dict(watcher.visible)
         triggered = _offset_times(sorted((cluster.data_root / "checkpoint").glob("epoch=*")))
     finally:
         cluster.stop()
