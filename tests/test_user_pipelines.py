@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
@@ -48,6 +49,24 @@ def record(i: int, key: str, seq: int, **payload: Any) -> dict[str, Any]:
 def commit_record(client: KazooClient, group: str) -> dict[str, Any]:
     data, _ = client.get(f"/tenure/{group}/commit")
     return dict(json.loads(data))
+
+
+def consumed(root: Path, name: str) -> Callable[[], bool]:
+    return lambda: name not in landing_names(root)
+
+
+def outlive_dedup_window(career: SparkCareer, q: Queue, root: Path, window_s: float) -> None:
+    """Run until Spark has forgotten every id ingested so far, feeding two filler records of key ``fine``
+    (seq 2 and 3, ids id-3 and id-4).
+
+    Spark forgets an id ingested at t once a batch runs after one ingested past t + 2 × window (the watermark
+    trails the latest ingestion by the window; the id expires a window after t): the first filler is ingested past
+    that, the second runs after it, so the next batch starts with every earlier id forgotten.
+    """
+    forgotten_after = time.time() + 2 * window_s + 0.5
+    run_until(career, lambda: time.time() > forgotten_after, timeout_s=30)
+    for i in (3, 4):
+        run_until(career, consumed(root, put_records(q, [record(i, "fine", i - 1)])))
 
 
 def test_transform_enriches_every_written_row(spark: Any, zk_client: KazooClient, zk_group: str,
@@ -227,22 +246,13 @@ def test_a_repeat_of_a_held_record_after_the_dedup_window_is_a_duplicate_not_a_s
     observer = Recorder()
     career = SparkCareer(make_config(root, **settings), observer, replica_id="r1")
 
-    def consumed(name: str) -> Callable[[], bool]:
-        return lambda: name not in landing_names(root)
-
     with leadership(zk_client, zk_group, "r1") as (_, ctx):
         career.inaugurate(ctx)
         first = put_records(q, lines)
-        run_until(career, lambda: consumed(first)() and commit_record(zk_client, zk_group)["retry_waiting"] == 1)
-        # Spark forgets an id ingested at t once a batch runs after one ingested past t + 2 × window (the
-        # watermark trails the latest ingestion by the window; the id expires a window after t): the first
-        # filler is ingested past that, the second runs after it, so the repeat's batch starts with both ids
-        # of the first batch forgotten.
-        forgotten_after = time.time() + 2 * window_s + 0.5
-        run_until(career, lambda: time.time() > forgotten_after, timeout_s=30)
-        for i in (3, 4):
-            run_until(career, consumed(put_records(q, [record(i, "fine", i - 1)])))
-        run_until(career, consumed(put_records(q, lines)))  # the repeats
+        run_until(career, lambda: consumed(root, first)()
+                  and commit_record(zk_client, zk_group)["retry_waiting"] == 1)
+        outlive_dedup_window(career, q, root, window_s)
+        run_until(career, consumed(root, put_records(q, lines)))  # the repeats
         waiting = commit_record(zk_client, zk_group)["retry_waiting"]
         flag.unlink()
         # Every failure came before the unlink, so every held record is due one back-off later: a batch woken
@@ -250,7 +260,7 @@ def test_a_repeat_of_a_held_record_after_the_dedup_window_is_a_duplicate_not_a_s
         all_due = time.time() + backoff_s + 0.5
         run_until(career, lambda: time.time() > all_due, timeout_s=30)
         last = put_records(q, [record(5, "fine", 4)])
-        run_until(career, lambda: consumed(last)() and commit_record(zk_client, zk_group)["retry_waiting"] == 0)
+        run_until(career, lambda: consumed(root, last)() and commit_record(zk_client, zk_group)["retry_waiting"] == 0)
         career.hand_over(Outcome.CLEAN)
     career.close()
 
@@ -262,3 +272,83 @@ def test_a_repeat_of_a_held_record_after_the_dedup_window_is_a_duplicate_not_a_s
     assert report.ok, report.render()
     assert (report.ids_written, report.ids_waiting, report.ids_late) == (5, 0, 1), report.render()
     assert waiting == 1, "the repeat was held beside the held copy"
+
+
+def test_a_repeat_of_a_dead_lettered_record_after_the_dedup_window_is_late_not_a_second_write(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
+) -> None:
+    """A dead-lettered record moves its key's order mark past it, as a written one does: once Spark's dedup
+    window has forgotten its id, the producer's repeat of its line is quarantined as late, even though the row
+    function would now succeed on it. The id stays in ``dead-letter/`` only.
+
+    The repeat comes with a repeat of a record written in the same batch, also quarantined as late, which shows
+    Spark had truly forgotten both ids.
+    """
+    window_s = 1.0
+    root = tmp_path / "data"
+    flag = tmp_path / "dead-fails"
+    flag.touch()
+    q = Queue(root)
+    lines = [record(1, "dead", 1, fail_while=str(flag)), record(2, "fine", 1)]
+    settings = {"row_function": "tests.pipelines:flaky", "dedup_window": f"{window_s:g} second", "retry_attempts": 1}
+    observer = Recorder()
+    career = SparkCareer(make_config(root, **settings), observer, replica_id="r1")
+
+    with leadership(zk_client, zk_group, "r1") as (_, ctx):
+        career.inaugurate(ctx)
+        first = put_records(q, lines)
+        run_until(career, lambda: consumed(root, first)() and observer.total("dead_lettered") == 1)
+        flag.unlink()  # from now on the row function succeeds on id-1
+        outlive_dedup_window(career, q, root, window_s)
+        run_until(career, consumed(root, put_records(q, lines)))  # the repeats
+        career.hand_over(Outcome.CLEAN)
+    career.close()
+
+    ids = sorted(ds.dataset(root / "table").to_table(columns=["id"]).column("id").to_pylist())
+    assert ids == ["id-2", "id-3", "id-4"], f"table ids: {ids}"
+    assert (observer.total("written"), observer.total("dead_lettered"), observer.total("late")) == (3, 1, 2), \
+        observer.batches
+    report = audit(root)
+    assert report.ok, report.render()
+    assert (report.ids_written, report.ids_dead_lettered, report.ids_late) == (3, 1, 2), report.render()
+
+
+def test_a_committed_store_holding_an_id_twice_writes_it_once(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
+) -> None:
+    """Tenure before the held-repeat check could commit a retry store holding a repeat beside its held original.
+    A leader that starts from such a store keeps the original, drops the copy as a duplicate, and writes the id
+    once when the row function succeeds."""
+    root = tmp_path / "data"
+    flag = tmp_path / "held-fails"
+    flag.touch()
+    q = Queue(root)
+    settings = {"row_function": "tests.pipelines:flaky", "retry_attempts": 100, "retry_backoff_s": 0.5,
+                "retry_backoff_max_s": 0.5}
+    career = SparkCareer(make_config(root, **settings), Recorder(), replica_id="r1")
+    with leadership(zk_client, zk_group, "r1") as (_, ctx):
+        career.inaugurate(ctx)
+        first = put_records(q, [record(1, "held", 1, fail_while=str(flag)), record(2, "fine", 1)])
+        run_until(career, lambda: first not in landing_names(root)
+                  and commit_record(zk_client, zk_group)["retry_waiting"] == 1)
+        career.hand_over(Outcome.CLEAN)
+    career.close()
+    store = root / commit_record(zk_client, zk_group)["retry"]
+    held = pq.read_table(store)
+    copy = held.to_pylist()[0] | {"attempts": 0, "first_failed_at": None, "last_failed_at": None, "due_at": None,
+                                  "error": None}
+    pq.write_table(pa.Table.from_pylist([copy, *held.to_pylist()], held.schema), store)
+    flag.unlink()
+
+    second = Recorder()
+    career2 = SparkCareer(make_config(root, **settings), second, replica_id="r2")
+    with leadership(zk_client, zk_group, "r2") as (_, ctx2):
+        career2.inaugurate(ctx2)
+        run_until(career2, lambda: commit_record(zk_client, zk_group)["retry_waiting"] == 0)
+        career2.hand_over(Outcome.CLEAN)
+    career2.close()
+    ids = sorted(ds.dataset(root / "table").to_table(columns=["id"]).column("id").to_pylist())
+    assert ids == ["id-1", "id-2"], f"table ids: {ids}"
+    assert second.total("duplicate") == 1, second.batches
+    report = audit(root)
+    assert report.ok, report.render()

@@ -676,6 +676,30 @@ def test_a_record_that_was_not_late_is_wrongly_late(root: Path, case: str) -> No
             before < example["seq"]
 
 
+@pytest.mark.parametrize("dead_batch", ["earlier", "same"])
+def test_a_dead_lettered_seq_makes_a_later_copy_late(root: Path, dead_batch: str) -> None:
+    """A dead-lettered record moves its key past it, as a written one does: a copy quarantined as late in a later
+    batch passes (the id, dead-lettered and late, is neither lost nor duplicated); a dead letter of the same
+    batch does not make it late."""
+    record = _late(root, seq_above=1)  # above every written seq of its key: late only by the dead letter
+    batch = record["batch"] - 1 if dead_batch == "earlier" else record["batch"]
+    dead = {**{k: record[k] for k in ("id", "key", "seq", "ts")}, "payload": json.dumps(record["payload"]),
+            "attempts": 1, "first_failed_at": 1.0, "last_failed_at": 1.0, "due_at": None,
+            "error": "RuntimeError: poison", "_epoch": 1, "_batch": batch}
+    (root / "dead-letter").mkdir()
+    schema = _RETRY_SCHEMA.append(pa.field("_epoch", pa.int64())).append(pa.field("_batch", pa.int64()))
+    pq.write_table(pa.Table.from_pylist([dead], schema),
+                   root / "dead-letter" / f"batch-{batch:012d}-part-00000.parquet")
+    report = verify(root)
+    assert (report.ids_dead_lettered, report.ids_late, report.lost, report.duplicated) == (1, 1, 0, 0), \
+        report.render()
+    if dead_batch == "earlier":
+        assert report.ok and report.wrongly_late == 0, report.render()
+        assert report.examples["late"][0]["published_before"] == record["seq"]
+    else:
+        assert not report.ok and report.wrongly_late == 1, report.render()
+
+
 def test_a_late_repeat_is_neither_lost_nor_duplicated(root: Path) -> None:
     """An id written once, its repeat arriving after the dedup window and quarantined as late: OK."""
     part = _parts(root)[0]

@@ -19,7 +19,7 @@ from career._protocol import CareerObserver
 from career.spark._config import SparkCareerConfig
 from career.spark._errors import HandingOverError
 from career.spark._hooks import Hooks
-from career.spark._order import HighWaterMarks, maxima, split_late
+from career.spark._order import HighWaterMarks, arrow_maxima, maxima, split_late
 from career.spark._pipeline import (
     KIND_BAD,
     KIND_FILE,
@@ -40,6 +40,7 @@ from career.spark._retry import (
     read_snapshot,
     repeat_ids,
     snapshot_table,
+    unique_held,
     write_parquet,
 )
 from career.spark._storage import Layout, finish_publish, is_published, published_name, sync_tree
@@ -190,11 +191,12 @@ class BatchWriter:
                 counts["written"] -= counts["late"]
             partitions = output_partitions(counts["written"], config.shuffle_partitions)
             retry: dict[str, Any] = {}
+            dead_max: dict[str, int] = {}
             processed: DataFrame | None = None
             held = read_snapshot(layout.resolve(record["retry"])) if record and record.get("retry") else None
             row_function = self._hooks.row_function or (identity_row if held is not None and held.num_rows else None)
             if row_function is not None:
-                processed, rows, retry = self._retry(fresh, held, row_function, counts, staged, batch_id)
+                processed, rows, retry, dead_max = self._retry(fresh, held, row_function, counts, staged, batch_id)
                 written_max = maxima(rows) if counts["written"] else {}
             else:
                 rows = ordered(fresh, partitions=partitions)
@@ -213,7 +215,8 @@ class BatchWriter:
                 staged["quarantine"] = layout.relative(path)
         finally:
             df.unpersist()
-        new_marks = marks.advanced(written_max)
+        # A dead-lettered record moves its key past it too: a repeat of it is late, not a second chance.
+        new_marks = marks.advanced(written_max).advanced(dead_max)
         order = self._stage_marks(new_marks, marks, record, staged, batch_id)
         for stored in staged.values():
             sync_tree(layout.resolve(stored))  # durable before the commit says the batch exists
@@ -283,16 +286,23 @@ class BatchWriter:
         return {"order": path}
 
     def _retry(self, fresh: DataFrame, held: Any, row_function: RowFunction, counts: dict[str, int],
-               staged: dict[str, str], batch_id: int) -> tuple[DataFrame, DataFrame, dict[str, Any]]:
+               staged: dict[str, str], batch_id: int) -> tuple[DataFrame, DataFrame, dict[str, Any], dict[str, int]]:
         """Run the row function over new and held records; stage the new retry snapshot and the dead letters.
 
         Updates ``counts`` (``written`` becomes what is written now; a new record whose id is held is a repeat
-        the dedup window has forgotten, dropped and counted as ``duplicate``) and ``staged``; returns the
-        processed batch (persisted: the row function must run once per record), the rows to write, and the
-        commit record's retry fields.
+        the dedup window has forgotten, dropped and counted as ``duplicate``, as is a second copy of a held id in
+        a store committed by older code) and ``staged``; returns the processed batch (persisted: the row
+        function must run once per record), the rows to write, the commit record's retry fields, and the
+        highest dead-lettered ``seq`` per key.
         """
         term, layout = self._term, self._layout
         now = time.time()
+        stale: list[str] = []
+        if held is not None:
+            held, stale = unique_held(held)
+            if stale:
+                term.log.warning("held_copies_dropped", batch=batch_id, epoch=term.epoch, records=len(stale),
+                                 ids=sorted(stale)[:10])
         processed = process_records(  # it orders new and held records together: one shuffle, not two
             fresh, held,
             row_function=row_function, policy=self._hooks.policy, now=now,
@@ -310,7 +320,7 @@ class BatchWriter:
             term.log.info("held_repeats_dropped", batch=batch_id, epoch=term.epoch, records=len(repeats),
                           ids=sorted(repeats)[:10])
         held_before = held.num_rows if held is not None else 0
-        counts["duplicate"] += len(repeats)
+        counts["duplicate"] += len(repeats) + len(stale)
         counts["written"] += held_before - snapshot.num_rows - dead.num_rows - len(repeats)
         counts["retried"] = sum(1 for at in snapshot.column("last_failed_at").to_pylist() if at == now)
         counts["dead_lettered"] = dead.num_rows
@@ -327,7 +337,7 @@ class BatchWriter:
             "retry_next_due": next_due(snapshot),
         }
         rows = processed.where(F.col("status") == WRITTEN).select("id", "key", "seq", "ts", "payload")
-        return processed, rows, fields
+        return processed, rows, fields, arrow_maxima(dead)
 
     def _stage_table(self, rows: DataFrame, staged: dict[str, str], batch_id: int, partitions: int) -> None:
         """Apply the transform (order re-imposed after it), add the batch columns, write the staged table."""

@@ -4,10 +4,11 @@ ARCHITECTURE.md "Where each guarantee is enforced" places this guarantee among t
 
 Spark's file source orders files by modification time in milliseconds and breaks ties by listing order, so a
 fast producer's files can reach batches out of order. The consumer therefore keeps, per key, the highest ``seq``
-it has published (its *high-water mark*). A record whose ``seq`` is at or below its key's mark arrived after a
-higher ``seq`` of its key was published: it is *late*. It is never written out of order, and never silently:
-it goes to ``quarantine/`` with reason ``late`` (the record as compact JSON in ``value``), is counted as
-``tenure_records_total{outcome="late"}``, and ``tenure verify`` reports it and checks the claim.
+it has published or dead-lettered (its *high-water mark*: the key has moved past it either way). A record whose
+``seq`` is at or below its key's mark arrived after its key had moved past it: it is *late*. It is never
+written out of order, and never silently: it goes to ``quarantine/`` with reason ``late`` (the record as compact
+JSON in ``value``), is counted as ``tenure_records_total{outcome="late"}``, and ``tenure verify`` reports it and
+checks the claim.
 
 The marks are a snapshot like the retry store: each committed batch that advanced them names one Parquet file
 ``order/batch-<B>-part-00000.parquet`` (``key``, ``seq``), staged, committed and published with the batch, so a
@@ -27,7 +28,7 @@ from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark a
 
 from career.spark._pipeline import KIND_ROW
 
-__all__ = ["LATE", "HighWaterMarks", "maxima", "split_late"]
+__all__ = ["LATE", "HighWaterMarks", "arrow_maxima", "maxima", "split_late"]
 
 LATE = "late"
 """The quarantine ``reason`` of a record that arrived after a higher ``seq`` of its key was published."""
@@ -36,7 +37,7 @@ _SCHEMA = pa.schema([("key", pa.string()), ("seq", pa.int64())])
 
 
 class HighWaterMarks:
-    """The highest published ``seq`` of each key (immutable: :meth:`advanced` returns a new one)."""
+    """The highest published or dead-lettered ``seq`` of each key (immutable: :meth:`advanced` returns a new one)."""
 
     def __init__(self, marks: Mapping[str, int] | None = None) -> None:
         self._marks = dict(marks or {})
@@ -52,11 +53,7 @@ class HighWaterMarks:
         """Marks computed from a published table: the start for data written before marks were kept."""
         if not folder.is_dir() or not any(folder.glob("*.parquet")):
             return cls()
-        table = ds.dataset(folder, format="parquet").to_table(columns=["key", "seq"])
-        if table.num_rows == 0:
-            return cls()
-        grouped = table.group_by("key").aggregate([("seq", "max")])
-        return cls(dict(zip(grouped.column("key").to_pylist(), grouped.column("seq_max").to_pylist(), strict=True)))
+        return cls(arrow_maxima(ds.dataset(folder, format="parquet").to_table(columns=["key", "seq"])))
 
     def __len__(self) -> int:
         return len(self._marks)
@@ -100,6 +97,14 @@ def split_late(classified: DataFrame, late: Mapping[str, int], spark: SparkSessi
         record.alias("value"), F.lit(LATE).alias("reason"), "source_file", "line",
         F.lit(epoch).cast("long").alias("_epoch"), F.lit(batch_id).cast("long").alias("_batch"))
     return on_time, quarantined
+
+
+def arrow_maxima(records: pa.Table) -> dict[str, int]:
+    """The highest ``seq`` per key of an Arrow table of records (``key``, ``seq``)."""
+    if records.num_rows == 0:
+        return {}
+    grouped = records.group_by("key").aggregate([("seq", "max")])
+    return dict(zip(grouped.column("key").to_pylist(), grouped.column("seq_max").to_pylist(), strict=True))
 
 
 def maxima(rows: DataFrame) -> dict[str, int]:

@@ -44,6 +44,7 @@ __all__ = [
     "read_snapshot",
     "repeat_ids",
     "snapshot_table",
+    "unique_held",
     "write_parquet",
 ]
 
@@ -218,6 +219,26 @@ def write_parquet(table: pa.Table, folder: Path) -> None:
     partial.replace(folder / "part-00000.parquet")
 
 
+def unique_held(held: pa.Table) -> tuple[pa.Table, list[str]]:
+    """The snapshot with each id held once, and the ids of the copies dropped.
+
+    Tenure before the held-repeat check could hold a producer's repeat of a held record beside it, and both
+    copies would be written once they succeed. The copy kept is the one with the most attempts (the original;
+    the first on a tie).
+    """
+    best: dict[str, int] = {}
+    attempts = held.column("attempts").to_pylist()
+    for index, rid in enumerate(held.column("id").to_pylist()):
+        kept = best.get(rid)
+        if kept is None or (attempts[index] or 0) > (attempts[kept] or 0):
+            best[rid] = index
+    if len(best) == held.num_rows:
+        return held, []
+    keep = set(best.values())
+    dropped = [str(rid) for index, rid in enumerate(held.column("id").to_pylist()) if index not in keep]
+    return held.take(sorted(keep)), dropped
+
+
 def snapshot_table(processed: pa.Table) -> pa.Table:
     """The held rows of a processed batch (collected to the driver) in snapshot shape."""
     held = processed.filter(pc.equal(processed.column("status"), HELD))
@@ -240,8 +261,17 @@ def dead_letter_table(processed: pa.Table, *, epoch: int, batch_id: int) -> pa.T
 
 
 def next_due(snapshot: pa.Table) -> float | None:
-    """The earliest due time in a snapshot (``None``: nothing is due ever, or nothing is held)."""
-    if snapshot.num_rows == 0:
-        return None
-    value = pc.min(snapshot.column("due_at")).as_py()
-    return None if value is None else float(value)
+    """When the store next has work: the earliest due time of each key's first held record (its lowest ``seq``);
+    ``None`` when nothing is held.
+
+    Only a key's first record can run next. A record behind it may carry a due time of its own, from failing
+    before a lower ``seq`` of its key arrived and failed too; that time may be long past (and ticked once), and
+    taking it would pin the retry tick there, leaving the key's first record to wait for new data.
+    """
+    first: dict[str, tuple[int, float | None]] = {}
+    for key, seq, due in zip(snapshot.column("key").to_pylist(), snapshot.column("seq").to_pylist(),
+                             snapshot.column("due_at").to_pylist(), strict=True):
+        if key not in first or seq < first[key][0]:
+            first[key] = (seq, due)
+    dues = [due for _, due in first.values() if due is not None]
+    return float(min(dues)) if dues else None

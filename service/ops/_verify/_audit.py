@@ -17,7 +17,7 @@ import structlog
 
 from career.queue import DEFAULT_MAX_LINE_BYTES
 from service.ops._verify._content import CONTENT_FIELDS, EXAMPLES, QueueContent
-from service.ops._verify._late import check_late
+from service.ops._verify._late import PublishedSeqs, check_late
 from service.ops._verify._report import VerifyReport
 from service.ops._verify._scan import scan_quarantine, scan_queue, scan_retry_store, scan_table
 
@@ -36,8 +36,9 @@ def verify(
 
     Every valid id is accounted for in exactly one of: written (``table/``), dead-lettered (``dead-letter/``),
     waiting for a retry (the newest snapshot in ``retry/``) — never none (lost), never two (duplicated) — or
-    late (quarantined with reason ``late``: its key had published a seq at least its own in an earlier batch,
-    which is checked; a late id may also be written, when a repeat came after the dedup window). Each row of
+    late (quarantined with reason ``late``: its key had published or dead-lettered a seq at least its own in an
+    earlier batch, which is checked; a late id may also be written or dead-lettered, when a repeat came after the
+    dedup window). Each row of
     ``table/``, and each late record, must hold its queue line's ``content_fields`` (the payload compared as a
     JSON value); when the queue holds an id several times with different content, any of them will do.
 
@@ -69,9 +70,10 @@ def verify(
     content = QueueContent(tuple(content_fields))
     queue = scan_queue(root if queue_dir is None else Path(queue_dir), max_line_bytes, content)
     quarantine = scan_quarantine(root / "quarantine")
-    table = scan_table(root / "table", content, {r.record["key"] for r in quarantine.late if r.record})
-    late = check_late(quarantine.late, table.published, content, table.content)
-    retry = scan_retry_store(root, time.time() if now is None else now)
+    late_keys = {r.record["key"] for r in quarantine.late if r.record}
+    table = scan_table(root / "table", content, late_keys)
+    retry = scan_retry_store(root, time.time() if now is None else now, late_keys)
+    late = check_late(quarantine.late, PublishedSeqs(table.late_seqs + retry.dead_seqs), content, table.content)
 
     def few(items: set[Any] | list[Any]) -> list[Any]:
         return sorted(items, key=str)[:EXAMPLES]

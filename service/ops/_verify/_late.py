@@ -28,7 +28,8 @@ class LateRow:
 
 
 class PublishedSeqs:
-    """Per key, the highest ``seq`` in ``table/`` up to each batch: what a late claim is checked against.
+    """Per key, the highest ``seq`` in ``table/`` or ``dead-letter/`` up to each batch: what a late claim is
+    checked against (a dead-lettered record moves its key past it, as a written one does).
 
     Example:
         >>> seqs = PublishedSeqs([("k", 1, 5), ("k", 3, 7), ("k", 3, 6)])
@@ -37,7 +38,8 @@ class PublishedSeqs:
     """
 
     def __init__(self, rows: list[tuple[str, int, int]]) -> None:
-        """``rows``: ``(key, _batch, seq)`` of the rows in ``table/`` (of the keys that matter), in any order."""
+        """``rows``: ``(key, _batch, seq)`` of the rows in ``table/`` and ``dead-letter/`` (of the keys that
+        matter), in any order."""
         highest: dict[str, dict[int, int]] = defaultdict(dict)
         for key, batch, seq in rows:
             per_batch = highest[key]
@@ -69,7 +71,8 @@ class LateCheck:
     duplicated_lines: int = 0
     """Queue lines (file, line) quarantined as late more than once."""
     wrongly_late: int = 0
-    """Late rows whose key had published no equal or higher seq in an earlier batch (or holding no record)."""
+    """Late rows whose key had published or dead-lettered no equal or higher seq in an earlier batch (or holding
+    no record)."""
     examples: dict[str, list[Any]] = field(default_factory=dict)
 
 
@@ -77,7 +80,8 @@ def check_late(rows: list[LateRow], published: PublishedSeqs, content: QueueCont
                content_check: ContentCheck) -> LateCheck:
     """Check each late row: a valid record, equal to its queue line, and truly late.
 
-    Truly late: its key has a row in ``table/`` from an earlier ``_batch`` with a ``seq`` at least the record's.
+    Truly late: its key has a row in ``table/`` or ``dead-letter/`` from an earlier ``_batch`` with a ``seq`` at
+    least the record's.
     A late row's content is compared with the queue into ``content_check`` (``"in": "quarantine"``).
     """
     result = LateCheck(rows=len(rows))

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from career.queue import classify_line
 from service.ops._verify._content import EXAMPLES, ContentCheck, QueueContent
 from service.ops._verify._files import base_name, iter_lines, iter_queue_files, parquet_files, read_columns
-from service.ops._verify._late import LATE_REASON, LateRow, PublishedSeqs
+from service.ops._verify._late import LATE_REASON, LateRow
 
 __all__ = [
     "QuarantineScan",
@@ -83,7 +83,8 @@ class TableScan:
     """``table/``'s rows: ids written (and written twice), order inversions, content compared, late checks' seqs."""
 
     content: ContentCheck
-    published: PublishedSeqs
+    late_seqs: list[tuple[str, int, int]]
+    """``(key, _batch, seq)`` of the rows whose key is in ``late_keys``."""
     rows: int = 0
     ids_written: int = 0
     written: set[str | None] = field(default_factory=set)
@@ -127,7 +128,7 @@ def scan_table(folder: Path, content: QueueContent, late_keys: set[str]) -> Tabl
         if late_keys:
             late_rows.extend(r for r in zip(key, table.column("_batch").to_pylist(), seq, strict=True)
                              if r[0] in late_keys)
-    scan = TableScan(check, PublishedSeqs(late_rows), rows=rows)
+    scan = TableScan(check, late_rows, rows=rows)
     if rows:
         _check_ids_and_order(scan, files, pa.concat_arrays(ids), pa.concat_arrays(keys), np.concatenate(seqs),
                              np.concatenate(batches), np.concatenate(file_idx), np.concatenate(row_idx))
@@ -219,16 +220,23 @@ class RetryScan:
     """Dead-lettered ids, with their row counts."""
     waiting: set[str] = field(default_factory=set)
     """Ids held in the current snapshot."""
+    dead_seqs: list[tuple[str, int, int]] = field(default_factory=list)
+    """``(key, _batch, seq)`` of the dead-lettered records whose key is in ``late_keys``."""
     batch: int | None = None
     oldest_age_s: float | None = None
     examples: list[dict[str, Any]] = field(default_factory=list)
 
 
-def scan_retry_store(root: Path, now: float) -> RetryScan:
-    """Ids dead-lettered, and ids held in the current retry snapshot: every part of the newest batch's."""
+def scan_retry_store(root: Path, now: float, late_keys: set[str]) -> RetryScan:
+    """Ids dead-lettered (and, for the keys in ``late_keys``, where: a dead-lettered seq moves its key past it,
+    as a written one does), and ids held in the current retry snapshot: every part of the newest batch's."""
     scan = RetryScan()
     for path in parquet_files(root / "dead-letter"):
-        scan.dead.update(str(i) for i in read_columns(path, ["id"]).column("id").to_pylist())
+        dead = read_columns(path, ["id", "key", "seq", "_batch"])
+        scan.dead.update(str(i) for i in dead.column("id").to_pylist())
+        if late_keys:
+            scan.dead_seqs.extend(r for r in zip(dead.column("key").to_pylist(), dead.column("_batch").to_pylist(),
+                                                 dead.column("seq").to_pylist(), strict=True) if r[0] in late_keys)
     snapshots: dict[int, list[Path]] = defaultdict(list)
     for path in parquet_files(root / "retry"):
         match = _SNAPSHOT.fullmatch(path.name)
