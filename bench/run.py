@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, str] = {
     "throughput": "bench._throughput:run_throughput",
     "latency": "bench._latency:run_latency",
     "dedup_state": "bench._dedup_state:run_dedup_state",
+    "state_chain": "bench._state_chain:run_state_chain",
     "footprint": "bench._footprint:run_footprint",
     "cluster": "bench._on_cluster:run_cluster",
 }
