@@ -31,7 +31,8 @@ from career.spark._pipeline import KIND_ROW
 __all__ = ["LATE", "HighWaterMarks", "arrow_maxima", "maxima", "split_late"]
 
 LATE = "late"
-"""The quarantine ``reason`` of a record that arrived after a higher ``seq`` of its key was published."""
+"""The quarantine ``reason`` of a record that arrived after its key had moved past its ``seq`` (published or
+dead-lettered a ``seq`` at least its own)."""
 
 _SCHEMA = pa.schema([("key", pa.string()), ("seq", pa.int64())])
 

@@ -227,15 +227,15 @@ def unique_held(held: pa.Table) -> tuple[pa.Table, list[str]]:
     the first on a tie).
     """
     best: dict[str, int] = {}
-    attempts = held.column("attempts").to_pylist()
-    for index, rid in enumerate(held.column("id").to_pylist()):
+    ids, attempts = held.column("id").to_pylist(), held.column("attempts").to_pylist()
+    for index, rid in enumerate(ids):
         kept = best.get(rid)
         if kept is None or (attempts[index] or 0) > (attempts[kept] or 0):
             best[rid] = index
     if len(best) == held.num_rows:
         return held, []
     keep = set(best.values())
-    dropped = [str(rid) for index, rid in enumerate(held.column("id").to_pylist()) if index not in keep]
+    dropped = [str(rid) for index, rid in enumerate(ids) if index not in keep]
     return held.take(sorted(keep)), dropped
 
 
