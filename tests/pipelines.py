@@ -17,7 +17,9 @@ def held(record: dict[str, Any]) -> dict[str, Any]:
     Python worker leaves ``<hold>.reached.<pid>`` holding the worker's directory (which names the executor)."""
     hold = os.environ.get("TENURE_TEST_HOLD")
     if hold and os.path.exists(hold):
-        Path(f"{hold}.reached.{os.getpid()}").write_text(os.getcwd())
+        marker = Path(f"{hold}.reaching.{os.getpid()}")  # renamed into place: a test never reads it half-written
+        marker.write_text(os.getcwd())
+        marker.replace(f"{hold}.reached.{os.getpid()}")
         while os.path.exists(hold):
             time.sleep(0.05)
     return record
