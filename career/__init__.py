@@ -5,6 +5,30 @@ The Spark consumer is ``career.spark`` (imported on its own, as it loads Spark);
 """
 
 from career._counter import CounterCareer
-from career._protocol import Career, CareerContext, CareerObserver, Fence, HandoverRecord, Outcome
+from career._deadline import Probe, call_within
+from career._health import StorageHealth
+from career._protocol import (
+    BatchFailed,
+    Career,
+    CareerContext,
+    CareerObserver,
+    FailedBatch,
+    Fence,
+    HandoverRecord,
+    Outcome,
+)
 
-__all__ = ["Career", "CareerContext", "CareerObserver", "CounterCareer", "Fence", "HandoverRecord", "Outcome"]
+__all__ = [
+    "BatchFailed",
+    "Career",
+    "CareerContext",
+    "CareerObserver",
+    "CounterCareer",
+    "FailedBatch",
+    "Fence",
+    "HandoverRecord",
+    "Outcome",
+    "Probe",
+    "StorageHealth",
+    "call_within",
+]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import structlog
 
-from career._health import storage_problem
+from career._health import StorageHealth
 from career._protocol import CareerContext, CareerObserver, Outcome
 from election import Fenced
 
@@ -31,9 +31,10 @@ class CounterCareer:
     """
 
     def __init__(self, path: Path, *, interval_s: float, observer: CareerObserver,
-                 clock: Callable[[], float] = time.monotonic, min_free_bytes: int = 0) -> None:
+                 clock: Callable[[], float] = time.monotonic, min_free_bytes: int = 0,
+                 probe_timeout_s: float = 10.0) -> None:
         self._path = path
-        self._min_free_bytes = min_free_bytes
+        self._storage = StorageHealth([path.parent], min_free_bytes=min_free_bytes, timeout_s=probe_timeout_s)
         self._interval_s = interval_s
         self._observer = observer
         self._clock = clock
@@ -51,7 +52,7 @@ class CounterCareer:
         return True
 
     def unhealthy(self) -> str | None:
-        return storage_problem(self._path.parent, self._min_free_bytes)
+        return self._storage.problem()
 
     def inaugurate(self, ctx: CareerContext) -> None:
         self._ctx = ctx
@@ -70,6 +71,7 @@ class CounterCareer:
         ctx = self._ctx
         if ctx is None or self._clock() < self._due or not ctx.still_leading():
             return False
+        self._observer.backlog(1)  # there is always a next n to count: a counter that stops counting is stalled
         self._due = self._clock() + self._interval_s
         if self._last_n is not None and self._published_n < self._last_n:
             # Committed while suspended mid-publish: publish it before committing anything new.

@@ -6,12 +6,17 @@ the election (handing over first when it leads) instead of failing batches, and 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["storage_problem"]
+from career._deadline import Probe
+from election._errors import Unresponsive
+
+__all__ = ["StorageHealth", "storage_problem"]
 
 # One name per process: replicas share the data root, and a probe another replica unlinks under us is no fault.
 _PROBE = f".tenure-health-{socket.gethostname()}-{os.getpid()}"
@@ -39,3 +44,31 @@ def storage_problem(folder: Path, min_free_bytes: int) -> str | None:
         return (f"data root {folder} has {free // (1 << 20)} MiB free, below the {min_free_bytes // (1 << 20)} MiB "
                 "minimum (--min-free-disk-mb)")
     return None
+
+
+class StorageHealth:
+    """A career's storage check: each folder probed with :func:`storage_problem` under a deadline.
+
+    A probe that does not return within ``timeout_s`` (a hung NFS mount, a dying disk) makes the storage
+    unhealthy at once, and while it stays stuck every later check says so without starting another probe.
+
+    Example::
+
+        storage = StorageHealth([data_root], min_free_bytes=512 << 20, timeout_s=10)
+        reason = storage.problem()     # None when every folder takes writes
+    """
+
+    def __init__(self, folders: Iterable[Path], *, min_free_bytes: int, timeout_s: float) -> None:
+        self._min_free_bytes = min_free_bytes
+        self._probes = {folder: Probe(f"data root {folder}", timeout_s) for folder in dict.fromkeys(folders)}
+
+    def problem(self) -> str | None:
+        """Why a folder cannot take writes now, or None."""
+        for folder, probe in self._probes.items():
+            try:
+                problem = probe(functools.partial(storage_problem, folder, self._min_free_bytes))
+            except Unresponsive as exc:
+                return f"{exc}: a write probe is stuck (hung file system?)"
+            if problem is not None:
+                return problem
+        return None

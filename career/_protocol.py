@@ -7,7 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Career", "CareerContext", "CareerObserver", "Fence", "HandoverRecord", "Outcome"]
+from election._errors import TenureError
+
+__all__ = ["BatchFailed", "Career", "CareerContext", "CareerObserver", "FailedBatch", "Fence", "HandoverRecord",
+           "Outcome"]
 
 
 class Outcome(enum.Enum):
@@ -16,6 +19,42 @@ class Outcome(enum.Enum):
     CLEAN = "clean"  # asked to step down (SIGTERM, release): finish the batch in flight, then stop
     REVOKED = "revoked"  # leadership lost (session expired, fenced): abandon the batch in flight
     FAILED = "failed"  # the career raised: release so another replica tries
+    STALLED = "stalled"  # the work stopped making progress: the replica gave the lock up and exits
+
+
+class BatchFailed(TenureError):
+    """One batch failed, for a reason of its own (not storage, Spark or ZooKeeper being down): ``execute``
+    raises it so the term's end can count the attempt against ``batch_id`` (a poison batch is set aside after
+    ``--max-batch-attempts`` consecutive failed terms)."""
+
+    def __init__(self, batch_id: int, message: str) -> None:
+        super().__init__(message)
+        self.batch_id = batch_id
+
+
+@dataclass(frozen=True)
+class FailedBatch:
+    """A batch that ended consecutive terms without committing, carried from term to term in the handover record.
+
+    ``attempts`` counts terms in a row that tried ``batch_id`` and failed (or stalled) on it; a term that
+    commits it ends the count. ``error`` is the last attempt's error, cut short.
+    """
+
+    batch_id: int
+    attempts: int
+    error: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch_id": self.batch_id, "attempts": self.attempts, "error": self.error}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FailedBatch:
+        return cls(batch_id=int(data["batch_id"]), attempts=int(data["attempts"]), error=str(data.get("error", "")))
+
+    def again(self, batch_id: int, error: str) -> FailedBatch:
+        """The count after another term failed on ``batch_id``: one more if it is this batch, else a new count."""
+        attempts = self.attempts + 1 if batch_id == self.batch_id else 1
+        return FailedBatch(batch_id, attempts, error[:500])
 
 
 @dataclass(frozen=True)
@@ -27,6 +66,8 @@ class HandoverRecord:
     clean: bool
     at: float
     replica_id: str = ""
+    reason: str | None = None  # why the term ended, when it did not end cleanly on request
+    failed_batch: FailedBatch | None = None  # carried forward by every term until a term commits past it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -35,16 +76,21 @@ class HandoverRecord:
             "clean": self.clean,
             "at": self.at,
             "replica_id": self.replica_id,
+            "reason": self.reason,
+            "failed_batch": None if self.failed_batch is None else self.failed_batch.to_json(),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HandoverRecord:
+        failed = data.get("failed_batch")
         return cls(
             epoch=int(data["epoch"]),
             last_batch=None if data.get("last_batch") is None else int(data["last_batch"]),
             clean=bool(data["clean"]),
             at=float(data["at"]),
             replica_id=str(data.get("replica_id", "")),
+            reason=None if data.get("reason") is None else str(data["reason"]),
+            failed_batch=FailedBatch.from_json(failed) if isinstance(failed, dict) else None,
         )
 
 
@@ -70,28 +116,44 @@ class Fence(Protocol):
 class CareerObserver(Protocol):
     """Where a career reports what it did; ``service`` turns these into Prometheus metrics.
 
-    Batch outcomes: ``committed``, ``skipped`` (already committed: a re-run), ``fenced``, ``failed``.
-    Record outcomes: ``written``, ``duplicate``, ``quarantined``, and with a row function ``retried`` (an
-    attempt failed; the record waits in the retry store) and ``dead_lettered``.
+    Batch outcomes: ``committed``, ``skipped`` (already committed: a re-run), ``set_aside`` (a poison batch,
+    committed without its records), ``fenced``, ``failed``. Record outcomes: ``written``, ``duplicate``,
+    ``quarantined``, and with a row function ``retried`` (an attempt failed; the record waits in the retry
+    store) and ``dead_lettered``.
+
+    The service's progress watchdog reads the same calls: a batch started and not finished, input waiting
+    (``backlog``) and no batch finishing is a stalled leader.
     """
 
-    def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int]) -> None: ...
+    def batch_started(self, batch_id: int) -> None: ...
+
+    def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int], *,
+                       progressed: bool = True) -> None:
+        """``progressed`` is False for a batch that finished without moving any record on because the user's
+        code is stuck (every row-function call timed out): it does not count as the leader's progress."""
 
     def commit_finished(self, duration_s: float, committed_at: float) -> None: ...
 
-    def backlog(self, files: int) -> None: ...
+    def backlog(self, files: int, *, retry_due: bool = False) -> None:
+        """Queue files not yet consumed, and whether held records are due: the input the leader owes work on."""
 
     def retry_waiting(self, records: int) -> None: ...
 
 
 @dataclass
 class CareerContext:
-    """What a career gets at inauguration: its fencing token, a leadership check, the fence."""
+    """What a career gets at inauguration: its fencing token, a leadership check, the fence.
+
+    ``set_aside`` is a batch that failed ``--max-batch-attempts`` terms in a row: when this term reaches it, it
+    commits the batch without running it and keeps its input where an operator finds it, so one poison batch
+    cannot stop the group.
+    """
 
     epoch: int
     fence: Fence
     still_leading: Callable[[], bool]
     previous_handover: HandoverRecord | None
+    set_aside: FailedBatch | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -122,14 +184,16 @@ class Career(Protocol):
     def unhealthy(self) -> str | None:
         """Why the career cannot work now (a one-line reason), or None when it can. The runner asks every few
         seconds: an unhealthy replica leaves the election, handing over first when it leads, and rejoins once
-        healthy again. Must be cheap and must not raise."""
+        healthy again. Must be cheap, must not raise, and must answer within a deadline: a probe that may hang
+        (a JVM, a file system) runs under one (``career.Probe``), and one that does not answer is a reason."""
 
     def inaugurate(self, ctx: CareerContext) -> None:
         """Begin a term: recover what a crashed predecessor left, or take the fast path."""
 
     def execute(self) -> bool:
         """Do one unit of work; return False when there was nothing to do. Must not commit unless
-        ``ctx.still_leading()``; a rejected commit raises ``Fenced``."""
+        ``ctx.still_leading()``; a rejected commit raises ``Fenced``; a batch that failed on its own raises
+        ``BatchFailed``; a call that did not answer in time raises ``Unresponsive``."""
 
     def hand_over(self, outcome: Outcome) -> int | None:
         """End the term. Returns the last committed batch id (for the handover record)."""

@@ -52,7 +52,7 @@ Example::
 from election._acl import DigestCredential
 from election._drain import DrainRequest, drain_requests
 from election._election import Election
-from election._errors import ConfigError, ElectionError, Fenced, NotLeader, TenureError
+from election._errors import ConfigError, ElectionError, Fenced, NotLeader, TenureError, Unresponsive
 from election._events import (
     ConnectionChanged,
     Elected,
@@ -101,6 +101,7 @@ __all__ = [
     "TenureError",
     "TermHistory",
     "TermRecord",
+    "Unresponsive",
     "check_transition",
     "drain_requests",
     "group_status",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "ElectionError", "Fenced", "NotLeader", "TenureError"]
+__all__ = ["ConfigError", "ElectionError", "Fenced", "NotLeader", "TenureError", "Unresponsive"]
 
 
 class TenureError(Exception):
@@ -28,3 +28,11 @@ class NotLeader(TenureError):
 class Fenced(TenureError):
     """A fenced commit was rejected: the caller's election node is gone, the commit record moved on,
     or a higher epoch has already committed. The caller must stop writing and hand over."""
+
+
+class Unresponsive(TenureError):
+    """A call did not answer within its deadline: a frozen JVM, a hung file system, a wedged native call.
+
+    Raised by the helpers that run such calls off the caller's thread (``career.call_within``,
+    ``career.Probe``); the call itself may still be running, abandoned, on its helper thread.
+    """

@@ -30,11 +30,12 @@ __all__ = ["HISTORY_LIMIT", "TERM_ENDINGS", "TermHistory", "TermRecord", "read_h
 HISTORY_LIMIT = 100
 """Terms kept; older ones are dropped as new ones begin."""
 
-TERM_ENDINGS = ("clean", "revoked", "failed", "crash")
-"""How a term ended: a graceful handover, leadership lost (session, fence), the career raised, or found dead by
-its successor. ``None`` while the term runs."""
+TERM_ENDINGS = ("clean", "revoked", "failed", "stalled", "crash")
+"""How a term ended: a graceful handover, leadership lost (session, fence), the career raised, its work stopped
+making progress (the leader gave the lock up and exited), or found dead by its successor. ``None`` while the term
+runs."""
 
-Ending = Literal["clean", "revoked", "failed", "crash"]
+Ending = Literal["clean", "revoked", "failed", "stalled", "crash"]
 _RETRIES = 5
 
 

@@ -55,3 +55,16 @@ NOT_CALLABLE = 42
 def scatters(records: DataFrame) -> DataFrame:
     """Round-robin over 4 partitions: each key's rows land in several partitions (a transform that reshuffles)."""
     return records.repartition(4)
+
+
+def _fail_long(payload: str | None) -> str | None:
+    if payload is not None and '"fail_long"' in payload:
+        # As long as a py4j trace through a deep user stack, newlines included: Spark's interruption check runs a
+        # backtracking regex over such a message (StreamExecution.PROXY_ERROR).
+        raise ValueError("deep failure\n" + "\n".join(f"  at frame {i} of a long trace" for i in range(2000)))
+    return payload
+
+
+def fails_long(records: DataFrame) -> DataFrame:
+    """A transform that fails the whole batch with a very long error when a record's payload has ``fail_long``."""
+    return records.withColumn("payload", F.udf(_fail_long, "string")(F.col("payload")))

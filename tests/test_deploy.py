@@ -60,6 +60,10 @@ EXPORTED_METRICS = frozenset(
         "tenure_lease_headroom_seconds",
         "tenure_handover_gap_seconds",
         "tenure_canary_gap_seconds",
+        "tenure_control_loop_age_seconds",
+        "tenure_progress_age_seconds",
+        "tenure_stalls_total",
+        "tenure_row_timeouts_total",
     }
 )
 REPLICAS = ("tenure-1", "tenure-2", "tenure-3")
@@ -648,6 +652,10 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
         "TenureSlowHandover",
         "TenureDeadLetters",
         "TenureCanaryHandoverSlow",
+        "TenureLeaderStalled",
+        "TenureControlLoopStuck",
+        "TenureReplicaStalled",
+        "TenureBatchSetAside",
     }
     assert fires == set(rules), f"no firing case for {set(rules) - fires}"
     assert quiet == set(rules), f"no quiet case for {set(rules) - quiet}"

@@ -6,9 +6,14 @@ hand it one key's partition; no Spark is needed.
 
 from __future__ import annotations
 
+import signal
+import socket
+import threading
+import time
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from career.spark._retry import (
     _PROCESSED_SCHEMA,
@@ -17,9 +22,11 @@ from career.spark._retry import (
     HELD,
     WRITTEN,
     RetryPolicy,
+    RowTimeout,
     _processor,
     next_due,
     snapshot_table,
+    timed_out_now,
     unique_held,
 )
 
@@ -98,3 +105,74 @@ def test_a_store_holding_an_id_twice_keeps_the_original_copy() -> None:
     assert status(process(held.to_pylist(), now=10.0, failing=set())) == {"k1": WRITTEN, "k2": WRITTEN}
     unchanged = snapshot_table(process([new("a1", "a", 1)], now=0.0, failing={"a1"}))
     assert unique_held(unchanged) == (unchanged, [])
+
+
+def _run(rows: list[dict[str, Any]], row_function: Any, policy: RetryPolicy, now: float) -> pa.Table:
+    batch = pa.RecordBatch.from_pylist(sorted(rows, key=lambda r: (r["key"], r["seq"])), schema=_RETRY_SCHEMA)
+    return pa.Table.from_batches(list(_processor(row_function, policy, now)(iter([batch]))), schema=_PROCESSED_SCHEMA)
+
+
+def _hangs_on(ids: set[str], released: threading.Event) -> Any:
+    """A row function that blocks, as a call to a dependency without a timeout does, on the records ``ids``."""
+
+    def row_function(record: dict[str, Any]) -> None:
+        if record["id"] in ids:
+            with socket.socket() as listener, socket.create_connection(_listening(listener)) as conn:
+                conn.settimeout(None)
+                while not released.is_set():
+                    conn.recv(1)  # the peer accepted and never answers
+
+    return row_function
+
+
+def _listening(listener: socket.socket) -> tuple[str, int]:
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    host, port = listener.getsockname()
+    return host, port
+
+
+@pytest.mark.parametrize("thread", ["main", "worker"], ids=["signal on the main thread", "helper off it"])
+def test_a_row_call_past_its_timeout_fails_its_record_and_the_batch_goes_on(thread: str) -> None:
+    """A row function blocked on a socket read is cut at ``row_timeout_s``: the record fails with RowTimeout into
+    the retry path (its key waits behind it), every other key is written, and the batch returns in about the
+    timeout — on Spark's Python worker (the main thread, a signal) and off it (a helper thread)."""
+    released = threading.Event()
+    policy = RetryPolicy(attempts=5, backoff_s=10.0, backoff_max_s=1000.0, row_timeout_s=0.5)
+    rows = [new("a1", "a", 1), new("a2", "a", 2), new("b1", "b", 1), new("c1", "c", 1)]
+    result: list[pa.Table] = []
+    before = signal.getsignal(signal.SIGALRM)
+
+    def go() -> None:
+        result.append(_run(rows, _hangs_on({"a1"}, released), policy, now=100.0))
+
+    started = time.monotonic()
+    try:
+        if thread == "main":
+            go()
+        else:
+            worker = threading.Thread(target=go)
+            worker.start()
+            worker.join(timeout=20)
+            assert not worker.is_alive(), "the batch did not return"
+    finally:
+        released.set()
+    took = time.monotonic() - started
+    processed = result[0]
+    assert status(processed) == {"a1": HELD, "a2": HELD, "b1": WRITTEN, "c1": WRITTEN}
+    errors = dict(zip(processed.column("id").to_pylist(), processed.column("error").to_pylist(), strict=True))
+    assert errors["a1"].startswith(f"{RowTimeout.__name__}: ") and "row_timeout_s" in errors["a1"]
+    assert timed_out_now(processed, 100.0) == (1, 1)
+    assert took < 5, f"the batch took {took:.1f} s with a 0.5 s row timeout"
+    if thread == "main":
+        assert signal.getsignal(signal.SIGALRM) is before, "the previous SIGALRM handler must be restored"
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0), "the timer must be disarmed after each call"
+
+
+def test_a_row_function_that_returns_in_time_is_not_cut() -> None:
+    """Calls well inside the timeout are untouched, and no alarm is left armed to hit later code."""
+    policy = RetryPolicy(row_timeout_s=5.0)
+    processed = _run([new("a1", "a", 1), new("b1", "b", 1)], lambda record: None, policy, now=1.0)
+    assert status(processed) == {"a1": WRITTEN, "b1": WRITTEN}
+    assert timed_out_now(processed, 1.0) == (0, 0)
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)

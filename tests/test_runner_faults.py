@@ -26,6 +26,7 @@ from career import CareerContext, CareerObserver
 from career._counter import CounterCareer
 from election import Elected, Election, ElectionError, ElectionEvent, Identity, NotLeader, Revoked
 from service.replica import Metrics
+from service.replica._progress import Progress
 from service.replica._runner import Runner, _Signal
 from service.replica._runner_states import RunnerSettings, RunnerState
 from tests._replicas import wait_for
@@ -149,10 +150,11 @@ def harness(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[Callable[.
 
         metrics = Metrics(CollectorRegistry(), replica_id="r1", group=zk_group, default_collectors=False)
         counter_log = tmp_path / "counter.log"
-        career = _RecordingCounter(counter_log, metrics)
+        progress = Progress(metrics, liveness_timeout_s=30.0)
+        career = _RecordingCounter(counter_log, progress)
         runner = Runner(election_factory, career, metrics,
                         RunnerSettings(replica_id="r1", handover_timeout_s=2.0, idle_backoff_s=0.02,
-                                       failure_backoff_s=0.5, tick_s=0.05))
+                                       failure_backoff_s=0.5, tick_s=0.05), progress=progress)
         outcome: list[object] = []
 
         def run() -> None:

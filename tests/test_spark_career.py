@@ -14,9 +14,10 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
+import structlog
 from kazoo.client import KazooClient
 
-from career import CareerContext, Outcome
+from career import BatchFailed, CareerContext, Outcome
 from career.spark import SparkCareer, SparkCareerConfig, SparkCareerError
 from career.spark._warmup import KEEP_WARM_GROUP
 from election import Elected, Election, Fenced, Identity
@@ -37,14 +38,22 @@ class Recorder:
     commits: list[float] = field(default_factory=list)
     backlogs: list[int] = field(default_factory=list)
     waiting: list[int] = field(default_factory=list)
+    started: list[int] = field(default_factory=list)
+    stuck: list[int] = field(default_factory=list)  # batches that finished without progress (row function stuck)
 
-    def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int]) -> None:
+    def batch_started(self, batch_id: int) -> None:
+        self.started.append(batch_id)
+
+    def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int], *,
+                       progressed: bool = True) -> None:
         self.batches.append((outcome, dict(records)))
+        if not progressed:
+            self.stuck.append(len(self.batches) - 1)
 
     def commit_finished(self, duration_s: float, committed_at: float) -> None:
         self.commits.append(committed_at)
 
-    def backlog(self, files: int) -> None:
+    def backlog(self, files: int, *, retry_due: bool = False) -> None:
         self.backlogs.append(files)
 
     def retry_waiting(self, records: int) -> None:
@@ -408,3 +417,33 @@ def test_a_warm_follower_runs_its_keep_warm_job_only_while_following(
     after = jobs()
     time.sleep(1.0)  # three intervals: a heartbeat still running would have started a job
     assert jobs() == after
+
+
+def test_a_failing_batch_raises_batch_failed_with_a_short_error_and_the_log_keeps_it_whole(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
+) -> None:
+    """A batch whose user code fails with a huge error: ``execute`` raises ``BatchFailed`` naming the batch (so the
+    runner counts the attempt against it), Spark is handed a short message (a long one overflows its interruption
+    check's regex and loses the error), the log line has the error in full, and the hand-over stays in budget."""
+    root = tmp_path / "data"
+    q = Queue(root)
+    q.standard(files=1, per_file=5)
+    q.put([json.dumps({"id": "bad-1", "key": "k", "seq": 1, "ts": 1, "payload": {"fail_long": True}}).encode()])
+    with structlog.testing.capture_logs() as logs, leadership(zk_client, zk_group, "r1") as (_, ctx):
+        # Made inside the capture: a structlog logger keeps the processors it was bound with.
+        career = SparkCareer(make_config(root, transform="tests.pipelines:fails_long", max_files_per_trigger=1,
+                                         handover_timeout_s=3.0), Recorder(), replica_id="r1")
+        career.inaugurate(ctx)
+        with pytest.raises(BatchFailed) as failed:
+            run_until(career, lambda: False, timeout_s=120)
+        started = time.monotonic()
+        career.hand_over(Outcome.FAILED)
+        handover_s = time.monotonic() - started
+    career.close()
+    assert failed.value.batch_id == 1, "the first file commits as batch 0; the second fails"
+    message = str(failed.value)
+    assert "batch 1 failed" in message and "deep failure" in message and len(message) < 3000, message[:500]
+    assert "frame 1999" in str(failed.value.__cause__), "the original error, whole, is chained"
+    logged = [e for e in logs if e["event"] == "batch_failed"]
+    assert logged and "frame 1999" in logged[0]["error"], "the log line should keep the whole error"
+    assert handover_s < 3.0, f"hand-over took {handover_s:.1f} s of a 3 s budget"

@@ -26,7 +26,8 @@ ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
 
 
 def test_up_elects_one_leader_and_stops_clean(tmp_path: Path) -> None:
-    """`tenure up --career counter`: one leader, metrics on every replica, SIGTERM leaves no process behind."""
+    """`tenure up --career counter`: one leader, metrics on every replica; a replica that dies is restarted and
+    the terminal says so; SIGTERM leaves no process behind."""
     proc = subprocess.Popen([sys.executable, "-m", "service", "up", "--replicas", "3", "--dir", str(tmp_path),
                              "--career", "counter", "--session-timeout-s", "4", "--handover-timeout-s", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
@@ -42,6 +43,17 @@ def test_up_elects_one_leader_and_stops_clean(tmp_path: Path) -> None:
         line = wait_for(lambda: next((ln for ln in iter(proc.stdout.readline, "") if "LEADER" in ln), None),
                         60, "a status line naming the leader")
         assert line.count("LEADER") == 1 and line.count("follower") == 2
+        follower = next(part.split("=")[0] for part in line.split()[1:] if part.endswith("=follower"))
+        replica_pid = next(pid for pid in descendants(proc.pid)
+                           if f"--replica-id\0{follower}\0".encode() in Path(f"/proc/{pid}/cmdline").read_bytes())
+        os.kill(replica_pid, signal.SIGKILL)
+        exited = wait_for(lambda: next((ln for ln in iter(proc.stdout.readline, "") if f"{follower} exited" in ln),
+                                       None), 30, f"up to report {follower}'s exit")
+        assert "killed by signal 9" in exited and "restarting in 1 s" in exited
+        wait_for(lambda: next((ln for ln in iter(proc.stdout.readline, "") if f"{follower} restarted" in ln), None),
+                 30, f"up to restart {follower}")
+        wait_for(lambda: next((ln for ln in iter(proc.stdout.readline, "") if ln.count("follower") == 2), None),
+                 60, f"{follower} back in line")
         children = descendants(proc.pid)
         assert len(children) >= 6  # 3 ZooKeeper servers and 3 replicas
         proc.send_signal(signal.SIGTERM)

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark a
 
 from career._protocol import CareerObserver
 from career.spark._config import SparkCareerConfig
-from career.spark._errors import HandingOverError
+from career.spark._errors import HandingOverError, SparkCareerError
 from career.spark._hooks import Hooks
 from career.spark._order import HighWaterMarks, arrow_maxima, maxima, split_late
 from career.spark._pipeline import (
@@ -40,9 +40,11 @@ from career.spark._retry import (
     read_snapshot,
     repeat_ids,
     snapshot_table,
+    timed_out_now,
     unique_held,
     write_parquet,
 )
+from career.spark._set_aside import batch_files, stage_set_aside
 from career.spark._storage import Layout, finish_publish, is_published, published_name, sync_tree
 from career.spark._term import Term, committed_batch, mark_consumed
 from election._errors import Fenced, NotLeader
@@ -56,6 +58,11 @@ def _source_name(source_file: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
+#: Fields of a commit record that a batch which writes no table carries over from the one before it.
+_CARRIED = ("order", "retry", "retry_waiting", "retry_next_due")
+_SHORT_ERROR = 300
+_LOGGED_ERROR = 1 << 20  # the whole error, bar a runaway one
+
 
 class BatchWriter:
     """The ``foreachBatch`` function of one term (runs on Spark's stream thread, one batch at a time).
@@ -68,7 +75,9 @@ class BatchWriter:
        if unfinished, run the batch through the ``noop`` sink (Spark requires the batch's state stores to
        commit), and return: ``skipped``. Otherwise the last committed batch is in this term's checkpoint
        (Spark only starts ``B`` after committing ``B-1``), so its queue files are marked consumed by this group
-       now (and archived once every group on the queue has consumed them).
+       now (and archived once every group on the queue has consumed them). If ``B`` is the poison batch this
+       term was told to set aside (``CareerContext.set_aside``), steps 3–5 stage, commit and publish its queue
+       files and a manifest under ``set-aside/`` instead of running it (``_set_aside``).
     3. Classify, deduplicate, set late records aside (``_order``), order (through the row function and retry
        store, when there is one; then the transform); write staged Parquet under ``_staging/epoch=<e>/batch=<B>/``
        of each output, with the advanced per-key marks; fsync it all.
@@ -88,7 +97,8 @@ class BatchWriter:
     - Inauguration: the checkpoint is a copy of the term's own (``adopt_checkpoint``; refused once a newer term
       has one); roll-forward publishes a batch ZooKeeper says is committed, which is right whoever does it;
       staging is removed only for lower epochs, which can never commit again (``remove_dead_staging``).
-    - Staging (3) writes under the term's own ``epoch=<e>`` folder: invisible until a commit names it.
+    - Staging (3) writes under the term's own ``epoch=<e>`` folder: invisible until a commit names it (a
+      set-aside batch's links and manifest too).
     - The commit (4) is the fence: one ZooKeeper transaction that fails once the term's election node is gone.
     - Publishing (5, or 2's roll-forward) moves only what a committed record names; renames are idempotent, so
       a stale term and its successor racing on the same batch produce the same files.
@@ -114,10 +124,12 @@ class BatchWriter:
         started = time.monotonic()
         with term.lock:
             term.in_flight = batch_id
+        self._observer.batch_started(batch_id)
         outcome = "failed"
         counts: dict[str, int] = {}
+        progressed = True
         try:
-            outcome, counts = self._run(df, batch_id)
+            outcome, counts, progressed = self._run(df, batch_id)
         except Fenced as exc:
             outcome = "fenced"
             term.error = exc
@@ -129,16 +141,21 @@ class BatchWriter:
             term.log.info("batch_deferred", batch=batch_id, epoch=term.epoch, reason=str(exc))
             raise
         except BaseException as exc:
-            term.error = exc
-            term.log.error("batch_failed", batch=batch_id, epoch=term.epoch, error=repr(exc)[:2000])
-            raise
+            term.error, term.failed = exc, batch_id
+            term.log.error("batch_failed", batch=batch_id, epoch=term.epoch,
+                           error=f"{type(exc).__name__}: {exc}"[:_LOGGED_ERROR])  # repr() of a PythonException is empty
+            # Spark gets a short error: its interruption check runs a backtracking regex over the message and
+            # overflows the JVM's stack on a long py4j trace (StreamExecution.PROXY_ERROR), losing the error.
+            # The whole error is in the log line above and in ``term.error``.
+            raise SparkCareerError(f"batch {batch_id} failed: {type(exc).__name__}: "
+                                   f"{str(exc)[:_SHORT_ERROR]} (the replica's log has the whole error)") from None
         finally:
             duration = time.monotonic() - started
             if outcome != "deferred":  # a deferred batch did nothing: Spark re-runs it
-                self._observer.batch_finished(outcome, duration, counts)
+                self._observer.batch_finished(outcome, duration, counts, progressed=progressed)
             with term.lock:
                 term.in_flight = None
-                if outcome in ("committed", "skipped"):
+                if outcome in ("committed", "skipped", "set_aside"):
                     term.last_seen = batch_id
                     term.completed += 1
 
@@ -150,7 +167,7 @@ class BatchWriter:
             self._term.injected = exc
             raise
 
-    def _run(self, df: DataFrame, batch_id: int) -> tuple[str, dict[str, int]]:
+    def _run(self, df: DataFrame, batch_id: int) -> tuple[str, dict[str, int], bool]:
         term, layout, config = self._term, self._layout, self._config
         ctx = term.ctx
         # 1. Cooperative stop and leadership, before anything runs (not even Spark's state store).
@@ -172,9 +189,11 @@ class BatchWriter:
                 term.log.info("publish_rolled_forward", batch=batch_id, files=moved, by_epoch=term.epoch)
             df.write.format("noop").mode("overwrite").save()  # Spark requires the batch's state stores to commit
             term.log.info("batch_skipped", batch=batch_id, committed=committed, epoch=term.epoch)
-            return "skipped", {}
+            return "skipped", {}, True
         if committed is not None and record is not None and config.file_source and committed != term.marked:
             mark_consumed(layout, term, record, self._fault)
+        if ctx.set_aside is not None and ctx.set_aside.batch_id == batch_id:
+            return self._set_aside(df, batch_id, record, version)
         # 3. Classify, deduplicate, hold back late records, order, run the user's code; stage every output.
         phase = time.monotonic()
         df.persist(StorageLevel.MEMORY_AND_DISK)
@@ -192,11 +211,13 @@ class BatchWriter:
             partitions = output_partitions(counts["written"], config.shuffle_partitions)
             retry: dict[str, Any] = {}
             dead_max: dict[str, int] = {}
+            row_state: bool | None = None
             processed: DataFrame | None = None
             held = read_snapshot(layout.resolve(record["retry"])) if record and record.get("retry") else None
             row_function = self._hooks.row_function or (identity_row if held is not None and held.num_rows else None)
             if row_function is not None:
-                processed, rows, retry, dead_max = self._retry(fresh, held, row_function, counts, staged, batch_id)
+                processed, rows, retry, dead_max, row_state = self._retry(fresh, held, row_function, counts,
+                                                                          staged, batch_id)
                 written_max = maxima(rows) if counts["written"] else {}
             else:
                 rows = ordered(fresh, partitions=partitions)
@@ -256,7 +277,58 @@ class BatchWriter:
                       **({"retried": counts["retried"], "dead_lettered": counts["dead_lettered"],
                           "waiting": retry["retry_waiting"]} if retry else {}))
         self._fault("after_publish")
-        return "committed", counts
+        return "committed", counts, self._row_function_moved(row_state)
+
+    def _row_function_moved(self, stuck: bool | None) -> bool:
+        """Whether the batch counts as progress: not while the row function is stuck, that is from a batch whose
+        every call ran past ``row_timeout_s`` (nothing written) until one whose call returns; batches in between
+        that call it not at all (their records wait behind held ones) are stuck as well."""
+        term = self._term
+        if stuck is True and term.row_stuck_since is None:
+            term.row_stuck_since = time.monotonic()
+        elif stuck is False:
+            term.row_stuck_since = None
+        return term.row_stuck_since is None
+
+    def _set_aside(self, df: DataFrame, batch_id: int, record: dict[str, Any] | None,
+                   version: int) -> tuple[str, dict[str, int], bool]:
+        """Commit batch ``batch_id`` without running the user's code: its queue files and a manifest go to
+        ``set-aside/``; the per-key marks and the retry store carry over unchanged (steps 3–5 otherwise as a batch).
+
+        The batch still runs through the ``noop`` sink first (Spark requires its state stores to commit): if even
+        that fails, the classification itself is what fails, and the batch cannot be set aside.
+        """
+        term, layout = self._term, self._layout
+        failed = term.ctx.set_aside
+        assert failed is not None
+        files = batch_files(term.checkpoint, batch_id)
+        df.write.format("noop").mode("overwrite").save()
+        staging = layout.staging(layout.set_aside, term.epoch, batch_id)
+        lines = stage_set_aside(layout, staging, batch_id=batch_id, epoch=term.epoch, files=files, failed=failed)
+        sync_tree(staging)
+        self._fault("after_stage")
+        counts = {"set_aside": lines}
+        new_record: dict[str, Any] = {
+            **{name: (record or {})[name] for name in _CARRIED if name in (record or {})},
+            "batch_id": batch_id,
+            "epoch": term.epoch,
+            "replica_id": self._replica_id,
+            "committed_at": time.time(),
+            "staged": {"set_aside": layout.relative(staging)},
+            "counts": counts,
+            "files": files,
+            "set_aside": failed.to_json(),
+        }
+        term.ctx.fence.commit(new_record, version)
+        with term.lock:
+            term.last_committed = batch_id
+            term.last_record = new_record
+        self._fault("after_commit")
+        finish_publish(layout, new_record)
+        term.log.warning("batch_set_aside", batch=batch_id, epoch=term.epoch, files=len(files), records=lines,
+                         attempts=failed.attempts, error=failed.error)
+        self._fault("after_publish")
+        return "set_aside", counts, True
 
     def _marks_at(self, record: dict[str, Any] | None) -> HighWaterMarks:
         """The per-key high-water marks as of the committed ``record`` (cached per term)."""
@@ -286,14 +358,16 @@ class BatchWriter:
         return {"order": path}
 
     def _retry(self, fresh: DataFrame, held: Any, row_function: RowFunction, counts: dict[str, int],
-               staged: dict[str, str], batch_id: int) -> tuple[DataFrame, DataFrame, dict[str, Any], dict[str, int]]:
+               staged: dict[str, str], batch_id: int
+               ) -> tuple[DataFrame, DataFrame, dict[str, Any], dict[str, int], bool | None]:
         """Run the row function over new and held records; stage the new retry snapshot and the dead letters.
 
         Updates ``counts`` (``written`` becomes what is written now; a new record whose id is held is a repeat
         the dedup window has forgotten, dropped and counted as ``duplicate``, as is a second copy of a held id in
         a store committed by older code) and ``staged``; returns the processed batch (persisted: the row
-        function must run once per record), the rows to write, the commit record's retry fields, and the
-        highest dead-lettered ``seq`` per key.
+        function must run once per record), the rows to write, the commit record's retry fields, the highest
+        dead-lettered ``seq`` per key, and whether the row function is stuck: True when it was called and every
+        call ran past ``row_timeout_s`` (nothing written), False when a call returned, None when none was made.
         """
         term, layout = self._term, self._layout
         now = time.time()
@@ -324,6 +398,13 @@ class BatchWriter:
         counts["written"] += held_before - snapshot.num_rows - dead.num_rows - len(repeats)
         counts["retried"] = sum(1 for at in snapshot.column("last_failed_at").to_pylist() if at == now)
         counts["dead_lettered"] = dead.num_rows
+        failed_now, timed_out = timed_out_now(rest, now)
+        called = failed_now > 0 or counts["written"] > 0
+        stuck = (timed_out == failed_now and counts["written"] == 0) if called else None
+        if timed_out:
+            counts["timed_out"] = timed_out
+            term.log.warning("row_function_timed_out", batch=batch_id, epoch=term.epoch, records=timed_out,
+                             failed=failed_now, written=counts["written"])
         path = layout.staging(layout.retry, term.epoch, batch_id)
         write_parquet(snapshot, path)
         staged["retry"] = layout.relative(path)
@@ -337,7 +418,7 @@ class BatchWriter:
             "retry_next_due": next_due(snapshot),
         }
         rows = processed.where(F.col("status") == WRITTEN).select("id", "key", "seq", "ts", "payload")
-        return processed, rows, fields, arrow_maxima(dead)
+        return processed, rows, fields, arrow_maxima(dead), stuck
 
     def _stage_table(self, rows: DataFrame, staged: dict[str, str], batch_id: int, partitions: int) -> None:
         """Apply the transform (order re-imposed after it), add the batch columns, write the staged table."""

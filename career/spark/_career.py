@@ -10,12 +10,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import Any
 
 import structlog
+from kazoo.exceptions import KazooException
 from pyspark.sql import SparkSession
 
-from career._health import storage_problem
-from career._protocol import CareerContext, CareerObserver, Outcome
+from career._deadline import Probe, call_within
+from career._health import StorageHealth
+from career._protocol import BatchFailed, CareerContext, CareerObserver, Outcome
 from career.spark._batch import BatchWriter
 from career.spark._config import SparkCareerConfig
 from career.spark._errors import SparkCareerError
@@ -35,12 +38,31 @@ from career.spark._storage import (
 )
 from career.spark._term import Term, committed_batch, no_fault
 from career.spark._warmup import KeepWarm, warm_up
-from election._errors import ElectionError, Fenced, NotLeader
+from election._errors import ElectionError, Fenced, NotLeader, Unresponsive
 
 __all__ = ["SparkCareer"]
 
 _POLL_S = 0.02
 _STANDBY_MASTER = "local[1]"  # a follower's warm-up when the leader's master is a cluster
+#: A batch that fails for one of these failed because ZooKeeper did, not because of its data: no attempt counts.
+_INFRASTRUCTURE = (ElectionError, KazooException, Unresponsive)
+
+
+def _stop_budget(budget_s: float, *, on_cluster: bool) -> tuple[float, float, float]:
+    """How a clean hand-over spends ``budget_s``: (wait for the batch in flight, stop the query, stop the cluster
+    application). Each step is bounded, so the three add up to the budget and the runner's watchdog, which
+    allows the budget plus the handover record and the release, never fires on a hand-over that works."""
+    stop_s = min(1.5, 0.25 * budget_s)
+    session_s = min(2.0, 0.25 * budget_s) if on_cluster else 0.0
+    return budget_s - stop_s - session_s, stop_s, session_s
+
+
+def _session_stopped(session: SparkSession) -> bool:
+    """Whether the session's SparkContext has stopped (a py4j call: may hang on a frozen JVM)."""
+    try:
+        return bool(session.sparkContext._jsc.sc().isStopped())
+    except Exception:  # py4j: the gateway itself is gone
+        return True
 
 
 class SparkCareer:
@@ -95,6 +117,11 @@ class SparkCareer:
         self._keep_warm: KeepWarm | None = None
         self._faults = faults if faults is not None else no_fault
         self._housekeeper = Housekeeper(self._layout, config, observer, clock, self._faults)
+        self._jvm = Probe("Spark's JVM", config.probe_timeout_s)  # every call from the control thread into Spark
+        self._storage = StorageHealth(dict.fromkeys((config.data_root, config.queue_dir or config.data_root)),
+                                      min_free_bytes=config.min_free_disk_mb << 20, timeout_s=config.probe_timeout_s)
+        self._wait_s, self._stop_s, self._session_stop_s = _stop_budget(config.handover_timeout_s,
+                                                                       on_cluster=config.on_cluster)
         self._hooks = Hooks(
             transform=load_hook("transform", config.transform) if config.transform else None,
             row_function=load_hook("row_function", config.row_function) if config.row_function else None,
@@ -135,21 +162,17 @@ class SparkCareer:
 
     def unhealthy(self) -> str | None:
         """The data root (and a shared queue) writable with enough disk free; once prepared, the SparkSession
-        alive (a dead one does not come back: restart the replica)."""
-        if self._prepared and self._session is not None and self._session_stopped():
-            return "the SparkSession has stopped (its JVM died?): restart the replica"
-        for folder in dict.fromkeys((self._config.data_root, self._config.queue_dir or self._config.data_root)):
-            problem = storage_problem(folder, self._config.min_free_disk_mb << 20)
-            if problem is not None:
-                return problem
-        return None
-
-    def _session_stopped(self) -> bool:
-        assert self._session is not None
-        try:
-            return bool(self._session.sparkContext._jsc.sc().isStopped())
-        except Exception:  # py4j: the gateway itself is gone
-            return True
+        alive (a dead one does not come back: restart the replica) and its JVM answering within
+        ``probe_timeout_s`` (a frozen one does not lead)."""
+        session = self._session
+        if self._prepared and session is not None:
+            try:
+                stopped = self._jvm(lambda: _session_stopped(session))
+            except Unresponsive as exc:
+                return f"{exc} (frozen, or stuck in a long GC pause)"
+            if stopped:
+                return "the SparkSession has stopped (its JVM died?): restart the replica"
+        return self._storage.problem()
 
     def inaugurate(self, ctx: CareerContext) -> None:
         """Begin a term: take a checkpoint of its own, roll a committed-but-unpublished batch forward, delete
@@ -161,12 +184,13 @@ class SparkCareer:
             SparkCareerError: a term is still open, or the checkpoint never saw the committed batch.
             NotLeader: leadership was lost before the term could start.
             Fenced: a newer term has committed or started.
+            Unresponsive: Spark did not start (or answer) within ``warmup_timeout_s``.
         """
         if self._term is not None:
             raise SparkCareerError(f"inaugurate(epoch {ctx.epoch}) while epoch {self._term.epoch} is still open; "
                                    "call hand_over first")
         started = self._clock()
-        self._ensure_session()
+        call_within(self._ensure_session, self._config.warmup_timeout_s, "starting Spark")
         log = self._log.bind(epoch=ctx.epoch)
         layout = self._layout
         for folder in (layout.landing, layout.table, layout.quarantine, layout.archive):
@@ -210,8 +234,10 @@ class SparkCareer:
 
         Raises:
             Fenced: a batch's commit was fenced (a newer leader exists): hand over.
-            SparkCareerError: the query died (the batch error is chained); what the fault hook raised in a
-                batch is raised as is.
+            BatchFailed: a batch failed on its own (its error is chained): the attempt counts against it.
+            SparkCareerError: the query died for another reason, such as ZooKeeper being unreachable from a
+                batch (the error is chained); what the fault hook raised in a batch is raised as is.
+            Unresponsive: Spark's JVM did not answer within ``probe_timeout_s``.
         """
         term = self._term
         if term is None:
@@ -220,7 +246,7 @@ class SparkCareer:
         if query is None:
             self._start_query(term)
             return False
-        if not query.isActive and not self._recover_query(term):
+        if not self._jvm(lambda: bool(query.isActive)) and not self._recover_query(term):
             return False
         self._housekeeper.run(term)
         with term.lock:
@@ -243,20 +269,31 @@ class SparkCareer:
         query = term.query
         timed_out = False
         if query is not None and outcome is Outcome.CLEAN:
-            timed_out = not self._wait_for_quiet(term, started + self._config.handover_timeout_s)
+            timed_out = not self._wait_for_quiet(term, started + self._wait_s)
         if query is not None:
-            try:
-                query.stop()
-            except Exception as exc:  # stopping a query that died: nothing more to stop
-                term.log.debug("query_stop_error", error=repr(exc)[:500])
+            self._stop_query(term, query)
         # Only if Spark's checkpoint has the batch: then no re-run needs its files.
         self._housekeeper.archive_committed(term)
         self._term = None
         term.log.info("handed_over", outcome=outcome.value, batch=term.last_committed, timed_out=timed_out,
                       seconds=round(self._clock() - started, 3))
         if self._session_per_term:
-            self._stop_session()  # on a cluster: the executors go with the application, freeing the cores
+            # On a cluster the executors go with the application, freeing the cores. A stop that overruns its
+            # share goes on in the background; the application ends with this process at the latest.
+            try:
+                call_within(self._stop_session, self._session_stop_s, "stopping the Spark application")
+            except Unresponsive as exc:
+                term.log.warning("spark_stop_timed_out", reason=str(exc))
         return term.last_committed
+
+    def _stop_query(self, term: Term, query: Any) -> None:
+        """``query.stop()`` within its share of the hand-over budget (Spark's own ``stopTimeout`` is the same)."""
+        try:
+            call_within(query.stop, self._stop_s + 1.0, "stopping the streaming query")
+        except Unresponsive as exc:
+            term.log.warning("query_stop_timed_out", reason=str(exc), in_flight=term.in_flight)
+        except Exception as exc:  # stopping a query that died: nothing more to stop
+            term.log.debug("query_stop_error", error=repr(exc)[:500])
 
     def close(self) -> None:
         """Stop the keep-warm heartbeat, a running query and, if this career started Spark, Spark itself."""
@@ -283,7 +320,7 @@ class SparkCareer:
         master = _STANDBY_MASTER if standby and self._config.on_cluster else self._config.spark_master
         if self._session is None:
             conf = {
-                "spark.sql.streaming.stopTimeout": str(int(self._config.handover_timeout_s * 1000)),
+                "spark.sql.streaming.stopTimeout": str(int(self._stop_s * 1000)),
                 **self._config.spark_conf,
             }
             self._session, self._owned = build_session(
@@ -305,9 +342,10 @@ class SparkCareer:
         writer = BatchWriter(term, self._layout, self._config, self._observer, self._replica_id, self._hooks,
                              self._faults)
         name = query_name(self._replica_id, term.epoch, term.restarts)
-        term.error = None
-        term.query = start_query(session, self._config, self._layout, writer, name=name,
-                                 checkpoint=term.checkpoint)
+        term.error, term.failed = None, None
+        term.query = call_within(
+            lambda: start_query(session, self._config, self._layout, writer, name=name, checkpoint=term.checkpoint),
+            self._config.warmup_timeout_s, "starting the streaming query")
         term.log.info("query_started", query=name, seconds=round(self._clock() - started, 3))
 
     def _recover_query(self, term: Term) -> bool:
@@ -322,9 +360,13 @@ class SparkCareer:
             return False
         if isinstance(error, Fenced) or (error is not None and error is term.injected):
             raise error
-        exc = term.query.exception() if term.query is not None else None
-        if isinstance(error, ElectionError):
+        query = term.query
+        exc = self._jvm(query.exception) if query is not None else None
+        if isinstance(error, _INFRASTRUCTURE):
             raise SparkCareerError(f"epoch {term.epoch}: a batch could not reach ZooKeeper: {error}") from error
+        if error is not None and term.failed is not None:
+            raise BatchFailed(term.failed, f"epoch {term.epoch}: batch {term.failed} failed: "
+                                           f"{type(error).__name__}: {str(error)[:2000]}") from error
         detail = str(error) if error is not None else str(exc)
         raise SparkCareerError(f"epoch {term.epoch}: the streaming query stopped: {detail[:2000]}") from error
 
@@ -334,7 +376,8 @@ class SparkCareer:
         while self._clock() < deadline:
             with term.lock:
                 in_flight, last = term.in_flight, term.last_seen
-            if in_flight is None and (not query.isActive or last is None or spark_committed(term.checkpoint, last)):
+            if in_flight is None and (last is None or spark_committed(term.checkpoint, last)
+                                      or not self._jvm(lambda: bool(query.isActive))):
                 return True
             time.sleep(_POLL_S)
         return False

@@ -84,6 +84,16 @@ class SparkCareerConfig:
         retry_backoff_max_s: cap of the retry delay (default 300); at least ``retry_backoff_s``.
         min_free_disk_mb: below this much free space on the data root (or the queue's volume) the career reports
             itself unhealthy and the replica leaves the election until there is room again (default 512).
+        probe_timeout_s: the deadline of every call the control thread makes into Spark's JVM (a query's
+            status, the health check) and of the storage probe (default 10). A JVM or a file system that does
+            not answer in time makes a follower unhealthy and a leader give its lock up (a stall). Hazard: below
+            the longest stop-the-world GC pause the driver sees, a pause becomes a failover.
+        row_timeout_s: the deadline of one row-function call (default 30; 0: none). A call that exceeds it is
+            interrupted (a signal in the Python worker) and fails its record with ``RowTimeout`` into the retry
+            and dead-letter path; the batch goes on. A call stuck in native code that ignores signals cannot be
+            interrupted: its batch stalls until the progress watchdog moves the lock. Keep ``retry_attempts ×
+            row_timeout_s`` above the replica's ``stall_timeout_s``, so that a replica whose row function hangs
+            gives the lock up before its records are dead-lettered.
 
     Raises:
         ConfigError: a setting cannot work; the message names it, its value and the fix (a ``ValueError`` too).
@@ -117,6 +127,8 @@ class SparkCareerConfig:
     retry_backoff_s: float = 1.0
     retry_backoff_max_s: float = 300.0
     min_free_disk_mb: int = 512
+    probe_timeout_s: float = 10.0
+    row_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_root", Path(self.data_root))
@@ -134,9 +146,11 @@ class SparkCareerConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} is below 1; raise it to at least 1")
         for name in ("trigger_interval_s", "handover_timeout_s", "archive_retention_s", "warmup_timeout_s",
-                     "retry_backoff_s"):
+                     "retry_backoff_s", "probe_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name):g} is not above 0 seconds; raise it")
+        if self.row_timeout_s < 0:
+            raise ConfigError(f"row_timeout_s={self.row_timeout_s:g} is negative; use 0 for no deadline")
         if self.keep_warm_interval_s < 0:
             raise ConfigError(f"keep_warm_interval_s={self.keep_warm_interval_s:g} is negative; use 0 to turn "
                               "keep-warm off")
@@ -153,7 +167,8 @@ class SparkCareerConfig:
     @property
     def retry_policy(self) -> RetryPolicy:
         """The retry settings as the batch writer uses them."""
-        return RetryPolicy(self.retry_attempts, self.retry_backoff_s, self.retry_backoff_max_s)
+        return RetryPolicy(self.retry_attempts, self.retry_backoff_s, self.retry_backoff_max_s,
+                           self.row_timeout_s or None)
 
     @property
     def on_cluster(self) -> bool:

@@ -79,7 +79,9 @@ class Housekeeper:
                     term.log.info("stale_marks_swept", marks=stale)
             # Files this group consumed but a slower group still holds in landing/ are not this group's backlog.
             pending = set((term.last_record or {}).get("files") or []) | term.marks.marked()
-            self._observer.backlog(len([n for n in landing_files(layout) if n not in pending]))
+            due = (term.last_record or {}).get("retry_next_due")
+            self._observer.backlog(len([n for n in landing_files(layout) if n not in pending]),
+                                   retry_due=due is not None and due <= time.time())
             self._wake_for_retries(term)
 
     def _wake_for_retries(self, term: Term) -> None:

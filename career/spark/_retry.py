@@ -16,8 +16,11 @@ it is dropped before the row function, with status ``duplicate``, and the held c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +32,9 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 
+from career._deadline import call_within
+from election._errors import Unresponsive
+
 __all__ = [
     "DEAD",
     "DUPLICATE",
@@ -37,6 +43,7 @@ __all__ = [
     "WRITTEN",
     "RetryPolicy",
     "RowFunction",
+    "RowTimeout",
     "dead_letter_table",
     "identity_row",
     "next_due",
@@ -44,6 +51,7 @@ __all__ = [
     "read_snapshot",
     "repeat_ids",
     "snapshot_table",
+    "timed_out_now",
     "unique_held",
     "write_parquet",
 ]
@@ -83,25 +91,67 @@ def identity_row(record: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How often and how late a failed record is tried again.
+    """How often and how late a failed record is tried again, and how long one call may take.
 
     Attempt ``n`` (1-based) that fails is retried ``min(backoff_s × 2^(n-1), backoff_max_s)`` later; the
-    ``attempts``-th failure dead-letters the record. The values are checked where they are set
-    (``SparkCareerConfig``'s ``retry_*`` settings).
+    ``attempts``-th failure dead-letters the record. A call running past ``row_timeout_s`` fails with
+    :class:`RowTimeout` (None: no deadline). The values are checked where they are set (``SparkCareerConfig``'s
+    ``retry_*`` and ``row_timeout_s`` settings).
     """
 
     attempts: int = 5
     backoff_s: float = 1.0
     backoff_max_s: float = 300.0
+    row_timeout_s: float | None = None
 
     def delay(self, attempts: int) -> float:
         return min(self.backoff_s * math.pow(2, attempts - 1), self.backoff_max_s)
 
 
-def _apply(row_function: RowFunction, key: str, rid: str, seq: int, ts: int, payload: str) -> str:
+class RowTimeout(Exception):
+    """A row-function call ran past ``row_timeout_s``: its record fails like any other failure."""
+
+
+@contextlib.contextmanager
+def _alarm(timeout_s: float) -> Iterator[None]:
+    """Raise :class:`RowTimeout` in this (main) thread after ``timeout_s``.
+
+    A signal interrupts what a thread cannot: a blocking socket read or ``time.sleep`` returns into the handler,
+    which raises. Spark runs ``mapInArrow`` functions on a Python worker's main thread, where signals land; the
+    timer is disarmed and the previous handler restored after each call, as the worker is reused.
+    """
+
+    def expire(_signum: int, _frame: object) -> None:
+        raise RowTimeout(f"the row function did not return within {timeout_s:g} s (row_timeout_s)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _call(row_function: RowFunction, record: dict[str, Any], timeout_s: float | None) -> Any:
+    """``row_function(record)`` under its deadline; off the main thread (no signals there) a helper thread
+    waits instead, which lets the batch go on but cannot stop the call."""
+    if timeout_s is None:
+        return row_function(record)
+    if threading.current_thread() is threading.main_thread():
+        with _alarm(timeout_s):
+            return row_function(record)
+    try:
+        return call_within(lambda: row_function(record), timeout_s, "the row function")
+    except Unresponsive as exc:
+        raise RowTimeout(f"the row function did not return within {timeout_s:g} s (row_timeout_s)") from exc
+
+
+def _apply(row_function: RowFunction, key: str, rid: str, seq: int, ts: int, payload: str,
+           timeout_s: float | None = None) -> str:
     """Run the row function on one record; returns the payload to write (raises what the function raises)."""
     record = {"id": rid, "key": key, "seq": seq, "ts": ts, "payload": json.loads(payload)}
-    result = row_function(record)
+    result = _call(row_function, record, timeout_s)
     if result is None:
         return payload
     if not isinstance(result, dict):
@@ -143,7 +193,7 @@ def _processor(row_function: RowFunction, policy: RetryPolicy, now: float
                 else:
                     try:
                         row["payload"] = _apply(row_function, row["key"], row["id"], row["seq"], row["ts"],
-                                                row["payload"])
+                                                row["payload"], policy.row_timeout_s)
                         status = WRITTEN
                     except Exception as exc:  # the record's failure, whatever it is, must not fail the batch
                         row["attempts"] = (row["attempts"] or 0) + 1
@@ -243,6 +293,14 @@ def snapshot_table(processed: pa.Table) -> pa.Table:
     """The held rows of a processed batch (collected to the driver) in snapshot shape."""
     held = processed.filter(pc.equal(processed.column("status"), HELD))
     return held.select(list(RETRY_COLUMNS)).cast(_RETRY_SCHEMA)
+
+
+def timed_out_now(processed: pa.Table, now: float) -> tuple[int, int]:
+    """Of a processed batch's rows that failed in this batch (``last_failed_at == now``): how many, and how many
+    of those ran past the row timeout."""
+    failed = processed.filter(pc.equal(processed.column("last_failed_at"), now))
+    errors = failed.column("error").to_pylist()
+    return failed.num_rows, sum(1 for error in errors if error and error.startswith(f"{RowTimeout.__name__}:"))
 
 
 def repeat_ids(processed: pa.Table) -> list[str]:

@@ -128,10 +128,15 @@ class Layout:
     def dead_letter(self) -> Path:
         return self.root / "dead-letter"
 
+    @property
+    def set_aside(self) -> Path:
+        """Poison batches set aside: each one's queue files and a manifest (``career.spark._set_aside``)."""
+        return self.root / "set-aside"
+
     def outputs(self) -> dict[str, Path]:
         """The folders a commit record's ``staged`` entries publish into, by entry name."""
         return {"table": self.table, "quarantine": self.quarantine, "retry": self.retry,
-                "dead_letter": self.dead_letter, "order": self.order}
+                "dead_letter": self.dead_letter, "order": self.order, "set_aside": self.set_aside}
 
     def staging(self, output: Path, epoch: int, batch_id: int) -> Path:
         """``<output>/_staging/epoch=<e>/batch=<B>``."""

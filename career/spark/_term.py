@@ -42,6 +42,8 @@ class Term:
     last_committed: int | None = None
     last_record: dict[str, Any] | None = None
     error: BaseException | None = None
+    failed: int | None = None  # the batch whose failure ``error`` is (``execute`` raises ``BatchFailed`` for it)
+    row_stuck_since: float | None = None  # monotonic: since when every row-function call has run past its timeout
     injected: BaseException | None = None  # what the fault hook raised in a batch: execute re-raises it as is
     restarts: int = 0
     order: tuple[str | None, HighWaterMarks] | None = None  # the per-key marks as of a commit record's "order"

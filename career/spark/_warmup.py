@@ -42,7 +42,11 @@ _WARMUP_RECORDS_PER_FILE = 1000
 class _NullObserver:
     """The warm-up's observer: its batches are no one's metrics."""
 
-    def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int]) -> None:
+    def batch_started(self, batch_id: int) -> None:
+        pass
+
+    def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int], *,
+                       progressed: bool = True) -> None:
         pass
 
     def retry_waiting(self, records: int) -> None:
@@ -51,7 +55,7 @@ class _NullObserver:
     def commit_finished(self, duration_s: float, committed_at: float) -> None:
         pass
 
-    def backlog(self, files: int) -> None:
+    def backlog(self, files: int, *, retry_due: bool = False) -> None:
         pass
 
 

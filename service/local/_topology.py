@@ -29,6 +29,7 @@ from service.replica import (
     SOURCE_BACKLOG_FILES,
     ZK_CONNECTED,
     arm,
+    pause_descendants,
     pause_tree,
     resume_tree,
     tree_pids,
@@ -146,6 +147,11 @@ class ReplicaProcess:
         """SIGSTOP the replica and every descendant (its Spark JVM); returns the pids stopped."""
         return pause_tree(self.process.pid) if self.alive and self.process is not None else []
 
+    def freeze_spark(self) -> list[int]:
+        """SIGSTOP the replica's Spark JVM and its Python workers, not the replica's own process (a JVM stuck in
+        GC or a native call); :meth:`resume` thaws them. Returns the pids stopped."""
+        return pause_descendants(self.process.pid) if self.alive and self.process is not None else []
+
     def resume(self) -> list[int]:
         """SIGCONT the replica and every descendant, whoever stopped them (a drill, or an injected fault)."""
         return resume_tree(self.process.pid) if self.alive and self.process is not None else []
@@ -255,7 +261,8 @@ class Topology:
                  zk_tick_ms: int = Ensemble.DEFAULT_TICK_MS,
                  replica_args: list[str] | None = None, zk_servers: int = 3, zk_client_address: str = "127.0.0.1",
                  replica_launch: dict[str, ReplicaLaunch] | None = None, zk_port: int | None = None,
-                 fault_files: bool = False, spark_workers: int = 0) -> None:
+                 fault_files: bool = False, spark_workers: int = 0,
+                 replica_env: dict[str, dict[str, str]] | None = None) -> None:
         self.directory = directory
         #: with ``fault_files``, replica R runs with ``--fault-file <directory>/faults/R`` (see ``arm``)
         self.faults_dir = directory / "faults" if fault_files else None
@@ -270,6 +277,8 @@ class Topology:
                                                                                high=30000),
                                    directory=directory / "spark") if spark_workers else None)
         self.replica_launch = dict(replica_launch or {})
+        #: extra environment of each replica by id (kept across restarts), e.g. a drill's hang file
+        self.replica_env = {name: dict(env) for name, env in (replica_env or {}).items()}
         self.handover_timeout_s = handover_timeout_s
         spark_args = ["--spark-master", self.spark.master_url] if self.spark is not None else []
         self._replica_args = [
@@ -283,7 +292,7 @@ class Topology:
     def _new_replica(self, replica_id: str) -> ReplicaProcess:
         launch = self.replica_launch.get(replica_id, ReplicaLaunch())
         fault_file = self.faults_dir / replica_id if self.faults_dir is not None else None
-        env = {"TENURE_LOG_LEVEL": "info"}
+        env = {"TENURE_LOG_LEVEL": "info", **self.replica_env.get(replica_id, {})}
         if self.spark is not None:  # the driver binds and advertises loopback; executors run this Python
             env |= {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
         return ReplicaProcess(replica_id, free_port(), self._replica_args, self.logs / f"{replica_id}.log",

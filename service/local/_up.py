@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from service.local._supervise import Supervisor
 from service.local._topology import ReplicaStatus, Topology
 
 __all__ = ["render_status", "run_up"]
@@ -39,8 +40,13 @@ def _plain_line(statuses: list[ReplicaStatus]) -> str:
     return time.strftime("%H:%M:%S ") + " ".join(parts)
 
 
+def _stamped(line: str) -> str:
+    return time.strftime("%H:%M:%S ") + line
+
+
 def run_up(topology: Topology, *, producer_args: list[str] | None = None, plain_interval_s: float = 5.0) -> int:
-    """Start ``topology``, show its status until a signal, then stop everything in order."""
+    """Start ``topology``, show its status until a signal, then stop everything in order. A replica that exits
+    meanwhile (a crash, or a stall: it gave its lock up) is restarted with a back-off, and said so."""
     stop = threading.Event()
 
     def _on_signal(_signum: int, _frame: FrameType | None) -> None:
@@ -60,11 +66,18 @@ def run_up(topology: Topology, *, producer_args: list[str] | None = None, plain_
         if sys.stdout.isatty():
             with Live(render_status(topology.statuses(), topology.ensemble.connect_string),
                       console=console, refresh_per_second=2) as live:
+                supervisor = Supervisor(topology, report=lambda line: live.console.print(_stamped(line)))
                 while not stop.wait(1.0):
+                    supervisor.check()
                     live.update(render_status(topology.statuses(), topology.ensemble.connect_string))
         else:
-            while not stop.wait(plain_interval_s):
-                print(_plain_line(topology.statuses()), flush=True)
+            supervisor = Supervisor(topology, report=lambda line: print(_stamped(line), flush=True))
+            next_line = time.monotonic() + plain_interval_s
+            while not stop.wait(1.0):
+                supervisor.check()
+                if time.monotonic() >= next_line:
+                    next_line += plain_interval_s
+                    print(_plain_line(topology.statuses()), flush=True)
     finally:
         print("stopping: producer, followers, then the leader (a graceful handover), then Spark and ZooKeeper",
               flush=True)

@@ -55,6 +55,9 @@ def format_history(terms: list[TermRecord], *, now: float | None = None, width: 
                       _seconds(gap), str(term.batches), str(term.records))
         previous = term
     console.print(table)
+    for term in terms:  # why a term gave up or failed: one line each, under the table
+        if term.ended in ("stalled", "failed") and term.reason:
+            console.print(f"epoch {term.epoch} {term.ended}: {term.reason}", overflow="fold")
     return buffer.getvalue()
 
 

@@ -12,15 +12,18 @@ from service.replica._logs import configure_logging
 from service.replica._metrics import (
     BATCHES,
     COMMITS_FENCED,
+    CONTROL_LOOP_AGE,
     IS_LEADER,
     LEADER_EPOCH,
+    PROGRESS_AGE,
     RECORDS,
     SOURCE_BACKLOG_FILES,
+    STALLS,
     ZK_CONNECTED,
     Metrics,
 )
 from service.replica._process import run_replica
-from service.replica._proctree import pause_tree, resume_tree, tree_pids
+from service.replica._proctree import pause_descendants, pause_tree, resume_tree, tree_pids
 from service.replica._registry import (
     QUEUES,
     GroupError,
@@ -30,17 +33,23 @@ from service.replica._registry import (
     register_group,
     registered_groups,
 )
+from service.replica._runner import EXIT_STALLED
 from service.replica._runner_states import RunnerState
+from service.replica._stall import StallReason
 
 __all__ = [
     "BATCHES",
     "COMMITS_FENCED",
+    "CONTROL_LOOP_AGE",
+    "EXIT_STALLED",
     "FAULT_POINTS",
     "IS_LEADER",
     "LEADER_EPOCH",
+    "PROGRESS_AGE",
     "QUEUES",
     "RECORDS",
     "SOURCE_BACKLOG_FILES",
+    "STALLS",
     "ZK_CONNECTED",
     "FaultFile",
     "GroupError",
@@ -51,11 +60,13 @@ __all__ = [
     "RegisteredGroup",
     "ReplicaConfig",
     "RunnerState",
+    "StallReason",
     "arm",
     "configure_logging",
     "four_letter_word",
     "list_groups",
     "load_config",
+    "pause_descendants",
     "pause_tree",
     "queue_path",
     "register_group",

@@ -74,7 +74,22 @@ class ReplicaConfig(BaseModel):
     failure_backoff_s: float = Field(default=1.0, description="First back-off after the career raised; doubles.")
     failure_backoff_max_s: float = Field(default=60.0, description="Cap of the failure back-off; a term "
                                          "longer than this forgives earlier failures.")
-    liveness_timeout_s: float = Field(default=30.0, description="/livez fails when the loop stalls this long.")
+    liveness_timeout_s: float = Field(default=30.0, description="The control loop must come round this often: "
+                                      "past it /livez fails and the replica gives its lock up and exits.")
+    stall_timeout_s: float = Field(default=120.0, description="A leader with input waiting that finishes no batch "
+                                   "this long gives its lock up at once, records why, and exits non-zero "
+                                   "(restarted by its supervisor as a follower).")
+    first_batch_allowance_s: float = Field(default=60.0, description="Added to the stall timeout for a term's "
+                                           "first batch and to the liveness timeout for an inauguration (starting "
+                                           "Spark, a cluster's executors, loading state).")
+    max_batch_attempts: int = Field(default=3, description="A batch that failed or stalled this many terms in a "
+                                    "row is set aside under set-aside/ with its files and error, and the queue "
+                                    "moves on; failures while storage, Spark or ZooKeeper is down do not count.")
+    probe_timeout_s: float = Field(default=10.0, description="Deadline of every call into Spark's JVM from the "
+                                   "control thread and of the storage probe: no answer makes a follower unhealthy "
+                                   "and a leader give its lock up.")
+    row_timeout_s: float = Field(default=30.0, description="Deadline of one row-function call; past it the record "
+                                 "fails with RowTimeout into the retry and dead-letter path (0: none).")
     zk_auth: str | None = Field(default=None, description="Digest credential user:password for the znodes.")
     counter_interval_s: float = Field(default=0.2, description="Counter career: one commit per interval.")
     transform: str | None = Field(default=None, description="package.module:function applied to each batch's "
@@ -163,6 +178,10 @@ class ReplicaConfig(BaseModel):
         self.runner_settings()
         if self.career == "spark":
             self.spark_career_config()
+        if self.probe_timeout_s >= self.liveness_timeout_s:
+            raise ValueError(f"probe_timeout_s={self.probe_timeout_s:g} is not below liveness_timeout_s="
+                             f"{self.liveness_timeout_s:g}: a probe on the control thread would outlast the loop's "
+                             "liveness; lower probe_timeout_s or raise liveness_timeout_s")
         if self.handover_timeout_s >= self.session_timeout_s:
             raise ValueError(f"handover_timeout_s={self.handover_timeout_s:g} is not below session_timeout_s="
                              f"{self.session_timeout_s:g}: lower handover_timeout_s or raise session_timeout_s, "

@@ -3,8 +3,10 @@
 A replica started with ``--fault-file F`` checks ``F`` at each point below (one ``stat`` when absent). The file
 holds ``POINT ACTION``; the first time the replica reaches ``POINT`` it deletes the file, logs
 ``fault_injected`` and acts: ``pause`` stops its whole process tree (Python and the JVM) until a SIGCONT from
-outside, ``kill`` SIGKILLs it, ``raise`` raises :class:`InjectedFault` there. The points are the windows where a
-pause or a crash is most dangerous; each is named for what has just happened.
+outside, ``kill`` SIGKILLs it, ``raise`` raises :class:`InjectedFault` there, ``hang`` blocks the thread that
+reached the point for ever while the rest of the process runs on (a call that never returns: what the progress
+watchdog exists for). The points are the windows where a pause or a crash is most dangerous; each is named for
+what has just happened.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Final
 
@@ -30,7 +33,7 @@ FAULT_POINTS: Final[dict[str, str]] = {
     "after_publish": "the batch published, Spark's checkpoint not yet told (foreachBatch about to return)",
     "after_checkpoint": "Spark's checkpoint has the batch, its queue files not yet marked consumed or archived",
 }
-FAULT_ACTIONS: Final = ("pause", "kill", "raise")
+FAULT_ACTIONS: Final = ("pause", "kill", "raise", "hang")
 
 _log = structlog.get_logger("tenure.faults")
 
@@ -79,5 +82,7 @@ class FaultFile:
             pause_tree(os.getpid())
         elif action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        elif action == "hang":
+            threading.Event().wait()
         else:
             raise InjectedFault(f"injected fault at {point}: {FAULT_POINTS[point]}")

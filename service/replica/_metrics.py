@@ -17,20 +17,24 @@ from prometheus_client import (
 from prometheus_client.gc_collector import GCCollector
 
 from service import __version__
+from service.replica._stall import STALL_REASONS
 
 __all__ = [
     "BATCHES",
     "BATCH_OUTCOMES",
     "CANARY_GAP",
     "COMMITS_FENCED",
+    "CONTROL_LOOP_AGE",
     "HANDOVER_GAP",
     "IS_LEADER",
     "LEADER_CHANGES",
     "LEADER_EPOCH",
     "LEASE_HEADROOM",
+    "PROGRESS_AGE",
     "RECORDS",
     "RECORD_OUTCOMES",
     "SOURCE_BACKLOG_FILES",
+    "STALLS",
     "ZK_CONNECTED",
     "Metrics",
     "TermCounts",
@@ -48,9 +52,12 @@ LEADER_CHANGES = "tenure_leader_changes"
 LEASE_HEADROOM = "tenure_lease_headroom_seconds"
 HANDOVER_GAP = "tenure_handover_gap_seconds"
 CANARY_GAP = "tenure_canary_gap_seconds"
+CONTROL_LOOP_AGE = "tenure_control_loop_age_seconds"
+PROGRESS_AGE = "tenure_progress_age_seconds"
+STALLS = "tenure_stalls"
 
-BATCH_OUTCOMES = ("committed", "skipped", "fenced", "failed")
-RECORD_OUTCOMES = ("written", "duplicate", "quarantined", "late", "retried", "dead_lettered")
+BATCH_OUTCOMES = ("committed", "skipped", "set_aside", "fenced", "failed")
+RECORD_OUTCOMES = ("written", "duplicate", "quarantined", "late", "retried", "dead_lettered", "set_aside")
 
 # Failover-scale buckets: handovers and inaugurations range from milliseconds (warm) to tens of seconds (cold).
 _LIFECYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60)
@@ -132,6 +139,18 @@ class Metrics:
                                       buckets=_LIFECYCLE_BUCKETS, registry=registry)
         self.canary_gap = Gauge(CANARY_GAP, "The last canary handover's gap, seen by the leader that followed it "
                                 "(--canary-handover-every-s).", registry=registry)
+        # Computed at scrape time from the progress clock (``_progress``), so they rise while the loop is stuck.
+        self.control_loop_age = Gauge(CONTROL_LOOP_AGE, "Seconds since the control loop last came round.",
+                                      registry=registry)
+        self.progress_age = Gauge(PROGRESS_AGE, "Seconds the leader has owed progress: input waiting and no "
+                                  "batch finished since (0 when following or when nothing waits).",
+                                  registry=registry)
+        self.stalls = Counter(STALLS, "Times this replica gave its lock up because its work stopped progressing, "
+                              "by reason.", ["reason"], registry=registry)
+        for reason in STALL_REASONS:
+            self.stalls.labels(reason)
+        self.row_timeouts = Counter("tenure_row_timeouts", "Row-function calls that ran past --row-timeout-s.",
+                                    registry=registry)
         self._term_lock = threading.Lock()
         self._term = TermCounts()
 
@@ -145,8 +164,9 @@ class Metrics:
         with self._term_lock:
             return self._term
 
-    # CareerObserver
-    def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int]) -> None:
+    # What the career observes, forwarded by ``Progress`` (the career's observer).
+    def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int], *,
+                       progressed: bool = True) -> None:
         self.batches.labels(outcome).inc()
         if outcome == "committed":
             with self._term_lock:
@@ -157,8 +177,10 @@ class Metrics:
             self.commits_fenced.inc()
         self.batch_duration.observe(duration_s)
         for name, count in records.items():
-            if count:
+            if count and name in RECORD_OUTCOMES:
                 self.records.labels(name).inc(count)
+        if records.get("timed_out"):
+            self.row_timeouts.inc(records["timed_out"])
 
     def commit_finished(self, duration_s: float, committed_at: float) -> None:
         self.commit_duration.observe(duration_s)
@@ -167,7 +189,7 @@ class Metrics:
             self._term = TermCounts(t.batches, t.records, t.first_commit_at or committed_at, committed_at)
         self.last_commit.set(committed_at)
 
-    def backlog(self, files: int) -> None:
+    def backlog(self, files: int, *, retry_due: bool = False) -> None:
         self.backlog_files.set(files)
 
     def retry_waiting(self, records: int) -> None:

@@ -15,13 +15,14 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import CollectorRegistry
 
-from career import Career, CounterCareer
+from career import Career, CareerObserver, CounterCareer
 from election import ConfigError, DigestCredential, Election, ElectionEvent, Identity
 from service.replica._config import ReplicaConfig
 from service.replica._faults import FaultFile
 from service.replica._four_letter import four_letter_word
 from service.replica._health import HealthServer
 from service.replica._metrics import Metrics
+from service.replica._progress import Progress
 from service.replica._registry import register_group, registered_groups
 from service.replica._runner import Runner
 
@@ -102,7 +103,7 @@ def _faults(config: ReplicaConfig) -> FaultFile | None:
     return FaultFile(config.fault_file) if config.fault_file is not None else None
 
 
-def _make_career(config: ReplicaConfig, metrics: Metrics,
+def _make_career(config: ReplicaConfig, observer: CareerObserver,
                  registered: Callable[[], Collection[str]] | None = None) -> Career:
     if ":" in config.career:
         module_name, _, attr = config.career.partition(":")
@@ -111,15 +112,16 @@ def _make_career(config: ReplicaConfig, metrics: Metrics,
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"career={config.career!r} cannot be loaded ({exc}): check the module is "
                               "importable and defines that factory") from exc
-        career: Career = factory(config, metrics)
+        career: Career = factory(config, observer)
         return career
     if config.career == "counter":
         return CounterCareer(config.data_root / "counter.log", interval_s=config.counter_interval_s,
-                             observer=metrics, min_free_bytes=config.min_free_disk_mb << 20)
+                             observer=observer, min_free_bytes=config.min_free_disk_mb << 20,
+                             probe_timeout_s=config.probe_timeout_s)
     from career.spark import HookError, SparkCareer  # imported only when Spark is the career
 
     try:
-        return SparkCareer(config.spark_career_config(), metrics, replica_id=config.replica_id, group=config.group,
+        return SparkCareer(config.spark_career_config(), observer, replica_id=config.replica_id, group=config.group,
                            registered_groups=registered, faults=_faults(config))
     except (ValueError, HookError) as exc:  # what only the career can check: the dedup interval, the hooks
         raise ConfigError(str(exc)) from exc
@@ -134,6 +136,7 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
     structlog.contextvars.bind_contextvars(replica_id=config.replica_id, group=config.group)
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry, replica_id=config.replica_id, group=config.group)
+    progress = Progress(metrics, liveness_timeout_s=config.liveness_timeout_s)  # the career's observer
     try:
         server = HealthServer(config.metrics_host, config.metrics_port, registry)
     except OSError as exc:
@@ -150,7 +153,7 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
         # The Spark career reads a queue other groups may share: archiving waits for every registered group.
         # Its settings are checked first, so a bad value registers nothing.
         spark = config.career == "spark"
-        career = _make_career(config, metrics, _queue_groups(config, client) if spark else None)
+        career = _make_career(config, progress, _queue_groups(config, client) if spark else None)
         if spark:
             _register_group(config, client)
     except BaseException:
@@ -174,7 +177,7 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
                         session_timeout_s=timing.session_timeout_s, safe_fraction=timing.safe_fraction,
                         op_timeout_s=timing.op_timeout_s, faults=_faults(config))
 
-    runner = Runner(election_factory, career, metrics, config.runner_settings())
+    runner = Runner(election_factory, career, metrics, config.runner_settings(), progress=progress)
 
     runner.install_signal_handlers()
     metrics.zk_connected.set(1 if client.connected else 0)

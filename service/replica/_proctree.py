@@ -13,7 +13,7 @@ import threading
 
 import psutil
 
-__all__ = ["pause_tree", "resume_tree", "tree_pids"]
+__all__ = ["pause_descendants", "pause_tree", "resume_tree", "tree_pids"]
 
 
 def tree_pids(pid: int) -> list[int]:
@@ -52,4 +52,13 @@ def resume_tree(pid: int) -> list[int]:
     """SIGCONT ``pid`` and every descendant (children first, so the root wakes to a running JVM)."""
     pids = tree_pids(pid)
     _send(list(reversed(pids)), signal.SIGCONT)
+    return pids
+
+
+def pause_descendants(pid: int) -> list[int]:
+    """SIGSTOP every descendant of ``pid`` but not ``pid`` itself: a replica's Spark JVM and its Python workers
+    freeze while the replica's own Python process runs on (a JVM stuck in GC, a wedged native call); returns the
+    pids stopped. :func:`resume_tree` resumes them."""
+    pids = tree_pids(pid)[1:]
+    _send(pids, signal.SIGSTOP)
     return pids

@@ -9,19 +9,22 @@ answers every event (the states and their transitions are in ``_runner_states.py
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 import structlog
 from kazoo.exceptions import KazooException
 
-from career import Career, CareerContext, HandoverRecord, Outcome
+from career import BatchFailed, Career, CareerContext, FailedBatch, HandoverRecord, Outcome, call_within
 from election import (
     ConnectionChanged,
     DrainRequest,
@@ -37,18 +40,26 @@ from election import (
     Revoked,
     Suspended,
     TenureError,
+    Unresponsive,
 )
 from service.replica._health import Health
 from service.replica._metrics import Metrics
+from service.replica._proctree import tree_pids
+from service.replica._progress import Progress
 from service.replica._requests import DrainChanged, HandoverRequested, OperatorRequests
 from service.replica._runner_states import TRANSITIONS, RunnerSettings, RunnerState
+from service.replica._stall import Stall, StallReason
 from service.replica._term_record import CANARY, TermRecorder
+from service.replica._watchdog import StallLimits, Watchdog
 
-__all__ = ["EXIT_HANDOVER_OVERRUN", "Runner"]
+__all__ = ["EXIT_HANDOVER_OVERRUN", "EXIT_STALLED", "Runner"]
 
 _log = structlog.get_logger("tenure.runner")
 
 EXIT_HANDOVER_OVERRUN = 3
+EXIT_STALLED = 4
+"""The exit code of a replica that gave its lock up because its work stopped progressing (a supervisor restarts
+it: `tenure up`, compose's ``restart: on-failure``)."""
 #: Past the handover budget, time for the handover record and the node's release (two ZooKeeper writes).
 _HANDOVER_GRACE_S = 2.0
 #: How often the runner asks the career whether it can work (``Career.unhealthy``).
@@ -66,15 +77,21 @@ _Event = ElectionEvent | _Signal | DrainChanged | HandoverRequested
 class Runner:
     """Drives ``career`` while ``election`` says this replica leads.
 
+    A progress watchdog on a thread of its own (``_watchdog``) gives the lock up when the loop stops coming
+    round or the leader stops finishing batches while input waits; so does the loop itself when Spark stops
+    answering, and a full event queue: :meth:`give_up` closes the ZooKeeper session (the node goes now), kills
+    the JVM and exits with :data:`EXIT_STALLED`.
+
     Example::
 
-        runner = Runner(election_factory, career, metrics, RunnerSettings(replica_id="r1"))
+        progress = Progress(metrics, liveness_timeout_s=30)     # the career's observer
+        runner = Runner(election_factory, career, metrics, RunnerSettings(replica_id="r1"), progress=progress)
         exit_code = runner.run()     # blocks; SIGTERM = graceful handover, then 0
     """
 
     def __init__(self, election_factory: Callable[[Callable[[ElectionEvent], None]], Election], career: Career,
-                 metrics: Metrics, settings: RunnerSettings, *, clock: Callable[[], float] = time.monotonic,
-                 queue_size: int = 1024) -> None:
+                 metrics: Metrics, settings: RunnerSettings, *, progress: Progress,
+                 clock: Callable[[], float] = time.monotonic, queue_size: int = 1024) -> None:
         self._events: queue.Queue[_Event] = queue.Queue(maxsize=queue_size)
         self._election = election_factory(self._post)
         self._career = career
@@ -87,7 +104,10 @@ class Runner:
         self._term_started = 0.0
         self._failures = 0
         self._rejoin_at = 0.0
-        self._last_tick = clock()
+        self._progress = progress
+        self._stall_lock = threading.Lock()
+        self._stalled: Stall | None = None
+        self._failed_batch: FailedBatch | None = None  # this term's view of the batch failing terms in a row
         self._stop_signals = 0
         self._exit_code = 0
         self._watchdog: threading.Timer | None = None
@@ -112,8 +132,11 @@ class Runner:
         try:
             self._events.put_nowait(event)
         except queue.Full:
-            # A full queue means the control thread is stuck; /livez reports it and the supervisor restarts.
-            self._log.error("event_queue_full", dropped=type(event).__name__)
+            # Dropping an event (a Revoked, an Elected) would leave the runner and the election out of step for
+            # good, and a full queue means the control thread is not reading it: fail-stop instead.
+            self.give_up(Stall(StallReason.EVENT_QUEUE_FULL,
+                               f"the event queue is full ({self._events.maxsize} events); "
+                               f"{type(event).__name__} could not be queued"))
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._stop_signals += 1
@@ -134,8 +157,10 @@ class Runner:
         self._post(_Signal(signum))
 
     def _handover_overrun(self) -> None:
+        """The graceful handover ran past its budget: close the session so the successor hears now, not a session
+        timeout later, and exit (the supervisor's restart brings the replica back as a follower)."""
         self._log.error("handover_overrun", timeout_s=self._settings.handover_timeout_s, state=self._state.value)
-        os._exit(EXIT_HANDOVER_OVERRUN)
+        self._close_and_exit(EXIT_HANDOVER_OVERRUN)
 
     def install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT hand over gracefully; a second one exits at once (main thread only)."""
@@ -147,8 +172,11 @@ class Runner:
     def health(self) -> Health:
         """A snapshot for /livez, /readyz and /leader (safe to call from the HTTP threads)."""
         reasons = []
-        live = self._clock() - self._last_tick < self._settings.liveness_timeout_s
-        if not live:
+        stalled = self._stalled
+        live = self._progress.loop_age() < self._settings.liveness_timeout_s and stalled is None
+        if stalled is not None:
+            reasons.append(f"stalled: {stalled.describe()}")
+        elif not live:
             reasons.append("control loop stalled")
         if not self._zk_connected:
             reasons.append("ZooKeeper disconnected")
@@ -164,7 +192,7 @@ class Runner:
         career_ready = self._career.ready()
         if not career_ready:
             reasons.append("career not ready (warming up)")
-        leader = (self._state is RunnerState.LEADING and self._election.is_leader()
+        leader = (live and self._state is RunnerState.LEADING and self._election.is_leader()
                   and self._election.epoch == self._epoch)
         return Health(live=live, ready=live and self._zk_connected and in_election and career_ready,
                       leader=leader, role=self._state.value, epoch=self._epoch, reasons=reasons)
@@ -190,10 +218,18 @@ class Runner:
             self._log.info("drained", reason=self._drain_request.reason, at_start=True)
             self._transition(RunnerState.DRAINED)
         self._requests.watch()
+        self._progress.tick()
+        watchdog = Watchdog(self._progress, StallLimits(self._settings.stall_timeout_s,
+                                                        self._settings.first_batch_allowance_s), self.give_up)
+        watchdog.start()
         while self._state is not RunnerState.STOPPED:
-            self._last_tick = self._clock()
-            if self._last_tick >= self._next_health_check:
-                self._next_health_check = self._last_tick + _HEALTH_EVERY_S
+            self._progress.tick()
+            now = self._clock()
+            if self._stalled is not None:  # giving up on another thread: no more work, the process exits
+                self._wait(self._settings.tick_s)
+                continue
+            if now >= self._next_health_check:
+                self._next_health_check = now + _HEALTH_EVERY_S
                 self._check_career_health()
             if self._state is RunnerState.LEADING:
                 self._drain()
@@ -207,6 +243,7 @@ class Runner:
                 self._log.info("rejoining", failures=self._failures)
                 self._election.join()
                 self._transition(RunnerState.FOLLOWING)
+        watchdog.stop()
         if self._watchdog is not None:
             self._watchdog.cancel()
         self._election.close()
@@ -234,8 +271,9 @@ class Runner:
             raise TenureError(f"runner cannot go from {self._state.value} to {new.value}: this is a bug, "
                               "please report it with the log")
         self._log.info("runner_state", old=self._state.value, new=new.value, epoch=self._epoch)
-        self._state = new
+        old, self._state = self._state, new
         leading = new is RunnerState.LEADING
+        self._progress.working(leading, new_term=leading and old is RunnerState.FOLLOWING)
         self._metrics.is_leader.set(1 if leading else 0)
         self._metrics.leader_epoch.set(self._epoch if leading and self._epoch is not None else 0)
 
@@ -293,6 +331,12 @@ class Runner:
         return still_leading
 
     def _inaugurate(self, epoch: int) -> None:
+        # Starting Spark (cold standby, a cluster's application) may outlast the liveness timeout: it is bounded
+        # by the first-batch allowance instead, past which the watchdog gives the lock up.
+        with self._progress.allowing(self._settings.first_batch_allowance_s):
+            self._begin_term(epoch)
+
+    def _begin_term(self, epoch: int) -> None:
         started = self._clock()
         elected_at = time.time()
         current = self._election.epoch
@@ -313,12 +357,14 @@ class Runner:
             if fence.epoch != epoch:
                 self._log.info("stale_elected_ignored", epoch=epoch, current_epoch=fence.epoch)
                 return
-            previous = self._election.read_handover()
-            # Mark the term dirty at once: if this replica dies, its successor sees clean=False and recovers.
-            self._election.write_handover(HandoverRecord(epoch, None, False, time.time(),
-                                                         self._settings.replica_id).to_json())
+            raw = self._election.read_handover()
+            previous = None if raw is None else HandoverRecord.from_json(raw)
+            self._failed_batch = None if previous is None else previous.failed_batch
+            # Mark the term dirty at once: if this replica dies, its successor sees clean=False and recovers. The
+            # count of a batch failing terms in a row carries over, so a crash does not reset it.
+            self._election.write_handover(self._handover_record(clean=False, last_batch=None, reason="in progress"))
             ctx = CareerContext(epoch=epoch, fence=fence, still_leading=self._still_leading(epoch),
-                                previous_handover=None if previous is None else HandoverRecord.from_json(previous))
+                                previous_handover=previous, set_aside=self._poison())
         except self._zookeeper_errors() as exc:
             # ZooKeeper failed (or the term ended) before the term began: nothing of the career ran, so this
             # is no career failure. Give the node up and stand in line again, rather than leave the
@@ -328,9 +374,16 @@ class Runner:
             return
         self._log.info("inaugurating", epoch=epoch,
                        path="fast" if ctx.after_clean_handover else "recovery",
-                       previous=None if previous is None else previous.get("replica_id"))
+                       previous=None if previous is None else previous.replica_id)
         try:
             self._career.inaugurate(ctx)
+        except Unresponsive as exc:
+            # Elected while Spark (or the storage) does not answer: give the lock back now and wait out of the
+            # line until the health check passes again, rather than hold a term nobody works for.
+            self._log.warning("inauguration_abandoned", epoch=epoch, reason=str(exc))
+            self._unhealthy_reason = str(exc)
+            self._leave_election(RunnerState.UNHEALTHY, f"unhealthy: {exc}", term_ended=True)
+            return
         except (ElectionError, Fenced, NotLeader, KazooException,
                 self._election.client.handler.timeout_exception) as exc:
             # The term ended, or ZooKeeper failed, before the career's term began (the career checks its
@@ -353,6 +406,23 @@ class Runner:
         self._transition(RunnerState.LEADING)
         self._log.info("inaugurated", epoch=epoch, seconds=round(self._clock() - started, 3))
 
+    def _poison(self) -> FailedBatch | None:
+        """The batch this term must set aside: one that failed ``max_batch_attempts`` terms in a row."""
+        failed = self._failed_batch
+        if failed is None or failed.attempts < self._settings.max_batch_attempts:
+            return None
+        self._log.warning("setting_aside", batch=failed.batch_id, attempts=failed.attempts, error=failed.error,
+                          epoch=self._epoch)
+        return failed
+
+    def _handover_record(self, *, clean: bool, last_batch: int | None, reason: str | None) -> dict[str, Any]:
+        """This term's handover record; the failing-batch count is dropped once the term committed past it."""
+        failed = self._failed_batch
+        if failed is not None and last_batch is not None and last_batch >= failed.batch_id:
+            failed = self._failed_batch = None
+        return HandoverRecord(self._epoch or 0, last_batch, clean, time.time(), self._settings.replica_id,
+                              reason=reason, failed_batch=failed).to_json()
+
     def _execute_once(self) -> bool:
         try:
             worked = self._career.execute()
@@ -374,6 +444,14 @@ class Runner:
             self._log.warning("commit_outcome_unknown", epoch=self._epoch, reason=str(exc))
             self._end_term(Outcome.REVOKED, "commit outcome unknown")
             self._release_and_rejoin()
+            return False
+        except Unresponsive as exc:
+            # The leader's JVM stopped answering: nothing can hand over cleanly (stopping the query is a call
+            # into that JVM too). Fail-stop: the lock goes now, the JVM is killed, a supervisor restarts us.
+            self.give_up(Stall(StallReason.SPARK_UNRESPONSIVE, str(exc), self._progress.view().in_flight))
+            return False
+        except BatchFailed as exc:
+            self._career_failed("execute", exc, batch_id=exc.batch_id)
             return False
         except Exception as exc:
             self._career_failed("execute", exc)
@@ -410,7 +488,9 @@ class Runner:
         if self._state is not RunnerState.FOLLOWING:
             self._transition(RunnerState.FOLLOWING)
 
-    def _career_failed(self, phase: str, exc: Exception) -> None:
+    def _career_failed(self, phase: str, exc: Exception, *, batch_id: int | None = None) -> None:
+        """End the term after the career raised and back off; a batch that failed on its own, while storage, Spark
+        and ZooKeeper were well, counts one attempt against it in the handover record."""
         reason = self._career_health()
         if reason is not None:
             # The career failed because its storage (or Spark) did: no fault of the career, so no back-off
@@ -424,8 +504,15 @@ class Runner:
         self._failures += 1
         self._metrics.career_failures.inc()
         self._log.error("career_failed", phase=phase, epoch=self._epoch, failures=self._failures,
-                        exc_info=exc)
-        self._end_term(Outcome.FAILED, f"{phase} raised {type(exc).__name__}")
+                        batch=batch_id, exc_info=exc)
+        ended = f"{phase} raised {type(exc).__name__}"
+        last_batch = self._end_term(Outcome.FAILED, ended)
+        if batch_id is not None and self._zk_connected:
+            self._failed_batch = (self._failed_batch or FailedBatch(batch_id, 0, "")).again(
+                batch_id, f"{type(exc).__name__}: {exc}")
+            self._log.warning("batch_attempt_failed", batch=batch_id, attempts=self._failed_batch.attempts,
+                              max_attempts=self._settings.max_batch_attempts, epoch=self._epoch)
+            self._write_handover(clean=False, last_batch=last_batch, reason=f"{ended} on batch {batch_id}")
         delay = min(self._settings.failure_backoff_s * 2 ** (self._failures - 1), self._settings.failure_backoff_max_s)
         try:
             self._election.release(self._settings.handover_timeout_s)
@@ -438,13 +525,15 @@ class Runner:
     def _hand_over_cleanly(self, reason: str) -> None:
         """End the term CLEAN and leave the handover record saying so (the node's release follows)."""
         last_batch = self._end_term(Outcome.CLEAN, reason)
+        self._write_handover(clean=True, last_batch=last_batch, reason=None)
+
+    def _write_handover(self, *, clean: bool, last_batch: int | None, reason: str | None) -> None:
+        """Write the term's handover record; a ZooKeeper error is logged and the term's end goes on (the
+        successor then takes the recovery path: the record still says clean=False)."""
         try:
-            self._election.write_handover(HandoverRecord(self._epoch or 0, last_batch, True, time.time(),
-                                                         self._settings.replica_id).to_json())
-            self._log.info("handover_recorded", clean=True, last_batch=last_batch, epoch=self._epoch)
+            self._election.write_handover(self._handover_record(clean=clean, last_batch=last_batch, reason=reason))
+            self._log.info("handover_recorded", clean=clean, last_batch=last_batch, epoch=self._epoch)
         except self._zookeeper_errors() as exc:
-            # The successor then takes the recovery path (the record still says clean=False); the handover
-            # goes on: the node's release is what lets it take over.
             self._log.warning("handover_record_not_written", reason=f"{type(exc).__name__}: {exc}",
                               epoch=self._epoch)
 
@@ -572,3 +661,62 @@ class Runner:
             self._metrics.handover_seconds.observe(self._clock() - started)
             self._log.info("handed_over", epoch=self._epoch, seconds=round(self._clock() - started, 3))
         self._transition(RunnerState.STOPPED)
+
+    # -- fail-stop ---------------------------------------------------------------------------------------------
+
+    def give_up(self, stall: Stall) -> None:
+        """Give the lock up at once and exit with :data:`EXIT_STALLED`; from any thread, once.
+
+        The work runs on a thread of its own, so a caller on the control thread, the watchdog or a kazoo thread
+        returns at once, and the control loop, if it still runs, does no more work meanwhile.
+        """
+        with self._stall_lock:
+            if self._stalled is not None:
+                return
+            self._stalled = stall
+        threading.Thread(target=self._fail_stop, args=(stall,), name="tenure-fail-stop", daemon=True).start()
+
+    def _fail_stop(self, stall: Stall) -> None:
+        """1. Record why (the handover record and the term history, as far as ZooKeeper answers in time).
+        2. Close the ZooKeeper session: the election node goes now, not a session timeout later, and the
+           successor hears at once.
+        3. Kill the Spark JVM and its Python workers (on a cluster, the application's cores are freed with the
+           driver).
+        4. Exit non-zero, for the supervisor to restart the replica as a warm follower.
+
+        Whatever the stalled work still does is harmless: a batch that wakes commits through the fence, which
+        checks the election node that step 2 deleted; its staging and checkpoint are its own term's; and by
+        step 4 no process of it is left.
+        """
+        self._metrics.stalls.labels(stall.reason.value).inc()
+        self._log.error("stalled", reason=stall.reason.value, detail=stall.detail, batch=stall.batch_id,
+                        epoch=self._epoch, state=self._state.value)
+        if self._state in (RunnerState.LEADING, RunnerState.PAUSED) and self._epoch is not None:
+            try:
+                call_within(lambda: self._record_stall(stall), 3 * self._election.op_timeout_s, "recording the stall")
+            except Exception as exc:  # the session's close below is what matters
+                self._log.warning("stall_not_recorded", reason=f"{type(exc).__name__}: {exc}", epoch=self._epoch)
+        self._log.error("exiting_after_stall", exit_code=EXIT_STALLED, reason=stall.reason.value)
+        self._close_and_exit(EXIT_STALLED)
+
+    def _close_and_exit(self, code: int) -> None:
+        """Close the ZooKeeper session (the election node goes now), SIGKILL the Spark JVM and its Python workers
+        (children first; on a cluster the application's cores go with the driver), and exit with ``code``."""
+        try:
+            call_within(self._election.client.stop, self._election.op_timeout_s, "closing the ZooKeeper session")
+        except Exception as exc:  # the node then goes when the session expires
+            self._log.warning("session_not_closed", reason=f"{type(exc).__name__}: {exc}")
+        for pid in reversed(tree_pids(os.getpid())[1:]):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        sys.stderr.flush()
+        os._exit(code)
+
+    def _record_stall(self, stall: Stall) -> None:
+        """The stall in the handover record (a batch it blames counts one attempt) and in the term history."""
+        if stall.reason.counts_against_batch and stall.batch_id is not None:
+            self._failed_batch = (self._failed_batch or FailedBatch(stall.batch_id, 0, "")).again(
+                stall.batch_id, stall.describe())
+        self._election.write_handover(self._handover_record(clean=False, last_batch=None,
+                                                            reason=f"stalled: {stall.describe()}"))
+        self._terms.ended(Outcome.STALLED, stall.describe())

@@ -19,7 +19,7 @@ from career.queue import DEFAULT_MAX_LINE_BYTES
 from service.ops._verify._content import CONTENT_FIELDS, EXAMPLES, QueueContent
 from service.ops._verify._late import PublishedSeqs, check_late
 from service.ops._verify._report import VerifyReport
-from service.ops._verify._scan import scan_quarantine, scan_queue, scan_retry_store, scan_table
+from service.ops._verify._scan import scan_quarantine, scan_queue, scan_retry_store, scan_set_aside, scan_table
 
 __all__ = ["verify"]
 
@@ -36,6 +36,8 @@ def verify(
 
     Every valid id is accounted for in exactly one of: written (``table/``), dead-lettered (``dead-letter/``),
     waiting for a retry (the newest snapshot in ``retry/``) — never none (lost), never two (duplicated) — or
+    set aside (a poison batch's files under ``set-aside/``, reported apart; a set-aside id may be written too,
+    by a copy of it in another batch), or
     late (quarantined with reason ``late``: its key had published or dead-lettered a seq at least its own in an
     earlier batch, which is checked; a late id may also be written or dead-lettered, when a repeat came after the
     dedup window). Each row of
@@ -74,13 +76,14 @@ def verify(
     table = scan_table(root / "table", content, late_keys)
     retry = scan_retry_store(root, time.time() if now is None else now, late_keys)
     late = check_late(quarantine.late, PublishedSeqs(table.late_seqs + retry.dead_seqs), content, table.content)
+    set_aside = scan_set_aside(root / "set-aside", max_line_bytes)
 
     def few(items: set[Any] | list[Any]) -> list[Any]:
         return sorted(items, key=str)[:EXAMPLES]
 
     dead, waiting = retry.dead, retry.waiting
     accounted = table.written | dead.keys() | waiting | late.ids
-    lost_ids = queue.ids - accounted
+    lost_ids = queue.ids - accounted - set_aside.ids
     unexpected = accounted - queue.ids
     # An id in two places (written and dead-lettered, say), or dead-lettered twice, is duplicated too. A late
     # id may also be written: a repeat later than the dedup window, checked as late like any other.
@@ -90,7 +93,7 @@ def verify(
                                                         "dead-letter, retry"} for i in few(twice)]
     bad_keys = queue.bad.keys()
     quarantined = quarantine.bad
-    unquarantined = bad_keys - quarantined.keys()
+    unquarantined = bad_keys - quarantined.keys() - set_aside.bad
     unexpected_q = quarantined.keys() - bad_keys
     dup_bad = sorted(k for k, n in quarantined.items() if n > 1)
     q_reasons = quarantine.reasons
@@ -112,6 +115,7 @@ def verify(
         ],
         "content_mismatches": table.content.examples,
         "waiting": retry.examples,
+        "set_aside": set_aside.examples,
         **late.examples,
     }
     report = VerifyReport(
@@ -138,6 +142,8 @@ def verify(
         ids_waiting=len(waiting),
         retry_batch=retry.batch,
         retry_oldest_age_s=retry.oldest_age_s,
+        ids_set_aside=len(set_aside.ids - accounted),
+        set_aside_batches=len(set_aside.batches),
         ids_late=len(late.ids),
         late_rows=late.rows,
         late_repeats=len(late.ids & table.written),

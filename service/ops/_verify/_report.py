@@ -48,6 +48,10 @@ class VerifyReport:
     """The batch of the current retry snapshot (None: no snapshot)."""
     retry_oldest_age_s: float | None = None
     """Seconds since the oldest record held for retry first failed (None: none has failed yet)."""
+    ids_set_aside: int = 0
+    """Ids only in set-aside batches: poison batches committed without running (``set-aside/``), not in the
+    table until an operator replays their files."""
+    set_aside_batches: int = 0
     ids_late: int = 0
     late_rows: int = 0
     late_repeats: int = 0
@@ -100,6 +104,9 @@ class VerifyReport:
             retry = f"{self.ids_dead_lettered} dead-lettered, {self.ids_waiting} waiting for retry{oldest}, "
         extra = "".join(f", {n} {what}" for n, what in ((self.content_mismatches, "content mismatches"),
                                                         (self.wrongly_late, "wrongly late")) if n)
+        if self.set_aside_batches:
+            retry += (f"{self.ids_set_aside} set aside in {self.set_aside_batches} poison batch"
+                      f"{'es' if self.set_aside_batches != 1 else ''} (set-aside/: not in the table until replayed), ")
         return (
             f"verify: {verdict} — {self.ids_in} ids in, {self.ids_written} written, {late}{retry}{self.lost} lost, "
             f"{self.duplicated} duplicated, {self.inversions} inversions{extra}; "
@@ -117,6 +124,7 @@ class VerifyReport:
             ("ids written / rows", f"{self.ids_written} / {self.rows_written}"),
             ("ids late / rows / also written", f"{self.ids_late} / {self.late_rows} / {self.late_repeats}"),
             ("ids dead-lettered / waiting", f"{self.ids_dead_lettered} / {self.ids_waiting}"),
+            ("ids set aside / batches", f"{self.ids_set_aside} / {self.set_aside_batches}"),
             ("retry snapshot batch / oldest", f"{'—' if self.retry_batch is None else self.retry_batch} / {age}"),
             ("bad lines in", str(self.bad_lines_in)),
             ("quarantined / rows", f"{self.quarantined} / {self.quarantine_rows}"),

@@ -5,6 +5,7 @@ Each scan reads one input once and keeps only what the audit compares (ids, bad 
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import KeysView
@@ -25,10 +26,12 @@ __all__ = [
     "QuarantineScan",
     "QueueScan",
     "RetryScan",
+    "SetAsideScan",
     "TableScan",
     "scan_quarantine",
     "scan_queue",
     "scan_retry_store",
+    "scan_set_aside",
     "scan_table",
 ]
 
@@ -257,4 +260,45 @@ def scan_retry_store(root: Path, now: float, late_keys: set[str]) -> RetryScan:
     scan.oldest_age_s = max(ages) if ages else None
     held.sort(key=lambda r: (r["age_s"] is None, -(r["age_s"] or 0.0), str(r["id"])))
     scan.examples = [{k: row.get(k) for k in ("id", "key", "attempts", "age_s")} for row in held[:EXAMPLES]]
+    return scan
+
+
+@dataclass
+class SetAsideScan:
+    """``set-aside/``: poison batches committed without running, their queue files kept beside a manifest."""
+
+    batches: list[int] = field(default_factory=list)
+    ids: set[str] = field(default_factory=set)
+    bad: set[tuple[str, int]] = field(default_factory=set)
+    """Bad lines of set-aside files, by (file, line): accounted for, as the records are."""
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+
+_MANIFEST = re.compile(r"batch-(\d+)-manifest\.json")
+
+
+def scan_set_aside(folder: Path, max_line_bytes: int) -> SetAsideScan:
+    """The ids and bad lines of every set-aside batch: each manifest names its files, published beside it as
+    ``batch-<B>-<name>``."""
+    scan = SetAsideScan()
+    manifests = sorted(folder.glob("batch-*-manifest.json")) if folder.is_dir() else []
+    for manifest in manifests:
+        match = _MANIFEST.fullmatch(manifest.name)
+        if match is None:
+            continue
+        batch = int(match.group(1))
+        data = json.loads(manifest.read_text())
+        scan.batches.append(batch)
+        scan.examples.append({"batch": batch, "files": len(data.get("files", [])), "attempts": data.get("attempts"),
+                              "error": str(data.get("error", ""))[:200]})
+        for name in data.get("files", []):
+            path = folder / f"batch-{batch:012d}-{name}"
+            if not path.is_file():
+                continue
+            for number, raw in enumerate(iter_lines(path), start=1):
+                record, _reason = classify_line(raw, max_line_bytes)
+                if record is None:
+                    scan.bad.add((name, number))
+                else:
+                    scan.ids.add(str(record["id"]))
     return scan

@@ -1,0 +1,162 @@
+"""The monotonic times that tell a leader's progress, published by the control loop and the career's batches.
+
+The progress watchdog (``_watchdog``) and the ``/metrics`` scrape read them from threads of their own, so a
+control loop or a batch that hangs cannot hide its own hang (STYLE habit 17).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from service.replica._metrics import Metrics
+
+__all__ = ["Progress", "ProgressView"]
+
+
+@dataclass(frozen=True)
+class ProgressView:
+    """One consistent reading of :class:`Progress`, at ``now`` (monotonic seconds).
+
+    Attributes:
+        now: when it was read.
+        loop_deadline: the control loop counts as stuck after this (its last tick plus the liveness timeout, or
+            later while it is inside a step allowed to take longer, such as an inauguration).
+        working_since: when the current stretch of leading (LEADING, not paused) began; None when not leading.
+        first_batch_done: whether a batch has finished in this term.
+        waiting_since: since when input has been waiting (queue files or due retries); None when none waits.
+        last_progress: when a batch last finished and moved records on.
+        in_flight: the batch running now, if any.
+        backlog_files: queue files not yet consumed, as last reported.
+    """
+
+    now: float
+    loop_deadline: float
+    working_since: float | None
+    first_batch_done: bool
+    waiting_since: float | None
+    last_progress: float
+    in_flight: int | None
+    backlog_files: int
+
+    def stalled_for(self) -> float:
+        """Seconds the leader has owed progress: input waiting, leading, and no batch finished since; 0 if none."""
+        if self.working_since is None or self.waiting_since is None:
+            return 0.0
+        return max(0.0, self.now - max(self.working_since, self.waiting_since, self.last_progress))
+
+
+class Progress:
+    """The progress clock of one replica; also the career's observer, forwarding every call to ``metrics``.
+
+    Example::
+
+        progress = Progress(metrics, liveness_timeout_s=30)
+        career = SparkCareer(config, progress, replica_id="r1")   # batches report here
+        progress.tick()                                            # the control loop, each round
+        progress.view().stalled_for()                             # the watchdog, from its own thread
+    """
+
+    def __init__(self, metrics: Metrics, *, liveness_timeout_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._metrics = metrics
+        self._liveness_timeout_s = liveness_timeout_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        now = clock()
+        self._tick = now
+        self._allowed_until = now
+        self._working_since: float | None = None
+        self._first_batch_done = False
+        self._input_waiting = False
+        self._stuck = False  # the last batch made no progress although it ran (the row function is stuck)
+        self._waiting_since: float | None = None
+        self._last_progress = now
+        self._in_flight: int | None = None
+        self._backlog_files = 0
+        metrics.control_loop_age.set_function(lambda: self._clock() - self._tick)
+        metrics.progress_age.set_function(lambda: self.view().stalled_for())
+
+    # -- the control loop -------------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """The control loop came round."""
+        with self._lock:
+            self._tick = self._clock()
+
+    @contextlib.contextmanager
+    def allowing(self, seconds: float) -> Iterator[None]:
+        """The loop is inside a step bounded by ``seconds`` that may outlast the liveness timeout (an
+        inauguration that starts Spark): it is not stuck before then, nor after the step unless the timeout
+        passes again."""
+        with self._lock:
+            self._allowed_until = self._clock() + seconds
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._tick = self._clock()
+                self._allowed_until = self._tick
+
+    def working(self, leading: bool, *, new_term: bool = False) -> None:
+        """The runner began (or resumed) leading, or stopped; a new term's first batch gets its own allowance."""
+        with self._lock:
+            self._working_since = self._clock() if leading else None
+            if new_term:
+                self._first_batch_done = False
+                self._in_flight = None
+
+    def view(self) -> ProgressView:
+        with self._lock:
+            return ProgressView(
+                now=self._clock(), loop_deadline=max(self._tick + self._liveness_timeout_s, self._allowed_until),
+                working_since=self._working_since, first_batch_done=self._first_batch_done,
+                waiting_since=self._waiting_since, last_progress=self._last_progress, in_flight=self._in_flight,
+                backlog_files=self._backlog_files)
+
+    def loop_age(self) -> float:
+        """Seconds since the control loop last came round."""
+        with self._lock:
+            return self._clock() - self._tick
+
+    # -- CareerObserver ---------------------------------------------------------------------------------------
+
+    def batch_started(self, batch_id: int) -> None:
+        with self._lock:
+            self._in_flight = batch_id
+
+    def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int], *,
+                       progressed: bool = True) -> None:
+        with self._lock:
+            self._in_flight = None
+            if outcome in ("committed", "skipped", "set_aside"):
+                self._first_batch_done = True
+                self._stuck = not progressed
+                if progressed:
+                    self._last_progress = self._clock()
+                self._update_waiting()
+        self._metrics.batch_finished(outcome, duration_s, records, progressed=progressed)
+
+    def commit_finished(self, duration_s: float, committed_at: float) -> None:
+        self._metrics.commit_finished(duration_s, committed_at)
+
+    def backlog(self, files: int, *, retry_due: bool = False) -> None:
+        with self._lock:
+            self._backlog_files = files
+            self._input_waiting = files > 0 or retry_due
+            self._update_waiting()
+        self._metrics.backlog(files, retry_due=retry_due)
+
+    def _update_waiting(self) -> None:
+        """Work is owed while input waits, or while the batches run without moving records on (their records wait
+        in the retry store, due later): both keep the stall clock running. Called under the lock."""
+        if not (self._input_waiting or self._stuck):
+            self._waiting_since = None
+        elif self._waiting_since is None:
+            self._waiting_since = self._clock()
+
+    def retry_waiting(self, records: int) -> None:
+        self._metrics.retry_waiting(records)

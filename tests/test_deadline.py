@@ -1,0 +1,138 @@
+"""Calls that may hang run under a deadline (``career.Probe``, ``call_within``, ``StorageHealth``), and the
+progress clock the watchdog reads (``Progress``): their pure logic, with real threads and a fake clock."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from career import FailedBatch, HandoverRecord, Probe, StorageHealth, call_within
+from election import Unresponsive
+from service.replica import Metrics
+from service.replica._progress import Progress
+
+
+def test_call_within_returns_raises_or_abandons() -> None:
+    """A call's value or its own error comes back as is; one that does not answer raises Unresponsive at the
+    deadline, not when the call returns."""
+    assert call_within(lambda: 42, 1.0, "answer") == 42
+    with pytest.raises(KeyError):
+        call_within(lambda: {}["x"], 1.0, "lookup")
+    release = threading.Event()
+    started = time.monotonic()
+    with pytest.raises(Unresponsive, match=r"the frozen call did not answer within 0\.2 s"):
+        call_within(release.wait, 0.2, "the frozen call")
+    assert time.monotonic() - started < 2
+    release.set()
+
+
+def test_a_stuck_probe_fails_every_later_call_at_once_until_it_returns() -> None:
+    """One helper thread: while a call is stuck, later calls do not queue behind it (a frozen JVM costs one
+    thread, not one per health check); they fail at once with how long it has waited, and once the stuck call
+    returns the probe works again."""
+    probe = Probe("Spark's JVM", timeout_s=0.2)
+    assert probe(lambda: "ok") == "ok" and probe.stuck_for is None
+    release = threading.Event()
+    with pytest.raises(Unresponsive, match=r"did not answer within 0\.2 s"):
+        probe(release.wait)
+    assert probe.stuck_for is not None and probe.stuck_for >= 0.2
+    started = time.monotonic()
+    with pytest.raises(Unresponsive, match=r"has not answered for \d+ s \(a call is still waiting\)"):
+        probe(lambda: "never run")
+    assert time.monotonic() - started < 0.1, "a call behind a stuck one must fail at once"
+    release.set()
+    deadline = time.monotonic() + 5
+    while probe.stuck_for is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert probe(lambda: "again") == "again"
+
+
+def test_storage_health_reports_a_hung_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A storage probe that hangs (a dead NFS mount) makes the storage unhealthy at the deadline, with a reason
+    that says so; a writable folder is healthy and a full one is not."""
+    health = StorageHealth([tmp_path], min_free_bytes=0, timeout_s=0.3)
+    assert health.problem() is None
+    assert "below the" in (StorageHealth([tmp_path], min_free_bytes=1 << 62, timeout_s=1).problem() or "")
+    release = threading.Event()
+    import career._health as module
+
+    monkeypatch.setattr(module, "storage_problem", lambda folder, min_free: release.wait())
+    hung = StorageHealth([tmp_path], min_free_bytes=0, timeout_s=0.3)
+    reason = hung.problem()
+    assert reason is not None and "did not answer within 0.3 s" in reason and "hung file system" in reason
+    assert "still waiting" in (hung.problem() or "")
+    release.set()
+
+
+def test_the_handover_record_carries_the_failing_batch_count() -> None:
+    """The count of terms a batch failed in a row survives the record's JSON round trip, grows on the same
+    batch, starts over on another, and keeps the error short."""
+    first = FailedBatch(7, 0, "").again(7, "ValueError: bad")
+    assert first == FailedBatch(7, 1, "ValueError: bad")
+    assert first.again(7, "x" * 900).attempts == 2 and len(first.again(7, "x" * 900).error) == 500
+    assert first.again(8, "other").attempts == 1
+    record = HandoverRecord(5, 6, False, 1.0, "r1", reason="stalled: …", failed_batch=first.again(7, "again"))
+    assert HandoverRecord.from_json(record.to_json()) == record
+    old = {"epoch": 3, "last_batch": None, "clean": True, "at": 2.0, "replica_id": "r2"}  # written by older code
+    assert HandoverRecord.from_json(old).failed_batch is None
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _progress(clock: _Clock) -> Progress:
+    metrics = Metrics(CollectorRegistry(), replica_id="r1", group="g", default_collectors=False)
+    return Progress(metrics, liveness_timeout_s=30.0, clock=clock)
+
+
+def test_progress_owed_only_while_leading_with_input_waiting() -> None:
+    """The stall clock runs from the later of: leading began, input began to wait, the last batch that moved
+    records on; a batch whose row calls all timed out is no progress, and input stops waiting once drained."""
+    clock = _Clock()
+    progress = _progress(clock)
+    progress.backlog(3)
+    clock.now += 50
+    assert progress.view().stalled_for() == 0.0, "a follower owes nothing"
+    progress.working(True, new_term=True)
+    clock.now += 10
+    assert progress.view().stalled_for() == 10.0
+    progress.batch_started(4)
+    assert progress.view().in_flight == 4
+    clock.now += 5
+    progress.batch_finished("committed", 5.0, {"written": 10})
+    assert progress.view().stalled_for() == 0.0 and progress.view().first_batch_done
+    clock.now += 20
+    progress.batch_finished("committed", 1.0, {"retried": 10}, progressed=False)
+    clock.now += 20
+    assert progress.view().stalled_for() == 40.0, "a batch that moved nothing on is no progress"
+    progress.backlog(0)
+    clock.now += 100
+    assert progress.view().stalled_for() == 140.0, "records stuck in the retry store still owe progress"
+    progress.batch_finished("committed", 1.0, {"written": 10})
+    progress.backlog(0)
+    clock.now += 500
+    assert progress.view().stalled_for() == 0.0, "an idle leader with nothing waiting owes nothing"
+
+
+def test_an_inauguration_gets_its_allowance_and_no_more() -> None:
+    """Inside ``allowing`` the loop may go quiet up to the allowance; after the step the liveness timeout
+    counts again from its end."""
+    clock = _Clock()
+    progress = _progress(clock)
+    with progress.allowing(90):
+        clock.now += 80
+        view = progress.view()
+        assert view.now <= view.loop_deadline
+    view = progress.view()
+    assert view.loop_deadline == clock.now + 30
+    clock.now += 31
+    assert progress.view().now > progress.view().loop_deadline

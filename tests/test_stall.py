@@ -1,0 +1,182 @@
+"""A leader keeps its lock only while it makes progress: a hung loop, a full event queue, and the watchdog's rules.
+
+Real `tenure run` processes on the shared ensemble (the counter career: fast to elect, same runner as Spark's);
+the Spark faults — a frozen JVM, a hung row function, a poison batch — are in ``test_stall_spark.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from election import GroupPaths, read_history
+from service.ops._status import fetch_status, format_status_table
+from service.replica._progress import ProgressView
+from service.replica._runner import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
+from service.replica._stall import StallReason
+from service.replica._watchdog import StallLimits, find_stall
+from tests._replicas import REPO, ReplicaSet, counter_exactly_once, counter_replica_set, wait_for
+
+LIMITS = StallLimits(stall_timeout_s=120.0, first_batch_allowance_s=60.0)
+
+
+def _view(**changes: object) -> ProgressView:
+    """A healthy leader at t=1000 that finished a batch a second ago with work waiting; ``changes`` on top."""
+    values: dict[str, object] = dict(now=1000.0, loop_deadline=1029.0, working_since=800.0, first_batch_done=True,
+                                     waiting_since=950.0, last_progress=999.0, in_flight=7, backlog_files=3)
+    values.update(changes)
+    return ProgressView(**values)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("view", "expected"), [
+    pytest.param(_view(), None, id="healthy leader"),
+    pytest.param(_view(now=1030.0, last_progress=1020.0), StallReason.CONTROL_LOOP, id="loop past its deadline"),
+    pytest.param(_view(now=1000.0, loop_deadline=1000.0), None, id="loop exactly at its deadline"),
+    pytest.param(_view(last_progress=870.0), None, id="progress long ago but input waits only 50 s"),
+    pytest.param(_view(waiting_since=870.0, last_progress=870.0), StallReason.NO_PROGRESS,
+                 id="input waited 130 s, no batch since"),
+    pytest.param(_view(waiting_since=870.0, last_progress=881.0), None, id="a batch 119 s ago"),
+    pytest.param(_view(waiting_since=None, last_progress=0.0), None, id="nothing waits: an idle leader"),
+    pytest.param(_view(working_since=None, waiting_since=0.0, last_progress=0.0), None, id="following"),
+    pytest.param(_view(working_since=875.0, waiting_since=0.0, last_progress=0.0), StallReason.NO_PROGRESS,
+                 id="leading 125 s without a batch"),
+    pytest.param(_view(working_since=875.0, waiting_since=0.0, last_progress=0.0, first_batch_done=False), None,
+                 id="first batch has its allowance"),
+    pytest.param(_view(working_since=815.0, waiting_since=0.0, last_progress=0.0, first_batch_done=False),
+                 StallReason.NO_PROGRESS, id="first batch past stall timeout plus allowance"),
+    pytest.param(_view(working_since=990.0, waiting_since=0.0, last_progress=0.0), None,
+                 id="resumed from a pause 10 s ago"),
+])
+def test_find_stall(view: ProgressView, expected: StallReason | None) -> None:
+    """The watchdog's rules: the loop past its deadline, or a leader owing progress past its limit."""
+    stall = find_stall(view, LIMITS)
+    assert (stall.reason if stall else None) is expected
+    if stall is not None:
+        assert stall.batch_id == 7 and stall.describe().endswith("(batch 7 in flight)")
+
+
+def _stall_args(liveness_s: float = 4.0, stall_s: float = 30.0) -> list[str]:
+    return ["--liveness-timeout-s", f"{liveness_s:g}", "--probe-timeout-s", "1", "--stall-timeout-s", f"{stall_s:g}"]
+
+
+def _handover_record(client: KazooClient, group: str) -> dict[str, object]:
+    data, _ = client.get(GroupPaths(group).handover)
+    return dict(json.loads(data))
+
+
+def test_a_hung_control_loop_gives_the_lock_up_and_exits(counter_replicas: ReplicaSet, zk_client: KazooClient,
+                                                          zk_hosts: str,
+                                                          zk_group: str, tmp_path: Path) -> None:
+    """A leader whose control thread hangs (a call that never returns, here inside its fence) keeps its ZooKeeper
+    session alive from kazoo's thread; the watchdog sees the loop stop coming round, writes why, closes the
+    session so the node goes at once, and exits 4: the follower commits within the liveness timeout plus a few
+    seconds, and the count stays exactly once."""
+    fault = tmp_path / "fault-r1"
+    r1 = counter_replicas.start("r1", [*_stall_args(), "--fault-file", str(fault)])
+    wait_for(r1.is_leader, 30, "r1 to lead")
+    r2 = counter_replicas.start("r2", _stall_args())
+    wait_for(lambda: r2.get("/readyz")[0] == 200, 30, "r2 to be in line")
+    fault.write_text("before_transaction hang\n")
+    hung_at = time.monotonic()
+    assert r1.wait(timeout_s=30) == EXIT_STALLED
+    gave_up_s = time.monotonic() - hung_at
+    wait_for(r2.is_leader, 10, "r2 to lead after r1 gave up")
+    took_over_s = time.monotonic() - hung_at
+    # 4 s liveness + 1 s watchdog period; a session timeout (3 s here) would come on top without the close
+    assert gave_up_s < 4 + 1 + 2, f"r1 gave up after {gave_up_s:.1f} s"
+    assert took_over_s < gave_up_s + 2, f"r2 led {took_over_s - gave_up_s:.1f} s after r1 exited"
+    before = len(counter_exactly_once(tmp_path / "data"))
+    wait_for(lambda: len(counter_exactly_once(tmp_path / "data")) > before + 5, 15, "r2 to count on")
+    stalled = [e for e in r1.log_events() if e.get("event") == "stalled"]
+    assert stalled and stalled[0]["reason"] == StallReason.CONTROL_LOOP.value
+    terms = read_history(zk_client, zk_group)
+    ended = next(t for t in terms if t.replica_id == "r1")
+    assert ended.ended == "stalled" and ended.reason and "control loop" in ended.reason
+    shown = format_status_table(fetch_status(zk_hosts, zk_group))
+    assert f"epoch {ended.epoch} stalled: the control loop" in shown, shown
+    record = _handover_record(zk_client, zk_group)
+    assert record["replica_id"] == "r2" or "stalled" in str(record.get("reason")), record
+
+
+def test_a_full_event_queue_is_a_fail_stop(zk_hosts: str, zk_client: KazooClient, zk_group: str,
+                                           tmp_path: Path) -> None:
+    """No election event is ever dropped: with the control thread hung and a queue of eight, the ninth event
+    (operators' drain requests here) makes the replica give its lock up and exit 4 with reason event_queue_full,
+    long before the liveness timeout would."""
+    fault = tmp_path / "fault"
+    script = ("import sys\n"
+              "from service.replica import _runner\n"
+              "init = _runner.Runner.__init__\n"
+              "def small_queue(self, *args, **kwargs):\n"
+              "    init(self, *args, **{**kwargs, 'queue_size': 8})\n"
+              "_runner.Runner.__init__ = small_queue\n"
+              "from service.cli import main\n"
+              "sys.argv[0] = 'tenure'\n"
+              "main()\n")
+    log = tmp_path / "r1.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script, "run", "--zk", zk_hosts, "--group", zk_group, "--replica-id", "r1",
+             "--data-root", str(tmp_path / "data"), "--career", "counter", "--metrics-port", "0",
+             "--session-timeout-s", "3", "--handover-timeout-s", "2", "--liveness-timeout-s", "60",
+             "--fault-file", str(fault)], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        paths = GroupPaths(zk_group)
+
+        def counting() -> bool:
+            data = zk_client.exists(paths.commit) and zk_client.get(paths.commit)[0]
+            return bool(data) and bool(json.loads(data).get("n"))
+
+        wait_for(counting, 30, "r1 to count")
+        fault.write_text("before_transaction hang\n")
+        time.sleep(0.5)  # the counter commits every 0.05 s: the control thread is inside the fence by now
+        zk_client.ensure_path(paths.drained)
+        for i in range(16):  # each toggle posts a DrainChanged the hung loop never reads
+            node = paths.drained_node("r1")
+            if i % 2 == 0:
+                zk_client.create(node, b'{"reason": "test", "since": 0}')
+            else:
+                zk_client.delete(node)
+            time.sleep(0.1)
+        assert proc.wait(timeout=20) == EXIT_STALLED
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    stalled = [e for e in events if e.get("event") == "stalled"]
+    assert stalled and stalled[0]["reason"] == StallReason.EVENT_QUEUE_FULL.value, log.read_text()[-2000:]
+    assert not zk_client.get_children(paths.election), "the node should have gone with the closed session"
+
+
+def test_a_handover_past_its_budget_closes_the_session_before_it_exits(zk_hosts: str, zk_group: str,
+                                                                      tmp_path: Path) -> None:
+    """A SIGTERMed leader whose control thread hangs (here inside its fence) cannot finish its handover: past
+    the budget (handover timeout + 2 s) it exits 3 — and closes its ZooKeeper session first, so the follower
+    leads at once instead of a whole session timeout (10 s here) later."""
+    replicas = counter_replica_set(zk_hosts, zk_group, tmp_path, session_timeout_s=10.0)
+    try:
+        fault = tmp_path / "fault-r1"
+        r1 = replicas.start("r1", ["--fault-file", str(fault)])
+        wait_for(r1.is_leader, 30, "r1 to lead")
+        r2 = replicas.start("r2")
+        wait_for(lambda: r2.get("/readyz")[0] == 200, 30, "r2 to be in line")
+        fault.write_text("before_transaction hang\n")
+        wait_for(lambda: not fault.exists(), 10, "r1 to reach the hang")
+        r1.signal(signal.SIGTERM)
+        termed = time.monotonic()
+        assert r1.wait(timeout_s=30) == EXIT_HANDOVER_OVERRUN
+        exited_s = time.monotonic() - termed
+        wait_for(r2.is_leader, 10, "r2 to lead")
+        led_s = time.monotonic() - termed
+    finally:
+        replicas.reap_all()
+    assert exited_s < 2 + 2 + 2, f"r1 exited {exited_s:.1f} s after SIGTERM (budget 2 s + 2 s grace)"
+    assert led_s < exited_s + 3, f"r2 led {led_s - exited_s:.1f} s after r1 exited: the session was not closed"

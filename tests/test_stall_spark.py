@@ -1,0 +1,204 @@
+"""Stuck leaders with the Spark career, on real replicas: a frozen JVM, a hung row function, a poison batch.
+
+Each fault leaves the replica's own Python process running with its ZooKeeper session alive — the case a
+heartbeat cannot see. Short timeouts keep the tests quick (`--probe-timeout-s 3`, `--stall-timeout-s 20`); the
+drills (`tenure drill stuck-leader`) run the same faults with the defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from career.drills import HANG_ENV, POISON_PILL
+from election import GroupPaths, group_status, read_history
+from service.local import Topology, sample_key
+from service.ops import connected, verify
+from service.replica import BATCHES, EXIT_STALLED
+
+SESSION_S = 6.0
+FAST = ["--probe-timeout-s", "3", "--liveness-timeout-s", "10", "--stall-timeout-s", "20",
+        "--first-batch-allowance-s", "30", "--failure-backoff-s", "0.5"]
+
+
+def _line(topology: Topology) -> list[str]:
+    with connected(topology.ensemble.connect_string) as client:
+        return [c.identity.replica_id for c in group_status(client, topology.group).contenders if c.identity]
+
+
+def _committed_by(topology: Topology, replica_id: str) -> bool:
+    with connected(topology.ensemble.connect_string) as client:
+        data, _ = client.get(GroupPaths(topology.group).commit)
+    return bool(data) and json.loads(data).get("replica_id") == replica_id
+
+
+def _drained(topology: Topology, records: int) -> bool:
+    report = verify(topology.data_root)
+    return report.ids_in == records and report.lost == 0
+
+
+@pytest.mark.timeout(900)
+def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> None:
+    """3 Spark replicas and a producer. (1) The JVM of the follower next in line freezes (its Python process runs
+    on): its health probe gets no answer, so it leaves the line, and a SIGTERMed leader hands over to the third,
+    healthy replica. (2) That new leader's JVM freezes: its next call into Spark misses the probe deadline, it
+    gives the lock up (session closed, JVM killed, exit 4) and a follower commits within the probe timeout and a
+    few seconds. Resumed and restarted, the group drains the queue: nothing lost or written twice."""
+    topology = Topology(tmp_path, replicas=3, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=3.0,
+                        replica_args=FAST)
+    topology.start()
+    try:
+        topology.wait_for_leader(300)
+        topology.wait_for(lambda: len(_line(topology)) == 3, 300, "all three replicas in line")
+        producer = topology.start_producer(["--records", "12000", "--keys", "40", "--rate", "150", "--seed", "5"])
+        line = _line(topology)
+        leader, next_in_line, third = (topology.replica(r) for r in line)
+        topology.wait_for(lambda: _committed_by(topology, leader.replica_id), 60, "the leader to commit")
+
+        # 1. The next in line freezes; it must leave the line before the leader goes.
+        frozen = next_in_line.freeze_spark()
+        assert frozen, "the follower has a Spark JVM to freeze"
+        froze_at = time.monotonic()
+        topology.wait_for(lambda: next_in_line.replica_id not in _line(topology), 20, "the frozen follower to leave")
+        left_s = time.monotonic() - froze_at
+        leader.signal(signal.SIGTERM)
+        topology.wait_for(lambda: _committed_by(topology, third.replica_id), 40, f"{third.replica_id} to commit")
+        assert leader.process is not None and leader.process.wait(timeout=30) == 0
+        assert left_s < 3 + 2 + 3, f"the frozen follower left the line {left_s:.1f} s after the freeze"
+
+        # 2. The new leader's JVM freezes; the thawed follower (or the restarted old leader) takes over.
+        next_in_line.resume()
+        topology.restart(leader.replica_id)
+        topology.wait_for(lambda: len(_line(topology)) == 3, 120, "the thawed and restarted replicas back in line")
+        assert third.freeze_spark()
+        froze_at = time.monotonic()
+        assert third.process is not None and third.process.wait(timeout=30) == EXIT_STALLED
+        gave_up_s = time.monotonic() - froze_at
+        successor = topology.wait_for_leader(30)
+        topology.wait_for(lambda: _committed_by(topology, successor.replica_id), 30, "the successor to commit")
+        took_over_s = time.monotonic() - froze_at
+        assert gave_up_s < 3 + 1 + 3, f"the frozen leader gave up {gave_up_s:.1f} s after the freeze"
+        assert took_over_s < gave_up_s + 15, f"a successor committed {took_over_s:.1f} s after the freeze"
+        stalled = [e for e in _events(topology, third.replica_id) if e.get("event") == "stalled"]
+        assert stalled and stalled[0]["reason"] == "spark_unresponsive"
+        with connected(topology.ensemble.connect_string) as client:
+            ended = [t for t in read_history(client, topology.group) if t.replica_id == third.replica_id]
+        assert ended[-1].ended == "stalled" and "Spark's JVM" in (ended[-1].reason or "")
+
+        topology.restart(third.replica_id)
+        topology.wait_for(lambda: producer.poll() is not None, 300, "the producer to finish")
+        topology.wait_for(lambda: _drained(topology, 12000), 300, "the queue to drain", interval_s=2.0)
+    finally:
+        topology.stop()
+    report = verify(topology.data_root)
+    assert report.ok, report.render()
+
+
+def _events(topology: Topology, replica_id: str) -> list[dict[str, object]]:
+    from service.drill import read_events
+
+    return [e.fields for e in read_events(topology.logs / f"{replica_id}.log", replica_id)]
+
+
+def _land(topology: Topology, name: str, lines: list[dict[str, object]]) -> None:
+    """Write one queue file as a producer must: a hidden name, then a rename into landing/."""
+    landing = topology.data_root / "landing"
+    landing.mkdir(parents=True, exist_ok=True)
+    hidden = landing / f".{name}"
+    hidden.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    hidden.replace(landing / name)
+
+
+@pytest.mark.timeout(900)
+def test_a_row_function_that_hangs_in_one_replica_moves_the_lock(tmp_path: Path) -> None:
+    """The row function hangs in the leader only, first on a socket that never answers (``--row-timeout-s``
+    interrupts each call: its records wait for retry and the batches finish without progress), then, in the next
+    leader, in a call that ignores signals (its batch never finishes). Each stalls and gives the lock up; the
+    third, healthy replica writes every record, none dead-lettered."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)  # accepts connections (the kernel's backlog) and never answers
+    hang = {f"replica-{i}": tmp_path / f"hang-{i}" for i in (1, 2, 3)}
+    topology = Topology(tmp_path, replicas=3, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=3.0,
+                        replica_args=[*FAST, "--row-function", "career.drills:hang_when_told", "--row-timeout-s",
+                                      "2", "--retry-attempts", "8", "--max-files-per-trigger", "2"],
+                        replica_env={name: {HANG_ENV: str(path)} for name, path in hang.items()})
+    topology.make_dirs()
+    try:
+        topology.ensemble.start()
+        first = topology.replicas[0].start()
+        topology.wait_for(lambda: first.status().leader, 300, "replica-1 to lead")
+        for replica in topology.replicas[1:]:
+            replica.start()
+        topology.wait_for(lambda: len(_line(topology)) == 3, 300, "all three in line")
+        line = _line(topology)
+        assert line[0] == "replica-1"
+        second = topology.replica(line[1])
+        # Only now, warm-ups done (they run the row function too): the leader's calls wait on a socket, the next
+        # in line's ignore signals, the last in line's are healthy.
+        hang["replica-1"].write_text(f"socket 127.0.0.1:{listener.getsockname()[1]}\n")
+        hang[second.replica_id].write_text("native\n")
+        for i in range(20):
+            _land(topology, f"part-{i:03d}.jsonl", [{"id": f"{i}-{j}", "key": f"k{j % 4}", "seq": i * 10 + j,
+                                                      "ts": 0, "payload": {"n": j}} for j in range(10)])
+            time.sleep(0.01)  # distinct file times (the file source orders by them)
+        landed_at = time.monotonic()
+        assert first.process is not None and first.process.wait(timeout=120) == EXIT_STALLED
+        assert second.process is not None and second.process.wait(timeout=120) == EXIT_STALLED
+        topology.wait_for(lambda: _drained(topology, 200), 120, "the healthy replica to write everything")
+        drained_s = time.monotonic() - landed_at
+    finally:
+        for path in hang.values():
+            path.unlink(missing_ok=True)
+        topology.stop()
+        listener.close()
+    reasons = [next(e for e in _events(topology, r) if e.get("event") == "stalled")["reason"]
+               for r in ("replica-1", second.replica_id)]
+    assert reasons == ["no_progress", "no_progress"]
+    timeouts = [e for e in _events(topology, "replica-1") if e.get("event") == "row_function_timed_out"]
+    assert timeouts, "replica-1's calls should have timed out, not hung"
+    report = verify(topology.data_root)
+    assert report.ok and report.ids_written == 200 and report.ids_dead_lettered == 0, report.render()
+    assert drained_s < 2 * (20 + 30 + 5) + 60, f"drained {drained_s:.0f} s after the files landed"
+
+
+@pytest.mark.timeout(900)
+def test_a_poison_batch_is_set_aside_after_max_attempts(tmp_path: Path) -> None:
+    """A batch that fails on every leader (the transform raises on a record's poison pill) fails two terms in a
+    row, on both replicas; the third term commits it without running it: its file and a manifest go to
+    set-aside/, the queue moves on, and verify accounts for the set-aside ids and passes."""
+    topology = Topology(tmp_path, replicas=2, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=3.0,
+                        replica_args=[*FAST, "--transform", "career.drills:fail_on_poison_pill",
+                                      "--max-batch-attempts", "2", "--max-files-per-trigger", "1"])
+    topology.start()
+    try:
+        topology.wait_for_leader(300)
+        topology.wait_for(lambda: len(_line(topology)) == 2, 300, "both replicas in line")
+        for i in range(6):
+            lines: list[dict[str, object]] = [{"id": f"{i}-{j}", "key": f"k{j}", "seq": i * 10 + j, "ts": 0,
+                                               "payload": {"n": j}} for j in range(5)]
+            if i == 2:
+                lines[3]["payload"] = {POISON_PILL: True}
+            _land(topology, f"part-{i}.jsonl", lines)
+            time.sleep(0.05)  # distinct file times: one file per batch, in this order
+        topology.wait_for(lambda: list((topology.data_root / "set-aside").glob("batch-*-manifest.json")), 240,
+                          "the poison batch to be set aside", interval_s=1.0)
+        topology.wait_for(lambda: verify(topology.data_root).ids_written == 25, 120, "the other batches")
+        set_aside = sum(r.metrics().get(sample_key(f"{BATCHES}_total", outcome="set_aside"), 0.0)
+                        for r in topology.replicas)
+        assert set_aside == 1.0
+        with connected(topology.ensemble.connect_string) as client:
+            ended = [t.ended for t in read_history(client, topology.group)]
+    finally:
+        topology.stop()
+    manifest = json.loads(next((topology.data_root / "set-aside").glob("batch-*-manifest.json")).read_text())
+    assert manifest["files"] == ["part-2.jsonl"] and manifest["attempts"] == 2 and manifest["records"] == 5
+    assert POISON_PILL in manifest["error"]
+    report = verify(topology.data_root)
+    assert report.ok and report.ids_set_aside == 5 and report.set_aside_batches == 1, report.render()
+    assert ended.count("failed") == 2, ended
