@@ -441,7 +441,8 @@ def demo(directory: Path, records: int, rate: float, career: str, spark_workers:
 @click.option("--career", type=click.Choice(["spark", "counter"]), default="spark", envvar="TENURE_DRILL_CAREER",
               show_default=True, help="The replicas' career; the audit is `verify` (spark) or the counter check.")
 @click.option("--short", is_flag=True, help="The shortened timeline of the tests: session timeout 4 s, "
-              "fewer records.")
+              "fewer records; the stuck-leader drills with probe timeout 3 s, stall timeout 20 s, row timeout 2 s "
+              "(else the replica's defaults).")
 @click.option("--dir", "directory", type=click.Path(path_type=Path), default=Path(".tenure/drill"),
               show_default=True, help="One folder per scenario, wiped first: ZooKeeper data, data root, logs.")
 @click.option("--faults", type=click.IntRange(1, 100), default=None,
@@ -462,6 +463,13 @@ def drill(scenarios: tuple[str, ...], json_out: Path | None, plot_out: Path | No
     quorum-loss, flaky-link, spark-death, cold-start, rolling-restart; with --spark-cluster W also worker-loss
     (SIGKILL a worker, W >= 2) and master-loss (SIGKILL the Spark master, restart it). Network drills need root and
     `ip netns`, and skip on a cluster.
+
+    `stuck-leader` runs the four drills of a replica whose work hangs while its process and ZooKeeper session live
+    (Spark career, the progress watchdog's default limits): frozen-jvm (the leader's JVM frozen: it gives the lock
+    up and exits 4), hung-row-function (the leader's row function hangs on a socket: it stalls and exits 4),
+    frozen-next-in-line (the next in line's JVM frozen: it leaves the line, then the leader is SIGTERMed and the
+    healthy third takes over) and poison-batch (a batch failing on every leader is set aside after
+    --max-batch-attempts terms). Each is also a scenario of its own, and part of `all`.
 
     `tenure drill chaos --records N --faults K [--seed S]` (alone): K seeded random faults (leader SIGKILL,
     SIGTERM, whole-tree pause, network partition, ZooKeeper server restart, injected fault points) over a steady

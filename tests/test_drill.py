@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from career.drills import HANG_ENV
 from service.drill import DrillError, read_events, run_drills
+from service.drill._context import Drill
 from service.drill._criteria import ScenarioResult, judge
 from service.drill._measures import (
     Measurements,
@@ -25,6 +27,7 @@ from service.drill._run import run_scenario
 from service.drill._scenarios import CLUSTER_SCENARIOS, SCENARIOS, expand
 from service.drill._settings import DrillSettings, career_unavailable, worker_loss_budget_s
 from service.local import NetNamespace, netns_unavailable
+from service.replica import EXIT_STALLED, ReplicaConfig
 
 FIRST_COMMIT = "successor's first commit: about 1 s after the handover, plus one batch"
 SETTINGS = DrillSettings(career="counter", session_timeout_s=6.0, safe_fraction=0.5)
@@ -47,8 +50,25 @@ TARGETED_CRITERIA = [TARGET_LEADS, OLD_TERM_CLEAN, STEPPED_ASIDE, NO_FAILURE, TA
 #: product, committing every 0.1 s) so the four fit in about 90 s on 2 cores; TENURE_DRILL_CAREER=spark runs
 #: them with the product's Spark career (several minutes each here; see docs/readme/drill.md).
 CI_DRILLS = ["handover", "crash", "zombie", "partition"]
+#: The stuck-leader drills, in their group's order, and their run settings (the short timeline).
+STUCK_DRILLS = ["frozen-jvm", "hung-row-function", "frozen-next-in-line", "poison-batch"]
+STUCK_SETTINGS = DrillSettings.make(career="spark", records=None, short=True)
 #: Drills with a test of their own below (left out of test_other_drills_on_short_timeline, not run twice).
-OWN_TEST_DRILLS = ["targeted-handover"]
+OWN_TEST_DRILLS = ["targeted-handover", *STUCK_DRILLS]
+GAVE_UP_FROZEN = f"the stuck leader gives its lock up and exits {EXIT_STALLED} (spark_unresponsive)"
+GAVE_UP_HUNG = f"the stuck leader gives its lock up and exits {EXIT_STALLED} (no_progress)"
+FROZEN_COMMIT = "another replica's first commit: within the probe timeout, one batch and 5 s"
+HUNG_COMMIT = "another replica's first commit: within the stall timeout, one batch and 5 s"
+NO_DEAD_LETTER = "no record dead-lettered"
+REJOINED = "restarted, the old leader rejoins as follower"
+LEFT_LINE = "the frozen follower leaves the election's line within the probe timeout and one health check"
+HEALTHY_TAKES_OVER = "the healthy replica last in line takes over and commits"
+NEXT_IN_LINE_COMMIT = ("the leader's SIGTERM → the healthy replica's first commit: no more than a stuck leader's "
+                       "(probe timeout, one batch and 5 s)")
+SET_ASIDE = "the poison batch is set aside within 3 failed terms (--max-batch-attempts)"
+ONE_SET_ASIDE = "exactly one batch set aside, its ids accounted for (audit)"
+MOVES_ON = "the queue moves on after it"
+BACKED_OFF = "the replicas that failed it back off, none exits"
 
 
 def _drill_career() -> str:
@@ -213,6 +233,111 @@ def test_judge_cluster_criteria(case: str, measurements: Measurements, failing: 
     assert [c.name for c in criteria if not c.passed] == failing, case
 
 
+def _stuck(scenario: str, **facts: object) -> Measurements:
+    """Measurements of a stuck-leader drill that went well on the short timeline (probe timeout 3 s, stall timeout
+    20 s, the successor committing every 2 s: budgets 10 s and 27 s); ``facts`` override single fields."""
+    reason = {"frozen-jvm": "spark_unresponsive", "hung-row-function": "no_progress"}.get(scenario)
+    healthy: dict[str, object] = {
+        "stuck_replica": "replica-2" if scenario == "frozen-next-in-line" else "replica-1",
+        "stuck_exit_code": EXIT_STALLED if reason else None, "stall_reason": reason, "stalled_s": 3.5,
+        "commit_interval_s": 2.0, "fault_to_commit_s": 8.0, "ids_dead_lettered": 0, "left_line_s": 4.0,
+        "healthy_successor": "replica-3", "new_leader": "replica-3", "set_aside_epoch": 12, "set_aside_batch": 30,
+        "set_aside_s": 25.0, "failed_terms": 3, "set_aside_batches": 1, "ids_set_aside": 480,
+        "batches_after_set_aside": 4, "backed_off": ["replica-1", "replica-2", "replica-3"],
+    }
+    return _healthy(scenario, **(healthy | facts))
+
+
+@pytest.mark.parametrize(
+    ("case", "measurements", "failing"),
+    [
+        *((f"healthy {name}", _stuck(name), []) for name in STUCK_DRILLS),
+        ("frozen jvm: the leader exited 0 (a handover, not a give-up)", _stuck("frozen-jvm", stuck_exit_code=0),
+         [GAVE_UP_FROZEN]),
+        ("frozen jvm: gave up for the wrong reason", _stuck("frozen-jvm", stall_reason="no_progress"),
+         [GAVE_UP_FROZEN]),
+        ("frozen jvm: never gave up", _stuck("frozen-jvm", stuck_exit_code=None, stall_reason=None,
+                                             stalled_s=None), [GAVE_UP_FROZEN]),
+        # budget: probe timeout 3 s + commit interval 2 s + 5 s = 10 s
+        ("frozen jvm: successor just inside the budget", _stuck("frozen-jvm", fault_to_commit_s=10.0), []),
+        ("frozen jvm: successor too late", _stuck("frozen-jvm", fault_to_commit_s=10.1), [FROZEN_COMMIT]),
+        ("frozen jvm: one slower batch of the successor", _stuck("frozen-jvm", fault_to_commit_s=12.0,
+                                                                 commit_interval_s=4.0), []),
+        ("frozen jvm: no cadence observed, the timeout and 5 s alone",
+         _stuck("frozen-jvm", fault_to_commit_s=8.1, commit_interval_s=None), [FROZEN_COMMIT]),
+        ("frozen jvm: nobody committed", _stuck("frozen-jvm", fault_to_commit_s=None), [FROZEN_COMMIT]),
+        ("frozen jvm: restarted, never rejoined", _stuck("frozen-jvm", old_rejoined_as_follower=False), [REJOINED]),
+        ("hung row function: gave up as if Spark froze", _stuck("hung-row-function",
+                                                                stall_reason="spark_unresponsive"), [GAVE_UP_HUNG]),
+        # budget: stall timeout 20 s + commit interval 2 s + 5 s = 27 s
+        ("hung row function: successor just inside the budget", _stuck("hung-row-function", fault_to_commit_s=27.0),
+         []),
+        ("hung row function: successor too late", _stuck("hung-row-function", fault_to_commit_s=27.5),
+         [HUNG_COMMIT]),
+        ("hung row function: records dead-lettered", _stuck("hung-row-function", ids_dead_lettered=3),
+         [NO_DEAD_LETTER]),
+        ("hung row function: no audit", _stuck("hung-row-function", ids_dead_lettered=None, audit_ok=None),
+         ["audit: nothing lost, duplicated or out of order", NO_DEAD_LETTER]),
+        # left the line: probe timeout 3 s + health check every 2 s + 1.5 s = 6.5 s
+        ("frozen next in line: left the line just in time", _stuck("frozen-next-in-line", left_line_s=6.5), []),
+        ("frozen next in line: left the line late", _stuck("frozen-next-in-line", left_line_s=6.6), [LEFT_LINE]),
+        ("frozen next in line: never left the line", _stuck("frozen-next-in-line", left_line_s=None), [LEFT_LINE]),
+        ("frozen next in line: the frozen follower took the term",
+         _stuck("frozen-next-in-line", new_leader="replica-2"), [HEALTHY_TAKES_OVER]),
+        ("frozen next in line: the healthy replica never committed",
+         _stuck("frozen-next-in-line", successor_committed=False, fault_to_commit_s=None),
+         [HEALTHY_TAKES_OVER, NEXT_IN_LINE_COMMIT]),
+        ("frozen next in line: the SIGTERMed leader left no clean record",
+         _stuck("frozen-next-in-line", clean_handover=False), ["clean handover record"]),
+        ("frozen next in line: costs more than a stuck leader", _stuck("frozen-next-in-line", fault_to_commit_s=10.5),
+         [NEXT_IN_LINE_COMMIT]),
+        ("poison batch: set aside after one failed term", _stuck("poison-batch", failed_terms=1), []),
+        ("poison batch: more failed terms than attempts", _stuck("poison-batch", failed_terms=4), [SET_ASIDE]),
+        ("poison batch: set aside with no failed term before it", _stuck("poison-batch", failed_terms=0),
+         [SET_ASIDE]),
+        ("poison batch: never set aside",
+         _stuck("poison-batch", set_aside_epoch=None, set_aside_batch=None, set_aside_s=None, failed_terms=None,
+                set_aside_batches=0, ids_set_aside=0, batches_after_set_aside=None),
+         [SET_ASIDE, ONE_SET_ASIDE, MOVES_ON]),
+        ("poison batch: two batches set aside", _stuck("poison-batch", set_aside_batches=2), [ONE_SET_ASIDE]),
+        ("poison batch: the queue stopped after it", _stuck("poison-batch", batches_after_set_aside=0), [MOVES_ON]),
+        ("poison batch: a failing replica exited", _stuck("poison-batch", replicas_down=["replica-2"]),
+         [BACKED_OFF]),
+        ("poison batch: a failing replica was restarted", _stuck("poison-batch", processes_exited=1), [BACKED_OFF]),
+        ("poison batch: nobody backed off", _stuck("poison-batch", backed_off=[]), [BACKED_OFF]),
+        ("poison batch: the audit found a loss", _stuck("poison-batch", audit_ok=False, audit_lost=5),
+         ["audit: nothing lost, duplicated or out of order"]),
+    ],
+)
+def test_judge_stuck_leader_criteria(case: str, measurements: Measurements, failing: list[str]) -> None:
+    """The stuck-leader drills pass on healthy figures and fail exactly where one is out of its bound."""
+    criteria = judge(measurements, STUCK_SETTINGS)
+    assert [c.name for c in criteria if not c.passed] == failing, case
+
+
+def test_stuck_leader_settings_and_replica_flags(tmp_path: Path) -> None:
+    """The drill's progress-watchdog limits default to the replica's own (issue 26 measures with the defaults),
+    --short shortens them; retry attempts outlast the stall timeout, so a hung row function dead-letters nothing
+    before its leader gives up; the hung-row-function drill gives every replica a hang file of its own."""
+    defaults = DrillSettings.make(career="spark", records=None, short=False)
+    for name in ("stall_timeout_s", "first_batch_allowance_s", "liveness_timeout_s", "probe_timeout_s",
+                 "row_timeout_s", "max_batch_attempts"):
+        assert getattr(defaults, name) == ReplicaConfig.model_fields[name].default, name
+    assert STUCK_SETTINGS.watchdog_args() == (
+        "--stall-timeout-s", "20", "--first-batch-allowance-s", "30", "--liveness-timeout-s", "10",
+        "--probe-timeout-s", "3", "--row-timeout-s", "2", "--max-batch-attempts", "3")
+    for settings in (defaults, STUCK_SETTINGS):
+        assert settings.retry_attempts * settings.row_timeout_s > settings.stall_timeout_s
+    spec = SCENARIOS["hung-row-function"]
+    assert spec.replica_args is not None and spec.hang_files
+    args = spec.replica_args(STUCK_SETTINGS)
+    assert args[-4:] == ("--row-function", "career.drills:hang_when_told", "--retry-attempts", "12")
+    drill = Drill(spec.name, STUCK_SETTINGS, tmp_path, None, replica_args=args, hang_files=True)
+    assert drill.topology.replica_env == {r: {HANG_ENV: str(drill.hang_file(r))}
+                                          for r in ("replica-1", "replica-2", "replica-3")}
+    assert Drill("crash", STUCK_SETTINGS, tmp_path / "plain", None).topology.replica_env == {}
+
+
 def test_worker_loss_budget() -> None:
     """About a second, the batch in flight rerun (one interval), then 3 batches on the surviving cores."""
     assert worker_loss_budget_s(2, 2.5) == pytest.approx(1.5 + (1 + 3 * 2) * 2.5)
@@ -307,7 +432,10 @@ def test_expand_and_report_render() -> None:
     assert expand(["all"], spark_cluster=True) == list(SCENARIOS)
     assert expand(["master-loss", "all"]) == ["master-loss", *expand(["all"])]
     assert expand(["crash", "crash", "handover"]) == ["crash", "handover"]
-    with pytest.raises(DrillError, match="scenario 'nope' is unknown"):
+    assert expand(["stuck-leader"]) == STUCK_DRILLS
+    assert expand(["poison-batch", "stuck-leader"]) == ["poison-batch", *STUCK_DRILLS[:3]]
+    assert all(name in expand(["all"]) and SCENARIOS[name].spark_only for name in STUCK_DRILLS)
+    with pytest.raises(DrillError, match="scenario 'nope' is unknown: choose from all, stuck-leader, handover"):
         expand(["nope"])
     good = _healthy("crash")
     bad = _healthy("crash", new_leader_s=9.0)
@@ -441,6 +569,29 @@ def test_partition_drill_spark(tmp_path: Path, created_namespaces: list[NetNames
     failed = [f"{c.name}: {c.detail}" for c in result.criteria if not c.passed]
     assert result.status == "pass", f"partition (spark) failed: {failed}"
     assert len(created_namespaces) == 1 and _all_removed(created_namespaces)
+
+
+@pytest.mark.timeout(1500)  # four drills, each 3 warm Spark replicas, a restart and a drained queue, on 2 cores
+def test_stuck_leader_drills_on_short_timeline(tmp_path: Path) -> None:
+    """`tenure drill stuck-leader --short` with the Spark career, through run_drills: a frozen leader JVM and a
+    hung row function each make the leader give its lock up and exit 4 for its reason, and another replica
+    commits within the budget; a frozen next in line leaves the line and the healthy third takes over from the
+    SIGTERMed leader; a poison batch is set aside within --max-batch-attempts failed terms and the queue moves on.
+    Every criterion passes, the audits included (nothing lost, duplicated, out of order or dead-lettered)."""
+    _spark_or_skip()
+    lines: list[str] = []
+    json_out = tmp_path / "drill.json"
+    code = run_drills(["stuck-leader"], directory=tmp_path / "runs", records=None, json_out=json_out,
+                      plot_out=None, short=True, career="spark", echo=lines.append)
+    doc = json.loads(json_out.read_text())
+    failures = {r["scenario"]: [f"{c['name']}: {c['detail']}" for c in r["criteria"] if not c["passed"]]
+                for r in doc["results"] if r["status"] != "pass"}
+    assert code == 0 and not failures, f"failed criteria: {failures}\n" + "\n".join(lines)
+    assert [r["scenario"] for r in doc["results"]] == STUCK_DRILLS
+    m = {r["scenario"]: r["measurements"] for r in doc["results"]}
+    assert [m[name]["stall_reason"] for name in STUCK_DRILLS[:2]] == ["spark_unresponsive", "no_progress"], m
+    assert m["frozen-next-in-line"]["new_leader"] == m["frozen-next-in-line"]["healthy_successor"], m
+    assert m["poison-batch"]["set_aside_batches"] == 1 and m["poison-batch"]["ids_set_aside"] >= 5, m
 
 
 #: The CI chaos run: a replica killing itself between Spark's checkpoint and the marking of its files, a

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
+from career.drills import HANG_ENV
 from service.drill._measures import Measurements
 from service.drill._monitor import (
     FAULT_INJECTED,
@@ -33,6 +34,7 @@ __all__ = ["Drill", "Marker", "is_ready"]
 _log = structlog.get_logger("tenure.drill")
 
 _GROUP = "drill"
+_REPLICAS = 3  # named replica-1 … replica-3 by the topology
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,9 @@ class Drill:
     each named replica in its own (the chaos drill: whichever replica leads can be cut off). The ensemble's
     client port listens on the host end of ``ns`` (or of the first of ``namespaces``). Every replica runs with
     a fault file (``Topology(fault_files=True)``), so a scenario can arm a fault at a named point.
+    ``replica_args`` are a scenario's own ``tenure run`` flags, after the drill's; with ``hang_files`` each replica
+    also runs with a hang file of its own (``hang_file``, named by ``career.drills.HANG_ENV``): a row function
+    ``career.drills:hang_when_told`` hangs in the replica whose file the scenario writes.
 
     Example::
 
@@ -70,7 +75,8 @@ class Drill:
     """
 
     def __init__(self, name: str, settings: DrillSettings, directory: Path, ns: NetNamespace | None,
-                 *, namespaces: dict[str, NetNamespace] | None = None) -> None:
+                 *, namespaces: dict[str, NetNamespace] | None = None, replica_args: Sequence[str] = (),
+                 hang_files: bool = False) -> None:
         self.name = name
         self.settings = settings
         self.ns = ns
@@ -81,14 +87,17 @@ class Drill:
         launch = {rid: ReplicaLaunch((*space.exec_prefix, "env", "SPARK_LOCAL_IP=127.0.0.1"), space.ns_address)
                   for rid, space in self.namespaces.items()} or None
         extra = ["--standby", "warm", "--counter-interval-s", f"{settings.counter_interval_s:g}",
-                 "--safe-fraction", f"{settings.safe_fraction:g}", "--failure-backoff-s", "1"]
-        self.topology = Topology(directory, replicas=3, group=_GROUP, career=settings.career,
+                 "--safe-fraction", f"{settings.safe_fraction:g}", "--failure-backoff-s", "1", *replica_args]
+        self.hang_dir = directory.absolute() / "hang"
+        ids = [f"replica-{i}" for i in range(1, _REPLICAS + 1)]
+        env = {rid: {HANG_ENV: str(self.hang_file(rid))} for rid in ids} if hang_files else None
+        self.topology = Topology(directory, replicas=_REPLICAS, group=_GROUP, career=settings.career,
                                  session_timeout_s=settings.session_timeout_s,
                                  handover_timeout_s=settings.handover_timeout_s, zk_tick_ms=settings.zk_tick_ms,
                                  replica_args=extra,
                                  zk_client_address=zk_side.host_address if zk_side else "127.0.0.1",
                                  replica_launch=launch, zk_port=free_base_port(), fault_files=True,
-                                 spark_workers=settings.spark_workers)
+                                 spark_workers=settings.spark_workers, replica_env=env)
         self.monitor: Monitor | None = None
         self.markers: list[Marker] = []
         self.m = Measurements(scenario=name)
@@ -157,6 +166,11 @@ class Drill:
 
     def wait(self, predicate: Callable[[], object], timeout_s: float, what: str) -> None:
         self.topology.wait_for(predicate, timeout_s, what, interval_s=0.05)
+
+    def hang_file(self, replica_id: str) -> Path:
+        """The hang file of ``replica_id`` (``hang_files``): while it exists, that replica's row function hangs,
+        as its content says (``career.drills.HANG_ENV``)."""
+        return self.hang_dir / replica_id
 
     def leader(self) -> ReplicaProcess:
         status = self.topology.wait_for_leader(self.settings.startup_timeout_s)

@@ -10,11 +10,14 @@ from service.drill._settings import (
     ABOUT_ONE_S,
     CLUSTER_COMMITS,
     FLAKY_MAX_CHANGES,
+    HEALTH_CHECK_EVERY_S,
     SAFE_UNTIL_SLACK_S,
     SPARK_WORKER_TIMEOUT_S,
+    STUCK_SLACK_S,
     DrillSettings,
     worker_loss_budget_s,
 )
+from service.replica import EXIT_STALLED, StallReason
 
 __all__ = ["Criterion", "ScenarioResult", "judge", "verdict"]
 
@@ -42,6 +45,12 @@ def _handover_budget(name: str, value: float | None, m: Measurements) -> Criteri
     if value is None:
         return Criterion(name, False, f"not observed ({budget})")
     return Criterion(name, value <= limit, f"{value:.2f} s ({budget})")
+
+
+def _clean_handover(m: Measurements) -> Criterion:
+    """The old leader's ``handover_recorded`` after the fault says clean."""
+    return Criterion("clean handover record", m.clean_handover is True,
+                     {True: "clean=true", False: "not clean", None: "no handover_recorded"}[m.clean_handover])
 
 
 def _first_commit_criterion(m: Measurements) -> Criterion:
@@ -132,6 +141,82 @@ def _master_loss_criteria(m: Measurements) -> list[Criterion]:
     ]
 
 
+def _stuck_budget(name: str, value: float | None, timeout: str, timeout_s: float, m: Measurements) -> Criterion:
+    """``value`` within a stuck leader's budget (issue 26): the timeout that catches it (``timeout``,
+    ``timeout_s``), plus one commit interval of the successor, plus ``STUCK_SLACK_S``."""
+    interval = m.commit_interval_s or 0.0
+    limit = timeout_s + interval + STUCK_SLACK_S
+    budget = (f"limit {timeout} {timeout_s:g} s + commit interval {interval:.2f} s + {STUCK_SLACK_S:g} s = "
+              f"{limit:.2f} s")
+    if value is None:
+        return Criterion(name, False, f"not observed ({budget})")
+    return Criterion(name, value <= limit, f"{value:.2f} s ({budget})")
+
+
+def _gave_up(m: Measurements, reason: StallReason) -> Criterion:
+    """The stuck leader gave its lock up for ``reason`` (its ``stalled`` event) and exited ``EXIT_STALLED``."""
+    code = "no exit observed" if m.stuck_exit_code is None else f"exit code {m.stuck_exit_code}"
+    stalled = "no stalled event" if m.stall_reason is None else f"stalled: {m.stall_reason}"
+    if m.stalled_s is not None:
+        stalled += f", {m.stalled_s:.2f} s after the fault"
+    return Criterion(f"the stuck leader gives its lock up and exits {EXIT_STALLED} ({reason.value})",
+                     m.stuck_exit_code == EXIT_STALLED and m.stall_reason == reason.value,
+                     f"{m.stuck_replica or '—'}: {code}; {stalled}")
+
+
+def _rejoined(m: Measurements) -> Criterion:
+    return Criterion("restarted, the old leader rejoins as follower", m.old_rejoined_as_follower is True,
+                     str(m.old_rejoined_as_follower).lower())
+
+
+def _frozen_next_in_line_criteria(m: Measurements, s: DrillSettings) -> list[Criterion]:
+    """The frozen follower leaves the line in time, the healthy third replica takes the term over from the
+    SIGTERMed leader, which hands over cleanly, and it costs no more than a stuck leader would."""
+    left, limit = m.left_line_s, s.probe_timeout_s + HEALTH_CHECK_EVERY_S + ABOUT_ONE_S
+    budget = (f"limit probe timeout {s.probe_timeout_s:g} s + health check every {HEALTH_CHECK_EVERY_S:g} s + "
+              f"{ABOUT_ONE_S:g} s = {limit:.2f} s")
+    healthy, measured = m.healthy_successor, "not observed" if left is None else f"{left:.2f} s"
+    return [
+        Criterion("the frozen follower leaves the election's line within the probe timeout and one health check",
+                  left is not None and left <= limit, f"{m.stuck_replica or '—'}: {measured} ({budget})"),
+        Criterion("the healthy replica last in line takes over and commits",
+                  healthy is not None and m.new_leader == healthy and m.successor_committed,
+                  f"expected {healthy or '—'}, new term led by {m.new_leader or 'nobody'}, "
+                  f"committed {str(m.successor_committed).lower()}"),
+        _clean_handover(m),
+        _stuck_budget("the leader's SIGTERM → the healthy replica's first commit: no more than a stuck leader's "
+                      f"(probe timeout, one batch and {STUCK_SLACK_S:g} s)", m.fault_to_commit_s, "probe timeout",
+                      s.probe_timeout_s, m),
+    ]
+
+
+def _poison_batch_criteria(m: Measurements, s: DrillSettings) -> list[Criterion]:
+    """The poison batch is set aside after at least one and at most ``max_batch_attempts`` failed terms, it is the
+    only one, the queue moves on, and the replicas that failed it backed off without exiting."""
+    attempts, failed = s.max_batch_attempts, m.failed_terms
+    if m.set_aside_epoch is None:
+        where = "never set aside"
+    else:
+        later = "" if m.fault_to_commit_s is None else f", committed {m.fault_to_commit_s:.2f} s after it"
+        when = "" if m.set_aside_s is None else f" {m.set_aside_s:.2f} s after the landing{later}"
+        where = f"batch {m.set_aside_batch} set aside by epoch {m.set_aside_epoch}{when}"
+    down = ", ".join(m.replicas_down) or "none"
+    return [
+        Criterion(f"the poison batch is set aside within {attempts} failed terms (--max-batch-attempts)",
+                  m.set_aside_epoch is not None and failed is not None and 1 <= failed <= attempts,
+                  f"{where}; failed terms before it: {'not read' if failed is None else failed}"),
+        Criterion("exactly one batch set aside, its ids accounted for (audit)",
+                  m.set_aside_batches == 1 and (m.ids_set_aside or 0) > 0,
+                  f"{m.set_aside_batches} batch(es), {m.ids_set_aside} ids set aside"),
+        Criterion("the queue moves on after it", (m.batches_after_set_aside or 0) >= 1,
+                  f"{m.batches_after_set_aside} batch(es) committed after batch {m.set_aside_batch}"),
+        Criterion("the replicas that failed it back off, none exits",
+                  bool(m.backed_off) and not m.replicas_down and m.processes_exited == 0,
+                  f"backed off: {', '.join(m.backed_off) or 'none'}; process gone: {down}; "
+                  f"processes restarted {m.processes_exited}"),
+    ]
+
+
 def judge(m: Measurements, s: DrillSettings) -> list[Criterion]:
     """The criteria of ``m.scenario`` (issue 8's table) plus the common ones, evaluated on ``m`` (pure)."""
     out = [Criterion("ran to completion", m.error is None, m.error or "ok")]
@@ -143,8 +228,7 @@ def judge(m: Measurements, s: DrillSettings) -> list[Criterion]:
                          "monotonic" if m.epochs_monotonic else "a lower epoch committed after a higher one"))
     name = m.scenario
     if name == "handover":
-        out.append(Criterion("clean handover record", m.clean_handover is True,
-                             {True: "clean=true", False: "not clean", None: "no handover_recorded"}[m.clean_handover]))
+        out.append(_clean_handover(m))
         out.append(_first_commit_criterion(m))
     elif name == "targeted-handover":
         out.extend(_targeted_handover_criteria(m))
@@ -206,6 +290,24 @@ def judge(m: Measurements, s: DrillSettings) -> list[Criterion]:
         out.extend(_worker_loss_criteria(m, s))
     elif name == "master-loss":
         out.extend(_master_loss_criteria(m))
+    elif name == "frozen-jvm":
+        out.append(_gave_up(m, StallReason.SPARK_UNRESPONSIVE))
+        out.append(_stuck_budget("another replica's first commit: within the probe timeout, one batch and "
+                                 f"{STUCK_SLACK_S:g} s",
+                                 m.fault_to_commit_s, "probe timeout", s.probe_timeout_s, m))
+        out.append(_rejoined(m))
+    elif name == "hung-row-function":
+        out.append(_gave_up(m, StallReason.NO_PROGRESS))
+        out.append(_stuck_budget("another replica's first commit: within the stall timeout, one batch and "
+                                 f"{STUCK_SLACK_S:g} s",
+                                 m.fault_to_commit_s, "stall timeout", s.stall_timeout_s, m))
+        out.append(Criterion("no record dead-lettered", m.ids_dead_lettered == 0,
+                             "not audited" if m.ids_dead_lettered is None else f"{m.ids_dead_lettered}"))
+        out.append(_rejoined(m))
+    elif name == "frozen-next-in-line":
+        out.extend(_frozen_next_in_line_criteria(m, s))
+    elif name == "poison-batch":
+        out.extend(_poison_batch_criteria(m, s))
     return out
 
 

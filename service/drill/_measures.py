@@ -139,6 +139,33 @@ class Measurements:
     app_back_s: float | None = None
     #: master-loss: the application's state on the recovered master (RUNNING, WAITING …)
     app_state_after: str | None = None
+    # the stuck-leader drills (frozen-jvm, hung-row-function, frozen-next-in-line, poison-batch)
+    #: the replica whose Spark JVM froze or whose row function hung: the leader (frozen-next-in-line: the follower
+    #: next in line)
+    stuck_replica: str | None = None
+    #: its process's exit code (``EXIT_STALLED``: it gave its lock up), the reason of its ``stalled`` event, and
+    #: the fault → that event
+    stuck_exit_code: int | None = None
+    stall_reason: str | None = None
+    stalled_s: float | None = None
+    #: the fault that moves the lock (frozen-next-in-line: the leader's SIGTERM; poison-batch: the poison file's
+    #: landing) → another replica's first commit (its ``committed_at``)
+    fault_to_commit_s: float | None = None
+    #: frozen-next-in-line: the freeze → the follower out of the election's line; the replica last in line, the
+    #: healthy one that must take over
+    left_line_s: float | None = None
+    healthy_successor: str | None = None
+    #: poison-batch: the term that set the batch aside (its epoch, the batch), the fault → its manifest, the terms
+    #: that ended ``failed`` (term history) from the fault's term to it, the batches committed after it (observed)
+    set_aside_epoch: int | None = None
+    set_aside_batch: int | None = None
+    set_aside_s: float | None = None
+    failed_terms: int | None = None
+    batches_after_set_aside: int | None = None
+    #: the audit's ids dead-lettered, ids set aside and set-aside batches (``tenure verify``)
+    ids_dead_lettered: int | None = None
+    ids_set_aside: int | None = None
+    set_aside_batches: int | None = None
 
 
 def leader_intervals(events: list[LogEvent], killed: dict[str, float], end: float) -> list[dict[str, Any]]:

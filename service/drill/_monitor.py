@@ -51,6 +51,7 @@ __all__ = [
     "RUNNER_LOGGER",
     "RUNNER_STARTING",
     "RUNNER_STATE",
+    "STALLED",
     "SUSPENDED",
     "TERM_STATES",
     "CommitSample",
@@ -81,6 +82,7 @@ CAREER_FAILED: Final = "career_failed"
 BACKING_OFF: Final = "backing_off"  # after a career failure, before rejoining
 HANDOVER_REQUESTED: Final = "handover_requested"  # the leader acts on `tenure handover` (field to)
 DEFERRED_TO_HANDOVER_TARGET: Final = "deferred_to_handover_target"  # a replica ahead of the target steps aside
+STALLED: Final = "stalled"  # the replica gives its lock up and exits (fields reason, detail, batch, epoch)
 # election/_election.py
 JOINED: Final = "joined"
 SUSPENDED: Final = "suspended"

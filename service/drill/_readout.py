@@ -42,11 +42,13 @@ from service.drill._monitor import (
     RUNNER_LOGGER,
     RUNNER_STARTING,
     RUNNER_STATE,
+    STALLED,
     SUSPENDED,
     TERM_STATES,
     CommitSample,
     LogEvent,
 )
+from service.drill._scenarios import GROUPS
 from service.drill._settings import CLUSTER_COMMITS, OUTAGE_GRACE_S, SAFE_UNTIL_SLACK_S
 from service.ops import verify
 
@@ -155,6 +157,26 @@ def measure(d: Drill) -> None:
         _targeted_handover_facts(d, events, commits, successor)
     if d.name in ("worker-loss", "master-loss"):
         _cluster_facts(d, commits)
+    if d.name in GROUPS["stuck-leader"]:
+        _stuck_facts(d, events, commits, successor)
+
+
+def _stuck_facts(d: Drill, events: list[LogEvent], commits: list[CommitSample],
+                 successor: list[CommitSample]) -> None:
+    """The stuck-leader drills: the stuck replica's ``stalled`` event (its reason, when), the successor's cadence
+    (the budget adds one commit interval), who backed off after the fault; poison-batch: the batches committed
+    after the one set aside (the queue moved on)."""
+    m, fault = d.m, d.m.fault_at or 0.0
+    stalled = next((e for e in events if e.replica_id == m.stuck_replica and e.event == STALLED and e.at >= fault),
+                   None)
+    if stalled is not None:
+        m.stall_reason, m.stalled_s = str(stalled.fields.get("reason")), stalled.at - fault
+    if successor and m.commit_interval_s is None:
+        m.commit_interval_s = commit_interval(commits, successor[0].epoch)
+    m.backed_off = sorted({e.replica_id for e in events if e.at >= fault and e.event == BACKING_OFF})
+    if m.set_aside_batch is not None:
+        after = {c.batch for c in commits if c.batch is not None and c.batch > m.set_aside_batch}
+        m.batches_after_set_aside = len(after)
 
 
 def _cluster_facts(d: Drill, commits: list[CommitSample]) -> None:
@@ -236,6 +258,8 @@ def audit(d: Drill) -> None:
         report = verify(d.topology.data_root)
         m.audit_lost, m.audit_duplicated, m.audit_inversions = report.lost, report.duplicated, report.inversions
         m.audit_ok = report.ok
+        m.ids_dead_lettered, m.ids_set_aside = report.ids_dead_lettered, report.ids_set_aside
+        m.set_aside_batches = report.set_aside_batches
         m.audit_detail = (f"{report.ids_in} ids in, {report.ids_written} written, {report.quarantined} "
                           f"quarantined, unexpected {report.unexpected}, unquarantined {report.unquarantined}")
     else:

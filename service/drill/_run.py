@@ -35,7 +35,7 @@ def run_scenario(name: str, settings: DrillSettings, directory: Path) -> Scenari
     spec = SCENARIOS[name]
     if spec.spark_only and settings.career != "spark":
         return ScenarioResult(name, spec.fault, "skipped", "needs the Spark career on a cluster" if spec.cluster
-                              else "needs the Spark career (a JVM to kill)")
+                              else f"needs the Spark career ({spec.spark_need})")
     if spec.cluster and not settings.spark_workers:
         return ScenarioResult(name, spec.fault, "skipped", "needs a Spark cluster (--spark-cluster 2)")
     if spec.netns and settings.spark_workers:
@@ -56,7 +56,8 @@ def run_scenario(name: str, settings: DrillSettings, directory: Path) -> Scenari
         for attempt in (1, 2):
             if scenario_dir.exists():
                 shutil.rmtree(scenario_dir)
-            drill = Drill(name, settings, scenario_dir, ns)
+            drill = Drill(name, settings, scenario_dir, ns, hang_files=spec.hang_files,
+                          replica_args=spec.replica_args(settings) if spec.replica_args is not None else ())
             try:
                 if not spec.custom_start:
                     drill.prepare()

@@ -1,14 +1,17 @@
-"""The failover scenarios (issue 8's table): one fault each, injected for real on a fresh drill topology."""
+"""The failover scenarios (issue 8's table, and issue 26's stuck leaders): one fault each, injected for real on a
+fresh drill topology; ``expand`` turns names, ``all`` and groups (``stuck-leader``) into the scenarios to run."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -19,14 +22,22 @@ from typing import Any
 import structlog
 from kazoo.client import KazooClient
 
+from career.drills import POISON_PILL
 from election import group_status, read_history
 from service.drill._context import Drill, is_ready
 from service.drill._measures import commit_interval
-from service.drill._settings import CLUSTER_COMMITS, MASTER_DOWN_S, SPARK_WORKER_TIMEOUT_S, DrillError
+from service.drill._settings import (
+    CLUSTER_COMMITS,
+    HEALTH_CHECK_EVERY_S,
+    MASTER_DOWN_S,
+    SPARK_WORKER_TIMEOUT_S,
+    DrillError,
+    DrillSettings,
+)
 from service.local import NetNamespace, NetnsError, ReplicaProcess, SparkCluster, SparkClusterError
-from service.ops import connected, request_handover, wait_handover
+from service.ops import connected, request_handover, wait_handover, write_lines
 
-__all__ = ["CLUSTER_SCENARIOS", "SCENARIOS", "Scenario", "cluster_refusal", "expand"]
+__all__ = ["CLUSTER_SCENARIOS", "GROUPS", "SCENARIOS", "Scenario", "cluster_refusal", "expand"]
 
 _log = structlog.get_logger("tenure.drill")
 
@@ -52,9 +63,13 @@ def _java_children(pid: int) -> list[int]:
 class Scenario:
     """A named fault: ``inject`` runs after ``Drill.prepare`` (unless ``custom_start``) and before settling.
 
+    ``spark_only``: it needs the Spark career, for what ``spark_need`` says (the reason when it is skipped).
     ``cluster``: it faults the embedded Spark cluster (``--spark-cluster``), so ``all`` includes it only on one.
     ``produce_s``: the production lasts at least this long (the records spread over it), so that the work
     outlasts the fault and what the criteria count after it.
+    ``replica_args``: the scenario's own ``tenure run`` flags, made from the run's settings (the stuck-leader
+    drills: the progress watchdog's limits, misbehaving user code); ``hang_files``: each replica runs with a hang
+    file of its own (``Drill.hang_file``).
     """
 
     name: str
@@ -62,9 +77,12 @@ class Scenario:
     inject: Callable[[Drill], None]
     netns: bool = False
     spark_only: bool = False
+    spark_need: str = "a JVM to kill"
     custom_start: bool = False
     cluster: bool = False
     produce_s: float | None = None
+    replica_args: Callable[[DrillSettings], tuple[str, ...]] | None = None
+    hang_files: bool = False
 
 
 def _handover(d: Drill) -> None:
@@ -83,23 +101,30 @@ def _line(client: KazooClient, group: str) -> list[str]:
     return [c.identity.replica_id for c in group_status(client, group).contenders if c.identity is not None]
 
 
+def _full_line(d: Drill, client: KazooClient, leader: ReplicaProcess) -> list[str]:
+    """Wait until every replica stands in the election's line behind ``leader``; returns the line, leader first."""
+    group, replicas = d.topology.group, len(d.topology.replicas)
+    line: list[str] = []
+
+    def full() -> bool:
+        line[:] = _line(client, group)
+        return len(line) == replicas and line[0] == leader.replica_id
+
+    d.wait(full, d.settings.startup_timeout_s, f"all {replicas} replicas in line behind {leader.replica_id}")
+    return line
+
+
 def _targeted_handover(d: Drill) -> None:
     """`tenure handover --to <last in line> --wait`, through the library calls the CLI makes: the leader hands
     over cleanly, every replica in line ahead of the target steps aside, the target's term commits; then the
     term history is read back and the old leader's place in the line."""
     leader = d.leader()
-    group, replicas = d.topology.group, len(d.topology.replicas)
+    group = d.topology.group
     # The line as the request will see it, the leader first; the target is the last in it, so at least one
     # replica stands between them (with 3 replicas exactly one) and must step aside.
     budget_s = d.settings.session_timeout_s + d.settings.work_timeout_s
     with connected(d.topology.ensemble.connect_string) as client:
-        line: list[str] = []
-
-        def full_line() -> bool:
-            line[:] = _line(client, group)
-            return len(line) == replicas and line[0] == leader.replica_id
-
-        d.wait(full_line, d.settings.startup_timeout_s, f"all {replicas} replicas in line behind {leader.replica_id}")
+        line = _full_line(d, client, leader)
         target, ahead = line[-1], line[1:-1]
         d.m.handover_target, d.m.handover_ahead = target, ahead
         d.mark("fault", f"tenure handover --to {target} (ahead of it: {', '.join(ahead)})")
@@ -415,6 +440,178 @@ def _master_loss(d: Drill) -> None:
     d.wait_more_commits()
 
 
+# -- the stuck-leader drills (issue 26): a replica's work hangs while its Python process and ZooKeeper session live ---
+
+#: poison-batch's queue file; its ids and key are its own (the producer's are ``<run>-<i>`` over keys ``k<j>``)
+_POISON_FILE = "drill-poison.jsonl"
+_POISON_KEY = "drill-poison"
+
+
+def _hung_row_args(s: DrillSettings) -> tuple[str, ...]:
+    """The watchdog's limits, a row function that hangs where told, and enough attempts that no record is
+    dead-lettered before the hung leader gives its lock up (``DrillSettings.retry_attempts``)."""
+    return (*s.watchdog_args(), "--row-function", "career.drills:hang_when_told",
+            "--retry-attempts", str(s.retry_attempts))
+
+
+def _poison_args(s: DrillSettings) -> tuple[str, ...]:
+    return (*s.watchdog_args(), "--transform", "career.drills:fail_on_poison_pill")
+
+
+def _wait_exit(d: Drill, replica: ReplicaProcess, timeout_s: float, why: str) -> int | None:
+    """Wait for ``replica``'s process to exit on its own (``why``), end its term there on the timeline, and
+    return its exit code."""
+    d.wait(lambda: not replica.alive, timeout_s, f"{replica.replica_id} to exit ({why})")
+    d.killed[replica.replica_id] = time.time()
+    return replica.process.returncode if replica.process is not None else None
+
+
+def _took_over(d: Drill, since: float) -> None:
+    """Wait for another replica's first commit (an epoch above the stuck leader's) and measure it from ``since``,
+    the fault that moved the lock."""
+    d.wait_successor_commit(d.settings.session_timeout_s + d.settings.work_timeout_s)
+    commit = d.successor_commit()
+    assert commit is not None
+    d.m.fault_to_commit_s = commit.committed_at - since
+
+
+def _restart_as_follower(d: Drill, replica_id: str, label: str) -> None:
+    """Start the replica that gave its lock up again (a supervisor's job; the drill topology has none) and wait
+    until it stands in the line as a follower."""
+    heal = d.mark("heal", label)
+    d.topology.restart(replica_id)
+    # Once a second: it warms up first (tens of seconds with Spark), and each look reads every replica's log.
+    d.topology.wait_for(lambda: d.stepped_down(replica_id, heal), d.settings.startup_timeout_s,
+                        f"{replica_id} to rejoin as follower", interval_s=1.0)
+
+
+def _thaw(pids: list[int]) -> None:
+    """SIGCONT ``pids``, those still there: a replica that gave its lock up killed its frozen JVM itself, and once
+    its process is gone ``ReplicaProcess.resume`` no longer reaches them."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def _frozen_jvm(d: Drill) -> None:
+    """SIGSTOP the leader's Spark JVM and its Python workers, not the replica's own process: its ZooKeeper
+    session stays alive, and only its next call into Spark, missing the probe deadline, tells. It must give its
+    lock up and exit 4 (``spark_unresponsive``), and another replica commit; then it is restarted and rejoins."""
+    leader = d.leader()
+    d.m.stuck_replica = leader.replica_id
+    s = d.settings
+    at = d.mark("fault", f"freeze the Spark JVM of {leader.replica_id} (its Python runs on)")
+    frozen = leader.freeze_spark()
+    if not frozen:
+        raise RuntimeError(f"{leader.replica_id} (pid {leader.pid}) has no Spark JVM to freeze")
+    d.m.stuck_exit_code = _wait_exit(d, leader, s.probe_timeout_s + s.liveness_timeout_s + s.work_timeout_s,
+                                     "its JVM frozen")
+    _took_over(d, at)
+    _thaw(frozen)
+    _restart_as_follower(d, leader.replica_id, f"thaw and restart {leader.replica_id}")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """``text`` into ``path`` through a hidden name and a rename: a reader sees all of it or nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}")
+    partial.write_text(text)
+    partial.replace(path)
+
+
+def _hung_row_function(d: Drill) -> None:
+    """The leader's row function (only the leader's: its hang file) waits on a socket that accepts and never
+    answers, a dependency called without a timeout. Each call runs into ``--row-timeout-s``, its records wait for
+    retry, the batches stop making progress, and after the stall timeout the leader must give its lock up and
+    exit 4 (``no_progress``) before any record is dead-lettered; another replica commits. Then the hang file is
+    removed (the fault lifted) and the old leader restarted."""
+    leader = d.leader()
+    d.m.stuck_replica = leader.replica_id
+    s = d.settings
+    hang = d.hang_file(leader.replica_id)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)  # the kernel completes connections into the backlog; nobody ever reads or answers
+        # Strike as a batch begins, just after a commit: that batch then hangs whole, and the stall clock runs
+        # from the fault (a batch struck near its end would still finish, with progress, and restart the clock).
+        since = time.time()
+        d.wait(lambda: d.commits_between(since, math.inf) >= 1, s.work_timeout_s, "a commit to strike after")
+        at = d.mark("fault", f"the row function of {leader.replica_id} hangs on a socket that never answers")
+        _write_atomically(hang, f"socket 127.0.0.1:{listener.getsockname()[1]}\n")
+        try:
+            d.m.stuck_exit_code = _wait_exit(
+                d, leader, s.stall_timeout_s + s.first_batch_allowance_s + s.work_timeout_s, "its row function hung")
+            _took_over(d, at)
+        finally:
+            hang.unlink(missing_ok=True)
+    _restart_as_follower(d, leader.replica_id, f"lift the hang, restart {leader.replica_id}")
+
+
+def _frozen_next_in_line(d: Drill) -> None:
+    """SIGSTOP the Spark JVM of the follower next in line: its health probe gets no answer, so it must leave the
+    line (within the probe timeout and one health check); then the leader is SIGTERMed, and the third replica,
+    the healthy one, must take over and commit — a frozen next in line costs no more than a stuck leader. Then
+    the frozen follower is thawed (it rejoins once healthy) and the old leader restarted."""
+    leader = d.leader()
+    s = d.settings
+    with connected(d.topology.ensemble.connect_string) as client:
+        line = _full_line(d, client, leader)
+        frozen, third = d.topology.replica(line[1]), d.topology.replica(line[2])
+        d.m.stuck_replica, d.m.healthy_successor = frozen.replica_id, third.replica_id
+        at = d.mark("fault", f"freeze the Spark JVM of {frozen.replica_id}, next in line (its Python runs on)")
+        pids = frozen.freeze_spark()
+        if not pids:
+            raise RuntimeError(f"{frozen.replica_id} (pid {frozen.pid}) has no Spark JVM to freeze")
+        d.wait(lambda: frozen.replica_id not in _line(client, d.topology.group),
+               s.probe_timeout_s + HEALTH_CHECK_EVERY_S + s.work_timeout_s,
+               f"{frozen.replica_id} to leave the election's line")
+        d.m.left_line_s = time.time() - at
+        sigterm = d.mark("fault", f"SIGTERM {leader.replica_id} ({third.replica_id} next in line now)")
+        leader.signal(signal.SIGTERM)
+        _took_over(d, sigterm)
+        assert leader.process is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            leader.process.wait(timeout=s.handover_timeout_s + 10)
+        d.mark("heal", f"thaw {frozen.replica_id}, restart {leader.replica_id}")
+        frozen.resume()
+        d.topology.restart(leader.replica_id)
+        d.topology.wait_for(lambda: len(_line(client, d.topology.group)) == len(d.topology.replicas),
+                            s.startup_timeout_s,
+                            f"{frozen.replica_id} (thawed) and {leader.replica_id} (restarted) back in line",
+                            interval_s=1.0)
+
+
+def _poison_batch(d: Drill) -> None:
+    """Land one queue file holding a record with the poison pill while the producer runs: the transform fails
+    its whole batch on every leader. Each failing replica must release and back off, not exit; the term that
+    reaches the batch after ``max_batch_attempts`` failed terms sets it aside (its files and a manifest under
+    ``set-aside/``) and the queue moves on. The term history tells how many terms failed before."""
+    d.leader()
+    s = d.settings
+    now_ms = int(time.time() * 1000)
+    records = [{"id": f"{_POISON_KEY}-{i}", "key": _POISON_KEY, "seq": i + 1, "ts": now_ms,
+                "payload": {POISON_PILL: True} if i == 2 else {"n": i}} for i in range(5)]
+    at = d.mark("fault", f"land {_POISON_FILE}: {len(records)} records, one with the poison pill")
+    write_lines(d.topology.data_root / "landing", [json.dumps(r).encode() for r in records], _POISON_FILE)
+    found: list[Path] = []
+
+    def set_aside() -> bool:
+        found[:] = sorted((d.topology.data_root / "set-aside").glob("batch-*-manifest.json"))
+        return bool(found)
+
+    d.wait(set_aside, (s.max_batch_attempts + 1) * s.work_timeout_s, "the poison batch to be set aside")
+    manifest = json.loads(found[0].read_text())
+    d.m.set_aside_epoch, d.m.set_aside_batch = int(manifest["epoch"]), int(manifest["batch_id"])
+    d.m.set_aside_s = float(manifest["set_aside_at"]) - at
+    _took_over(d, at)
+    d.wait_more_commits()
+    with connected(d.topology.ensemble.connect_string) as client:
+        terms = read_history(client, d.topology.group)
+    first = d.m.old_epoch or 0
+    d.m.failed_terms = sum(1 for t in terms if first <= t.epoch < d.m.set_aside_epoch and t.ended == "failed")
+    d.m.replicas_down = [r.replica_id for r in d.topology.replicas if not r.alive]
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("handover", "SIGTERM the leader", _handover),
     Scenario("targeted-handover", "tenure handover --to the replica last in line", _targeted_handover),
@@ -435,25 +632,45 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("master-loss", f"SIGKILL the Spark master, restart it {MASTER_DOWN_S:g} s later (or two commit "
              "intervals, if longer)", _master_loss,
              spark_only=True, cluster=True, produce_s=40.0),
+    # The stuck-leader drills produce for 40 s at least: work must wait when the stuck leader gives its lock up.
+    Scenario("frozen-jvm", "freeze the leader's Spark JVM (SIGSTOP), its Python process running on", _frozen_jvm,
+             spark_only=True, spark_need="a JVM to freeze", produce_s=40.0, replica_args=DrillSettings.watchdog_args),
+    Scenario("hung-row-function", "the leader's row function hangs on a socket that never answers",
+             _hung_row_function, spark_only=True, spark_need="a row function", produce_s=40.0,
+             replica_args=_hung_row_args, hang_files=True),
+    Scenario("frozen-next-in-line", "freeze the Spark JVM of the follower next in line, then SIGTERM the leader",
+             _frozen_next_in_line, spark_only=True, spark_need="a JVM to freeze", produce_s=40.0,
+             replica_args=DrillSettings.watchdog_args),
+    Scenario("poison-batch", "a queue file whose poison pill fails its batch on every leader", _poison_batch,
+             spark_only=True, spark_need="a transform", produce_s=40.0, replica_args=_poison_args),
 ]}
+
+#: named groups of scenarios, for ``expand``: ``tenure drill stuck-leader`` runs a replica whose work hangs while
+#: its process and ZooKeeper session live (issue 26)
+GROUPS: dict[str, list[str]] = {
+    "stuck-leader": ["frozen-jvm", "hung-row-function", "frozen-next-in-line", "poison-batch"],
+}
 
 #: the scenarios that fault the Spark cluster: they need ``--spark-cluster``
 CLUSTER_SCENARIOS = [name for name, spec in SCENARIOS.items() if spec.cluster]
 
 
 def expand(scenarios: list[str], *, spark_cluster: bool = False) -> list[str]:
-    """``all`` → every scenario in table order (those faulting the Spark cluster only with ``spark_cluster``);
-    an unknown name raises ``DrillError`` naming the choices."""
+    """``all`` → every scenario in table order (those faulting the Spark cluster only with ``spark_cluster``); a
+    group (``GROUPS``) → its scenarios in its order; each name once. An unknown name raises ``DrillError``
+    naming the choices."""
     names: list[str] = []
     for name in scenarios:
         if name == "all":
-            names.extend(n for n, spec in SCENARIOS.items() if n not in names and (spark_cluster or not spec.cluster))
+            chosen = [n for n, spec in SCENARIOS.items() if spark_cluster or not spec.cluster]
+        elif name in GROUPS:
+            chosen = GROUPS[name]
         elif name in SCENARIOS:
-            if name not in names:
-                names.append(name)
+            chosen = [name]
         else:
-            raise DrillError(f"scenario {name!r} is unknown: choose from all, {', '.join(SCENARIOS)} "
-                             "(or chaos, alone)")
+            raise DrillError(f"scenario {name!r} is unknown: choose from all, {', '.join(GROUPS)}, "
+                             f"{', '.join(SCENARIOS)} (or chaos, alone)")
+        names.extend(n for n in chosen if n not in names)
     return names
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass
 
 from election import TenureError
@@ -12,10 +13,12 @@ __all__ = [
     "ABOUT_ONE_S",
     "CLUSTER_COMMITS",
     "FLAKY_MAX_CHANGES",
+    "HEALTH_CHECK_EVERY_S",
     "MASTER_DOWN_S",
     "OUTAGE_GRACE_S",
     "SAFE_UNTIL_SLACK_S",
     "SPARK_WORKER_TIMEOUT_S",
+    "STUCK_SLACK_S",
     "DrillError",
     "DrillSettings",
     "career_unavailable",
@@ -43,6 +46,14 @@ MASTER_DOWN_S = 10.0
 #: connection closes at once, so the master need not wait for it; a restarted master that has the application back
 #: within this has it because the driver answered, not because recovery gave up waiting.
 SPARK_WORKER_TIMEOUT_S = 60.0
+#: The stuck-leader drills' budget (issue 26): a stuck replica's fault → another replica's first commit within the
+#: timeout that catches it (the stall timeout; the probe timeout for a frozen JVM), one steady commit interval of
+#: the successor (no leader commits sooner than its batch takes), and these seconds for the rest: recording the
+#: stall, closing the session, the successor's inauguration on warm standby and its first batch's extra cost.
+STUCK_SLACK_S = 5.0
+#: How often a replica asks its career whether it can work (``service/replica/_runner.py``, ``_HEALTH_EVERY_S``):
+#: a follower whose JVM froze leaves the election's line within this plus the probe timeout.
+HEALTH_CHECK_EVERY_S = 2.0
 
 
 class DrillError(TenureError):
@@ -56,7 +67,8 @@ class DrillSettings:
     Both timelines run ZooKeeper at the embedded default tickTime (``Ensemble.DEFAULT_TICK_MS``, 200 ms), as
     `tenure up` does: a server expires sessions on tick boundaries, so a dead leader's session ends up to 1.5
     ticks (0.3 s) after its timeout, and "session timeout + 1 s" must leave room for that. ``short`` gives the
-    test timeline: session timeout 4 s, a shorter handover budget, fewer records.
+    test timeline: session timeout 4 s, a shorter handover budget, fewer records, and shorter progress-watchdog
+    limits for the stuck-leader drills (whose defaults are the replica's own: issue 26 measures them so).
 
     Example::
 
@@ -80,6 +92,21 @@ class DrillSettings:
     #: With N > 0 the replicas' leader runs its application on an embedded Spark standalone cluster of N
     #: one-core workers (``tenure drill --spark-cluster N``); 0: local Spark inside each replica.
     spark_workers: int = 0
+    # The progress watchdog's limits, ``tenure run``'s flags of the same names, which the stuck-leader drills pass
+    # to their replicas (``watchdog_args``); the defaults are the replica's.
+    #: A leader with input waiting that finishes no batch this long gives its lock up and exits.
+    stall_timeout_s: float = 120.0
+    #: Added to the stall timeout for a term's first batch (and to the liveness timeout for an inauguration).
+    first_batch_allowance_s: float = 60.0
+    #: The control loop must come round this often; the probe timeout stays below it.
+    liveness_timeout_s: float = 30.0
+    #: Deadline of each call into Spark's JVM and of the storage probe: a frozen JVM makes a follower leave the
+    #: line and a leader give its lock up (``spark_unresponsive``).
+    probe_timeout_s: float = 10.0
+    #: Deadline of one row-function call: a call hung on a socket fails its record into the retry path.
+    row_timeout_s: float = 30.0
+    #: A batch that failed this many terms in a row is set aside (poison-batch).
+    max_batch_attempts: int = 3
 
     @classmethod
     def make(cls, *, career: str, records: int | None, short: bool, spark_workers: int = 0) -> DrillSettings:
@@ -87,7 +114,8 @@ class DrillSettings:
         if short:
             return cls(career=career, records=records or 6000, produce_s=12.0, session_timeout_s=4.0,
                        handover_timeout_s=2.0, work_timeout_s=work_timeout_s,
-                       spark_workers=spark_workers)
+                       spark_workers=spark_workers, stall_timeout_s=20.0, first_batch_allowance_s=30.0,
+                       liveness_timeout_s=10.0, probe_timeout_s=3.0, row_timeout_s=2.0)
         return cls(career=career, records=records or 20000, work_timeout_s=work_timeout_s,
                    spark_workers=spark_workers)
 
@@ -99,6 +127,24 @@ class DrillSettings:
     @property
     def rate(self) -> float:
         return max(50.0, self.records / self.produce_s)
+
+    @property
+    def retry_attempts(self) -> int:
+        """Attempts of a failing record before it is dead-lettered, for the stuck-leader drills: enough that
+        ``retry_attempts × row_timeout_s`` outlasts the stall timeout (a record fails at most once per batch, and
+        each failing batch takes a row timeout at least), so a leader whose row function hangs gives its lock up
+        before any record is dead-lettered; at least the replica's default of 5."""
+        return max(5, math.ceil(self.stall_timeout_s / self.row_timeout_s) + 2)
+
+    def watchdog_args(self) -> tuple[str, ...]:
+        """The progress watchdog's limits as ``tenure run`` flags (passed by the stuck-leader drills only: the
+        other drills pause whole replicas past the short timeline's liveness timeout on purpose)."""
+        return ("--stall-timeout-s", f"{self.stall_timeout_s:g}",
+                "--first-batch-allowance-s", f"{self.first_batch_allowance_s:g}",
+                "--liveness-timeout-s", f"{self.liveness_timeout_s:g}",
+                "--probe-timeout-s", f"{self.probe_timeout_s:g}",
+                "--row-timeout-s", f"{self.row_timeout_s:g}",
+                "--max-batch-attempts", str(self.max_batch_attempts))
 
 
 def worker_loss_budget_s(workers: int, interval_s: float) -> float:
