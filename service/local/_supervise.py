@@ -78,7 +78,8 @@ class Supervisor:
                 delay = min(_FIRST_DELAY_S * 2 ** (state.exits - 1), _MAX_DELAY_S)
                 state.due = now + delay
                 code = replica.process.returncode if replica.process is not None else None
-                self._report(f"{replica.replica_id} exited with {code} ({exit_meaning(code)}{_stall_detail(replica)}); "
+                detail = _stall_detail(replica) if code == EXIT_STALLED else ""
+                self._report(f"{replica.replica_id} exited with {code} ({exit_meaning(code)}{detail}); "
                              f"restarting in {delay:g} s")
             elif now >= state.due:
                 new = self._topology.restart(replica.replica_id)
@@ -87,7 +88,8 @@ class Supervisor:
 
 
 def _stall_detail(replica: ReplicaProcess, tail_bytes: int = 65536) -> str:
-    """``: <detail>`` of the last ``stalled`` event in the replica's log (its JSON lines), or nothing."""
+    """``: <detail>`` of the last ``stalled`` event in the replica's log (its JSON lines; restarts append to the
+    same file, so only a replica that just exited with ``EXIT_STALLED`` is asked), or nothing."""
     try:
         with Path(replica.log_path).open("rb") as log:
             log.seek(max(0, log.seek(0, 2) - tail_bytes))

@@ -23,6 +23,7 @@ class ProgressView:
 
     Attributes:
         now: when it was read.
+        last_tick: when the control loop last came round.
         loop_deadline: the control loop counts as stuck after this (its last tick plus the liveness timeout, or
             later while it is inside a step allowed to take longer, such as an inauguration).
         working_since: when the current stretch of leading (LEADING, not paused) began; None when not leading.
@@ -34,6 +35,7 @@ class ProgressView:
     """
 
     now: float
+    last_tick: float
     loop_deadline: float
     working_since: float | None
     first_batch_done: bool
@@ -112,7 +114,7 @@ class Progress:
     def view(self) -> ProgressView:
         with self._lock:
             return ProgressView(
-                now=self._clock(), loop_deadline=max(self._tick + self._liveness_timeout_s, self._allowed_until),
+                now=self._clock(), last_tick=self._tick, loop_deadline=max(self._tick + self._liveness_timeout_s, self._allowed_until),
                 working_since=self._working_since, first_batch_done=self._first_batch_done,
                 waiting_since=self._waiting_since, last_progress=self._last_progress, in_flight=self._in_flight,
                 backlog_files=self._backlog_files)

@@ -463,6 +463,10 @@ class Runner:
         last_batch = None
         try:
             last_batch = self._career.hand_over(outcome)
+        except Unresponsive as exc:
+            # Spark stopped answering while the term ended (a JVM frozen under a health-gated hand-over): nothing
+            # of it can be trusted to stop, so fail-stop as from a stall; the term's end below still goes on.
+            self.give_up(Stall(StallReason.SPARK_UNRESPONSIVE, f"while handing over: {exc}"))
         except Exception:
             self._log.exception("hand_over_failed", outcome=outcome.value, epoch=self._epoch)
         if self._failures and self._clock() - self._term_started > self._settings.failure_backoff_max_s:
@@ -525,7 +529,8 @@ class Runner:
     def _hand_over_cleanly(self, reason: str) -> None:
         """End the term CLEAN and leave the handover record saying so (the node's release follows)."""
         last_batch = self._end_term(Outcome.CLEAN, reason)
-        self._write_handover(clean=True, last_batch=last_batch, reason=None)
+        if self._stalled is None:  # a fail-stop records the term's end itself
+            self._write_handover(clean=True, last_batch=last_batch, reason=None)
 
     def _write_handover(self, *, clean: bool, last_batch: int | None, reason: str | None) -> None:
         """Write the term's handover record; a ZooKeeper error is logged and the term's end goes on (the

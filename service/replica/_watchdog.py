@@ -36,8 +36,9 @@ def find_stall(view: ProgressView, limits: StallLimits) -> Stall | None:
     longer than the stall timeout (plus the first-batch allowance until its term's first batch finished)."""
     if view.now > view.loop_deadline:
         return Stall(StallReason.CONTROL_LOOP,
-                     f"the control loop has not come round for {view.now - view.loop_deadline:.0f} s past its "
-                     "liveness timeout", view.in_flight)
+                     f"the control loop has not come round for {view.now - view.last_tick:.0f} s (allowed "
+                     f"{view.loop_deadline - view.last_tick:.0f} s: the liveness timeout, or an inauguration's "
+                     "allowance)", view.in_flight)
     owed = view.stalled_for()
     limit = limits.stall_timeout_s + (0.0 if view.first_batch_done else limits.first_batch_allowance_s)
     if owed > limit:
