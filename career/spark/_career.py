@@ -7,6 +7,7 @@ the query from the runner's control thread.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -118,6 +119,7 @@ class SparkCareer:
         self._faults = faults if faults is not None else no_fault
         self._housekeeper = Housekeeper(self._layout, config, observer, clock, self._faults)
         self._jvm = Probe("Spark's JVM", config.probe_timeout_s)  # every call from the control thread into Spark
+        self._application_stopped: threading.Event | None = None  # set once a term's own Spark has stopped
         self._storage = StorageHealth(dict.fromkeys((config.data_root, config.queue_dir or config.data_root)),
                                       min_free_bytes=config.min_free_disk_mb << 20, timeout_s=config.probe_timeout_s)
         self._wait_s, self._stop_s, self._session_stop_s = _stop_budget(config.handover_timeout_s,
@@ -278,13 +280,30 @@ class SparkCareer:
         term.log.info("handed_over", outcome=outcome.value, batch=term.last_committed, timed_out=timed_out,
                       seconds=round(self._clock() - started, 3))
         if self._session_per_term:
-            # On a cluster the executors go with the application, freeing the cores. A stop that overruns its
-            # share goes on in the background; the application ends with this process at the latest.
-            try:
-                call_within(self._stop_session, self._session_stop_s, "stopping the Spark application")
-            except Unresponsive as exc:
-                term.log.warning("spark_stop_timed_out", reason=str(exc))
+            self._stop_application(term)
         return term.last_committed
+
+    def _stop_application(self, term: Term) -> None:
+        """Stop the term's own Spark within its share of the budget (on a cluster the executors go with the
+        application, freeing the cores). A stop that overruns goes on in the background, and the next
+        ``_ensure_session`` waits for it: PySpark allows one SparkContext at a time."""
+        session, self._session, self._owned = self._session, None, False
+        if session is None:
+            return
+        stopped = self._application_stopped = threading.Event()
+
+        def stop() -> None:
+            try:
+                session.sparkContext.stop()
+            finally:
+                stopped.set()
+
+        try:
+            call_within(stop, self._session_stop_s, "stopping the Spark application")
+        except Unresponsive as exc:
+            term.log.warning("spark_stop_timed_out", reason=str(exc))
+        except Exception as exc:  # py4j: the gateway is gone, so is the application
+            term.log.warning("spark_stop_failed", error=repr(exc)[:500])
 
     def _stop_query(self, term: Term, query: Any) -> None:
         """``query.stop()`` within its share of the hand-over budget (Spark's own ``stopTimeout`` is the same)."""
@@ -319,6 +338,10 @@ class SparkCareer:
         on a local one (``standby``), so that followers hold none of the cluster's cores."""
         master = _STANDBY_MASTER if standby and self._config.on_cluster else self._config.spark_master
         if self._session is None:
+            stopping = self._application_stopped
+            if stopping is not None and not stopping.wait(self._config.warmup_timeout_s):
+                raise Unresponsive(f"the previous term's Spark application has not stopped within "
+                                   f"{self._config.warmup_timeout_s:g} s")
             conf = {
                 "spark.sql.streaming.stopTimeout": str(int(self._stop_s * 1000)),
                 **self._config.spark_conf,
