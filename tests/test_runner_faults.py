@@ -8,6 +8,7 @@ thread would.
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 from collections.abc import Callable, Iterator, MutableMapping
@@ -22,9 +23,9 @@ from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from career import CareerContext, CareerObserver
+from career import BatchFailed, CareerContext, CareerObserver, HandoverRecord
 from career._counter import CounterCareer
-from election import Elected, Election, ElectionError, ElectionEvent, Identity, NotLeader, Revoked
+from election import Elected, Election, ElectionError, ElectionEvent, GroupPaths, Identity, NotLeader, Revoked
 from service.replica import Metrics
 from service.replica._progress import Progress
 from service.replica._runner import Runner, _Signal
@@ -59,6 +60,16 @@ class _RecordingCounter(CounterCareer):
     def __init__(self, path: Path, observer: CareerObserver) -> None:
         super().__init__(path, interval_s=0.05, observer=observer)
         self.contexts: list[CareerContext] = []
+        self.poison: BatchFailed | None = None  # raised by every execute() while set
+        self.sick: str | None = None  # what unhealthy() says while set
+
+    def execute(self) -> bool:
+        if self.poison is not None:
+            raise self.poison
+        return super().execute()
+
+    def unhealthy(self) -> str | None:
+        return self.sick or super().unhealthy()
 
     def inaugurate(self, ctx: CareerContext) -> None:
         self.contexts.append(ctx)
@@ -260,4 +271,44 @@ def test_stale_elected_is_ignored_and_term_is_tied_to_its_epoch(
     assert ctx3.epoch == ctx3.fence.epoch == h.election.epoch and ctx3.epoch > e2
     assert ctx3.still_leading()
     assert not ctx2.still_leading(), "the old term's context still says it leads"
+    assert h.stop() == 0
+
+
+def _failed_batch(client: KazooClient, group: str) -> tuple[int, int] | None:
+    data, _ = client.get(GroupPaths(group).handover)
+    failed = HandoverRecord.from_json(json.loads(data)).failed_batch
+    return None if failed is None else (failed.batch_id, failed.attempts)
+
+
+def test_a_batch_failing_term_after_term_is_counted_and_handed_to_the_term_that_sets_it_aside(
+        harness: Callable[..., _Harness], zk_client: KazooClient, zk_group: str) -> None:
+    """A batch that fails by itself counts one attempt per term in the handover record, across terms; once
+    ``max_batch_attempts`` (3) terms failed on it, the next term's context names it to be set aside."""
+    h = harness()
+    wait_for(h.leading, 20, "the runner to lead")
+    h.career.poison = BatchFailed(7, "batch 7 failed: ValueError: a poison pill")
+    wait_for(lambda: len(h.career.contexts) >= 4, 30, "three failed terms and a fourth")
+    h.career.poison = None
+    assert [ctx.set_aside for ctx in h.career.contexts[:3]] == [None, None, None]
+    last = h.career.contexts[3].set_aside
+    assert last is not None and (last.batch_id, last.attempts) == (7, 3) and "poison pill" in last.error
+    assert [e["attempts"] for e in h.events("batch_attempt_failed")][:3] == [1, 2, 3]
+    assert h.stop() == 0
+
+
+def test_a_batch_failing_while_the_storage_is_down_counts_no_attempt(
+        harness: Callable[..., _Harness], zk_client: KazooClient, zk_group: str) -> None:
+    """The same failure while the career reports itself unhealthy (a full disk, say) is the infrastructure's:
+    no attempt is counted against the batch, the replica leaves the election without back-off, and no good data
+    could be set aside because a disk filled up."""
+    h = harness()
+    wait_for(h.leading, 20, "the runner to lead")
+    h.career.sick = "data root /srv has 3 MiB free, below the 512 MiB minimum (--min-free-disk-mb)"
+    h.career.poison = BatchFailed(7, "batch 7 failed: OSError: No space left on device")
+    wait_for(lambda: h.runner.state is RunnerState.UNHEALTHY, 20, "the runner to leave the election")
+    assert not h.events("batch_attempt_failed") and not h.events("backing_off")
+    assert _failed_batch(zk_client, zk_group) is None
+    h.career.poison = h.career.sick = None
+    wait_for(h.leading, 20, "the runner to lead again once healthy")
+    assert all(ctx.set_aside is None for ctx in h.career.contexts)
     assert h.stop() == 0

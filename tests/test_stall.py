@@ -29,8 +29,9 @@ LIMITS = StallLimits(stall_timeout_s=120.0, first_batch_allowance_s=60.0)
 
 def _view(**changes: object) -> ProgressView:
     """A healthy leader at t=1000 that finished a batch a second ago with work waiting; ``changes`` on top."""
-    values: dict[str, object] = dict(now=1000.0, last_tick=999.0, loop_deadline=1029.0, working_since=800.0, first_batch_done=True,
-                                     waiting_since=950.0, last_progress=999.0, in_flight=7, backlog_files=3)
+    values: dict[str, object] = dict(now=1000.0, last_tick=999.0, loop_deadline=1029.0, working_since=800.0,
+                                     first_batch_done=True, waiting_since=950.0, last_progress=999.0, in_flight=7,
+                                     backlog_files=3)
     values.update(changes)
     return ProgressView(**values)  # type: ignore[arg-type]
 

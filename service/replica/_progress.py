@@ -114,7 +114,8 @@ class Progress:
     def view(self) -> ProgressView:
         with self._lock:
             return ProgressView(
-                now=self._clock(), last_tick=self._tick, loop_deadline=max(self._tick + self._liveness_timeout_s, self._allowed_until),
+                now=self._clock(), last_tick=self._tick,
+                loop_deadline=max(self._tick + self._liveness_timeout_s, self._allowed_until),
                 working_since=self._working_since, first_batch_done=self._first_batch_done,
                 waiting_since=self._waiting_since, last_progress=self._last_progress, in_flight=self._in_flight,
                 backlog_files=self._backlog_files)
