@@ -447,3 +447,56 @@ def test_a_failing_batch_raises_batch_failed_with_a_short_error_and_the_log_keep
     logged = [e for e in logs if e["event"] == "batch_failed"]
     assert logged and "frame 1999" in logged[0]["error"], "the log line should keep the whole error"
     assert handover_s < 3.0, f"hand-over took {handover_s:.1f} s of a 3 s budget"
+
+
+def _shift_watermark(checkpoint: Path, ahead_ms: int, window_ms: int) -> int:
+    """Rewrite the newest offset-log and commit-log entries of ``checkpoint`` as a leader whose clock ran
+    ``ahead_ms`` ahead writes them (its batch timestamp, and a watermark of that minus the dedup window); each
+    file is replaced, not edited, so the hard-linked checkpoints of older terms keep theirs. Returns the batch."""
+    batch = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    offsets = checkpoint / "offsets" / str(batch)
+    lines = offsets.read_text().splitlines()
+    meta = json.loads(lines[1])
+    meta["batchTimestampMs"] = int(meta["batchTimestampMs"]) + ahead_ms
+    meta["batchWatermarkMs"] = meta["batchTimestampMs"] - window_ms
+    lines[1] = json.dumps(meta)
+    commit = checkpoint / "commits" / str(batch)
+    commit_lines = commit.read_text().splitlines()
+    commit_meta = json.loads(commit_lines[1])
+    commit_meta["nextBatchWatermarkMs"] = meta["batchWatermarkMs"]
+    commit_lines[1] = json.dumps(commit_meta)
+    for path, text in ((offsets, lines), (commit, commit_lines)):
+        fresh = path.with_name(f"{path.name}.shifted")
+        fresh.write_text("\n".join(text))
+        fresh.replace(path)
+        path.with_name(f".{path.name}.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old content
+    return batch
+
+
+def test_a_successor_whose_clock_is_behind_drops_nothing(spark: Any, zk_client: KazooClient, zk_group: str,
+                                                         tmp_path: Path) -> None:
+    """The previous leader's clock ran 10 minutes ahead: its last batch timestamp and watermark in the checkpoint
+    are 8-10 minutes past this successor's clock. Deduplication's event time must not fall behind that
+    watermark (Spark would drop every row of the new term as too old, commit empty batches and leave the files in
+    landing/ for good): every record of the new term is written once."""
+    root = tmp_path / "data"
+    q = Queue(root)
+    q.standard(files=2, per_file=5)
+    career = SparkCareer(make_config(root), Recorder(), replica_id="r1")
+    with leadership(zk_client, zk_group, "r1") as (_, ctx):
+        career.inaugurate(ctx)
+        run_until(career, drained(root))
+        career.hand_over(Outcome.CLEAN)
+    career.close()
+    newest = max((root / "checkpoint").iterdir(), key=lambda p: p.name)
+    _shift_watermark(newest, ahead_ms=10 * 60_000, window_ms=2 * 60_000)
+    q.standard(files=3, per_file=5, start=1000)
+    observer = Recorder()
+    successor = SparkCareer(make_config(root), observer, replica_id="r2")
+    with leadership(zk_client, zk_group, "r2") as (_, ctx):
+        successor.inaugurate(ctx)
+        run_until(successor, drained(root), timeout_s=90)
+        successor.hand_over(Outcome.CLEAN)
+    successor.close()
+    report = assert_exactly_once(root)
+    assert report.ids_in == 25 and observer.total("written") == 15, report.render()

@@ -187,16 +187,23 @@ def classified_batch(raw: DataFrame, max_line_bytes: int, *, file_source: bool =
         split_records(max_line_bytes), CLASSIFIED_SCHEMA)
 
 
-def deduplicated(classified: DataFrame, window: str) -> DataFrame:
+def deduplicated(classified: DataFrame, window: str, watermark_ms: int = 0) -> DataFrame:
     """Drop repeated record ids with Spark state that lives in the checkpoint (so it survives failover).
 
     The event time is the ingestion time (``current_timestamp()``: the micro-batch's timestamp, which Spark
-    stores in its offset log, so a re-run of a batch sees the same value). No row is ever late — each batch's
-    timestamp is past the watermark — so nothing is dropped as late; an id is remembered for ``window``
-    after it was first seen: a repeat arriving later than that is caught as late by the per-key order marks.
+    stores in its offset log, so a re-run of a batch sees the same value), but never earlier than the latest
+    event time an earlier term saw (``watermark_ms``, the checkpoint's watermark, plus ``window``): a leader whose
+    clock is behind its predecessor's would otherwise stamp every row older than the watermark the predecessor
+    left, and Spark would drop them all. So no row is ever late and nothing is dropped; an id is remembered for
+    ``window`` after it was first seen: a repeat arriving later than that is caught as late by the per-key order
+    marks. While a successor's clock is behind, its rows share the predecessor's last event time, so ids it sees
+    are remembered until its clock has caught up, not only ``window``.
     """
+    ingested = F.current_timestamp()
+    if watermark_ms > 0:
+        ingested = F.greatest(ingested, F.expr(f"timestamp_millis({int(watermark_ms)}) + INTERVAL {window}"))
     return (
-        classified.withColumn("_ingested", F.current_timestamp())
+        classified.withColumn("_ingested", ingested)
         .withWatermark("_ingested", window)
         .dropDuplicatesWithinWatermark(["dedup_key"])
     )
@@ -213,8 +220,10 @@ def classified_stream(
     dedup_window: str,
     source_file_expr: str,
     line_expr: str,
+    watermark_ms: int = 0,
 ) -> DataFrame:
-    """The streaming side of the pipeline: source → classified lines → deduplicated (not yet ordered).
+    """The streaming side of the pipeline: source → classified lines → deduplicated (not yet ordered); for a
+    query resuming a checkpoint, ``watermark_ms`` is the watermark it holds (see :func:`deduplicated`).
 
     With ``binaryFile`` (the default) ``path`` is the landing directory and each file is split into lines;
     with any other format each row is one line: its ``value`` column, ``source_file_expr`` and ``line_expr``
@@ -230,7 +239,7 @@ def classified_stream(
     if not file_source:
         raw = raw.select(F.col("value"), F.expr(source_file_expr).cast("string").alias("source_file"),
                          F.expr(line_expr).cast("long").alias("line"))
-    return deduplicated(classified_batch(raw, max_line_bytes, file_source=file_source), dedup_window)
+    return deduplicated(classified_batch(raw, max_line_bytes, file_source=file_source), dedup_window, watermark_ms)
 
 
 def records(classified: DataFrame) -> DataFrame:
