@@ -137,7 +137,7 @@ def test_a_full_event_queue_is_a_fail_stop(zk_hosts: str, zk_client: KazooClient
 
         wait_for(counting, 30, "r1 to count")
         fault.write_text("before_transaction hang\n")
-        time.sleep(0.5)  # the counter commits every 0.05 s: the control thread is inside the fence by now
+        wait_for(lambda: not fault.exists(), 10, "the control thread to reach the hang (the fault file is taken)")
         zk_client.ensure_path(paths.drained)
         for i in range(16):  # each toggle posts a DrainChanged the hung loop never reads
             node = paths.drained_node("r1")
@@ -145,7 +145,7 @@ def test_a_full_event_queue_is_a_fail_stop(zk_hosts: str, zk_client: KazooClient
                 zk_client.create(node, b'{"reason": "test", "since": 0}')
             else:
                 zk_client.delete(node)
-            time.sleep(0.1)
+            time.sleep(0.1)  # paced: each change fires the watch the runner re-arms, one event each
         assert proc.wait(timeout=20) == EXIT_STALLED
     finally:
         if proc.poll() is None:

@@ -8,6 +8,7 @@ drills (`tenure drill stuck-leader`) run the same faults with the defaults.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import time
@@ -105,12 +106,15 @@ def _events(topology: Topology, replica_id: str) -> list[dict[str, object]]:
     return [e.fields for e in read_events(topology.logs / f"{replica_id}.log", replica_id)]
 
 
-def _land(topology: Topology, name: str, lines: list[dict[str, object]]) -> None:
-    """Write one queue file as a producer must: a hidden name, then a rename into landing/."""
+def _land(topology: Topology, name: str, lines: list[dict[str, object]], order: int) -> None:
+    """Write one queue file as a producer must: a hidden name, then a rename into landing/; its modification
+    time is ``order`` seconds past a fixed point, so the file source reads the files in that order."""
     landing = topology.data_root / "landing"
     landing.mkdir(parents=True, exist_ok=True)
     hidden = landing / f".{name}"
     hidden.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    stamp = time.time() - 1000 + order
+    os.utime(hidden, (stamp, stamp))
     hidden.replace(landing / name)
 
 
@@ -145,8 +149,7 @@ def test_a_row_function_that_hangs_in_one_replica_moves_the_lock(tmp_path: Path)
         hang[second.replica_id].write_text("native\n")
         for i in range(20):
             _land(topology, f"part-{i:03d}.jsonl", [{"id": f"{i}-{j}", "key": f"k{j % 4}", "seq": i * 10 + j,
-                                                      "ts": 0, "payload": {"n": j}} for j in range(10)])
-            time.sleep(0.01)  # distinct file times (the file source orders by them)
+                                                      "ts": 0, "payload": {"n": j}} for j in range(10)], order=i)
         landed_at = time.monotonic()
         assert first.process is not None and first.process.wait(timeout=120) == EXIT_STALLED
         assert second.process is not None and second.process.wait(timeout=120) == EXIT_STALLED
@@ -184,8 +187,7 @@ def test_a_poison_batch_is_set_aside_after_max_attempts(tmp_path: Path) -> None:
                                                "payload": {"n": j}} for j in range(5)]
             if i == 2:
                 lines[3]["payload"] = {POISON_PILL: True}
-            _land(topology, f"part-{i}.jsonl", lines)
-            time.sleep(0.05)  # distinct file times: one file per batch, in this order
+            _land(topology, f"part-{i}.jsonl", lines, order=i)  # one file per batch, in this order
         topology.wait_for(lambda: list((topology.data_root / "set-aside").glob("batch-*-manifest.json")), 240,
                           "the poison batch to be set aside", interval_s=1.0)
         topology.wait_for(lambda: verify(topology.data_root).ids_written == 25, 120, "the other batches")
