@@ -67,4 +67,5 @@ def _fail_long(payload: str | None) -> str | None:
 
 def fails_long(records: DataFrame) -> DataFrame:
     """A transform that fails the whole batch with a very long error when a record's payload has ``fail_long``."""
-    return records.withColumn("payload", F.udf(_fail_long, "string")(F.col("payload")))
+    fail_long = F.udf(lambda payload: _fail_long(payload), "string")  # noqa: PLW0108 (PySpark warns on the hints)
+    return records.withColumn("payload", fail_long(F.col("payload")))

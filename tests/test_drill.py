@@ -571,18 +571,17 @@ def test_partition_drill_spark(tmp_path: Path, created_namespaces: list[NetNames
     assert len(created_namespaces) == 1 and _all_removed(created_namespaces)
 
 
-#: The stuck-leader drills CI runs (5 of the group's 14 minutes here): the frozen leader JVM and the hung row function
-#: are the same faults as tests/test_stall_spark.py's, with sharper assertions there; the whole group, with the
-#: default settings, is `tenure drill stuck-leader` (its run is committed under bench/results/issue-26/).
-CI_STUCK_DRILLS = ["frozen-next-in-line", "poison-batch"]
+#: The stuck-leader drill CI runs (2 of the group's 14 minutes here): the frozen leader JVM, the hung row function
+#: and the frozen next in line are tests/test_stall_spark.py's faults, with sharper assertions there; the whole
+#: group, with the default settings, is `tenure drill stuck-leader` (its run is under bench/results/issue-26/).
+CI_STUCK_DRILLS = ["poison-batch"]
 
 
-@pytest.mark.timeout(900)  # two drills, each 3 warm Spark replicas, a restart and a drained queue, on 2 cores
+@pytest.mark.timeout(600)  # 3 warm Spark replicas, three failed terms and a drained queue, on 2 cores
 def test_stuck_leader_drills_on_short_timeline(tmp_path: Path) -> None:
-    """`tenure drill frozen-next-in-line poison-batch --short` with the Spark career, through run_drills: a frozen
-    next in line leaves the line and the healthy third takes over from the SIGTERMed leader; a poison batch is set
-    aside within --max-batch-attempts failed terms and the queue moves on. Every criterion passes, the audits
-    included (nothing lost, duplicated or out of order)."""
+    """`tenure drill poison-batch --short` with the Spark career, through run_drills: a poison batch is set aside
+    within --max-batch-attempts failed terms, none of the replicas that failed it exits, and the queue moves on.
+    Every criterion passes, the audits included (nothing lost, duplicated or out of order)."""
     _spark_or_skip()
     lines: list[str] = []
     json_out = tmp_path / "drill.json"
@@ -594,7 +593,6 @@ def test_stuck_leader_drills_on_short_timeline(tmp_path: Path) -> None:
     assert code == 0 and not failures, f"failed criteria: {failures}\n" + "\n".join(lines)
     assert [r["scenario"] for r in doc["results"]] == CI_STUCK_DRILLS
     m = {r["scenario"]: r["measurements"] for r in doc["results"]}
-    assert m["frozen-next-in-line"]["new_leader"] == m["frozen-next-in-line"]["healthy_successor"], m
     assert m["poison-batch"]["set_aside_batches"] == 1 and m["poison-batch"]["ids_set_aside"] >= 5, m
 
 
