@@ -24,9 +24,28 @@ T = TypeVar("T")
 
 @dataclass
 class _Box(Generic[T]):
+    """One call's outcome, filled on the helper thread; ``done`` once it returned or raised."""
+
     done: threading.Event = field(default_factory=threading.Event)
     value: Any = None
     error: BaseException | None = None
+
+    def fill(self, fn: Callable[[], T], finished: Callable[[], None] = lambda: None) -> None:
+        """Run ``fn`` here and keep what it returned or raised; ``finished`` runs before ``done`` is set."""
+        try:
+            self.value = fn()
+        except BaseException as exc:  # handed to the caller as is
+            self.error = exc
+        finally:
+            finished()
+            self.done.set()
+
+    def wait(self, timeout_s: float, what: str) -> T:
+        if not self.done.wait(timeout_s):
+            raise Unresponsive(f"{what} did not answer within {timeout_s:g} s")
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[no-any-return]
 
 
 def call_within(fn: Callable[[], T], timeout_s: float, what: str) -> T:
@@ -39,21 +58,8 @@ def call_within(fn: Callable[[], T], timeout_s: float, what: str) -> T:
         Unresponsive: ``fn`` did not return within ``timeout_s`` (it goes on, abandoned, on its thread).
     """
     box: _Box[T] = _Box()
-
-    def run() -> None:
-        try:
-            box.value = fn()
-        except BaseException as exc:  # handed to the caller as is
-            box.error = exc
-        finally:
-            box.done.set()
-
-    threading.Thread(target=run, name=f"tenure-call-{what[:24]}", daemon=True).start()
-    if not box.done.wait(timeout_s):
-        raise Unresponsive(f"{what} did not answer within {timeout_s:g} s")
-    if box.error is not None:
-        raise box.error
-    return box.value  # type: ignore[no-any-return]
+    threading.Thread(target=box.fill, args=(fn,), name=f"tenure-call-{what[:24]}", daemon=True).start()
+    return box.wait(timeout_s, what)
 
 
 class Probe:
@@ -108,20 +114,13 @@ class Probe:
                 self._worker.start()
         box: _Box[T] = _Box()
         self._requests.put((fn, box))
-        if not box.done.wait(limit):
-            raise Unresponsive(f"{self.what} did not answer within {limit:g} s")
-        if box.error is not None:
-            raise box.error
-        return box.value  # type: ignore[no-any-return]
+        return box.wait(limit, self.what)
 
     def _serve(self) -> None:
         while True:
             fn, box = self._requests.get()
-            try:
-                box.value = fn()
-            except BaseException as exc:  # handed to the caller as is
-                box.error = exc
-            finally:
-                with self._lock:
-                    self._busy_since = None
-                box.done.set()
+            box.fill(fn, finished=self._idle)
+
+    def _idle(self) -> None:
+        with self._lock:
+            self._busy_since = None

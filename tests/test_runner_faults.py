@@ -25,7 +25,17 @@ from structlog.testing import capture_logs
 
 from career import BatchFailed, CareerContext, CareerObserver, HandoverRecord
 from career._counter import CounterCareer
-from election import Elected, Election, ElectionError, ElectionEvent, GroupPaths, Identity, NotLeader, Revoked
+from election import (
+    Elected,
+    Election,
+    ElectionError,
+    ElectionEvent,
+    GroupPaths,
+    Identity,
+    NotLeader,
+    Revoked,
+    Unresponsive,
+)
 from service.replica import Metrics
 from service.replica._progress import Progress
 from service.replica._runner import Runner, _Signal
@@ -62,6 +72,7 @@ class _RecordingCounter(CounterCareer):
         self.contexts: list[CareerContext] = []
         self.poison: BatchFailed | None = None  # raised by every execute() while set
         self.sick: str | None = None  # what unhealthy() says while set
+        self.cannot_start: Unresponsive | None = None  # raised by the next inaugurate(), once
 
     def execute(self) -> bool:
         if self.poison is not None:
@@ -73,6 +84,9 @@ class _RecordingCounter(CounterCareer):
 
     def inaugurate(self, ctx: CareerContext) -> None:
         self.contexts.append(ctx)
+        if self.cannot_start is not None:
+            error, self.cannot_start = self.cannot_start, None
+            raise error
         super().inaugurate(ctx)
 
 
@@ -311,4 +325,23 @@ def test_a_batch_failing_while_the_storage_is_down_counts_no_attempt(
     h.career.poison = h.career.sick = None
     wait_for(h.leading, 20, "the runner to lead again once healthy")
     assert all(ctx.set_aside is None for ctx in h.career.contexts)
+    assert h.stop() == 0
+
+
+def test_elected_while_spark_cannot_start_gives_the_lock_back_and_rejoins_when_healthy(
+        harness: Callable[..., _Harness], zk_client: KazooClient, zk_group: str) -> None:
+    """Elected while its Spark does not start in time (inaugurate raises Unresponsive): the replica gives the lock
+    back at once instead of holding a term nobody works for, waits out of the line as unhealthy (no career
+    failure, no back-off), and rejoins and leads once its health check passes."""
+    h = harness(gate_open=False)
+    h.career.cannot_start = Unresponsive("starting Spark did not answer within 120 s")
+    h.gate.open([])
+    wait_for(lambda: bool(h.events("inauguration_abandoned")), 20, "the inauguration to be abandoned")
+    abandoned = h.events("inauguration_abandoned")[0]
+    assert "starting Spark did not answer" in abandoned["reason"]
+    assert any(e.get("new") == RunnerState.UNHEALTHY.value for e in h.events("runner_state"))
+    wait_for(h.leading, 20, "the runner to rejoin and lead once healthy")
+    assert h.career.contexts[-1].epoch > abandoned["epoch"], "it leads on a new node, the first was given back"
+    assert not h.events("career_failed") and not h.events("backing_off")
+    wait_for(lambda: len(h.counter_lines()) >= 3, 10, "commits of the new term")
     assert h.stop() == 0

@@ -217,6 +217,14 @@ def _poison_batch_criteria(m: Measurements, s: DrillSettings) -> list[Criterion]
     ]
 
 
+def _stuck_leader_criteria(m: Measurements, reason: StallReason, limit_name: str, limit_s: float) -> list[Criterion]:
+    """A stuck leader gives its lock up for ``reason``, and another replica commits within ``limit_s`` (the
+    watchdog's limit that applies), one batch and the slack."""
+    return [_gave_up(m, reason),
+            _stuck_budget(f"another replica's first commit: within the {limit_name}, one batch and "
+                          f"{STUCK_SLACK_S:g} s", m.fault_to_commit_s, limit_name, limit_s, m)]
+
+
 def judge(m: Measurements, s: DrillSettings) -> list[Criterion]:
     """The criteria of ``m.scenario`` (issue 8's table) plus the common ones, evaluated on ``m`` (pure)."""
     out = [Criterion("ran to completion", m.error is None, m.error or "ok")]
@@ -291,16 +299,10 @@ def judge(m: Measurements, s: DrillSettings) -> list[Criterion]:
     elif name == "master-loss":
         out.extend(_master_loss_criteria(m))
     elif name == "frozen-jvm":
-        out.append(_gave_up(m, StallReason.SPARK_UNRESPONSIVE))
-        out.append(_stuck_budget("another replica's first commit: within the probe timeout, one batch and "
-                                 f"{STUCK_SLACK_S:g} s",
-                                 m.fault_to_commit_s, "probe timeout", s.probe_timeout_s, m))
+        out.extend(_stuck_leader_criteria(m, StallReason.SPARK_UNRESPONSIVE, "probe timeout", s.probe_timeout_s))
         out.append(_rejoined(m))
     elif name == "hung-row-function":
-        out.append(_gave_up(m, StallReason.NO_PROGRESS))
-        out.append(_stuck_budget("another replica's first commit: within the stall timeout, one batch and "
-                                 f"{STUCK_SLACK_S:g} s",
-                                 m.fault_to_commit_s, "stall timeout", s.stall_timeout_s, m))
+        out.extend(_stuck_leader_criteria(m, StallReason.NO_PROGRESS, "stall timeout", s.stall_timeout_s))
         out.append(Criterion("no record dead-lettered", m.ids_dead_lettered == 0,
                              "not audited" if m.ids_dead_lettered is None else f"{m.ids_dead_lettered}"))
         out.append(_rejoined(m))

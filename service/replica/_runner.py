@@ -415,6 +415,11 @@ class Runner:
                           epoch=self._epoch)
         return failed
 
+    def _count_attempt(self, batch_id: int, error: str) -> FailedBatch:
+        """One more term failed on ``batch_id``: its count in a row, carried by the handover record."""
+        self._failed_batch = (self._failed_batch or FailedBatch(batch_id, 0, "")).again(batch_id, error)
+        return self._failed_batch
+
     def _handover_record(self, *, clean: bool, last_batch: int | None, reason: str | None) -> dict[str, Any]:
         """This term's handover record; the failing-batch count is dropped once the term committed past it."""
         failed = self._failed_batch
@@ -512,9 +517,8 @@ class Runner:
         ended = f"{phase} raised {type(exc).__name__}"
         last_batch = self._end_term(Outcome.FAILED, ended)
         if batch_id is not None and self._zk_connected:
-            self._failed_batch = (self._failed_batch or FailedBatch(batch_id, 0, "")).again(
-                batch_id, f"{type(exc).__name__}: {exc}")
-            self._log.warning("batch_attempt_failed", batch=batch_id, attempts=self._failed_batch.attempts,
+            failed = self._count_attempt(batch_id, f"{type(exc).__name__}: {exc}")
+            self._log.warning("batch_attempt_failed", batch=batch_id, attempts=failed.attempts,
                               max_attempts=self._settings.max_batch_attempts, epoch=self._epoch)
             self._write_handover(clean=False, last_batch=last_batch, reason=f"{ended} on batch {batch_id}")
         delay = min(self._settings.failure_backoff_s * 2 ** (self._failures - 1), self._settings.failure_backoff_max_s)
@@ -720,8 +724,7 @@ class Runner:
     def _record_stall(self, stall: Stall) -> None:
         """The stall in the handover record (a batch it blames counts one attempt) and in the term history."""
         if stall.reason.counts_against_batch and stall.batch_id is not None:
-            self._failed_batch = (self._failed_batch or FailedBatch(stall.batch_id, 0, "")).again(
-                stall.batch_id, stall.describe())
+            self._count_attempt(stall.batch_id, stall.describe())
         self._election.write_handover(self._handover_record(clean=False, last_batch=None,
                                                             reason=f"stalled: {stall.describe()}"))
         self._terms.ended(Outcome.STALLED, stall.describe())
