@@ -316,7 +316,7 @@ def _handovers(ctx: BenchContext, result: Result, load: _LoadSampler) -> dict[st
             report = verify(replicas.data_root)
             result.figures.setdefault("handover_verify", {})[label] = {
                 "ok": report.ok, "ids_in": report.ids_in, "ids_written": report.ids_written, "lost": report.lost,
-                "duplicated": report.duplicated}
+                "waiting": report.waiting, "duplicated": report.duplicated}
         else:
             result.notes.append(f"{label}: the leader had not drained landing/ within {_DRAIN_TIMEOUT_S:g} s of the "
                                 "producer's stop, so verify was not run on it.")

@@ -92,7 +92,17 @@ def _run_tenure(work: Path, source: Path, records: int) -> dict[str, Any]:
                        for c in timeline.snapshot()]
     finally:
         cluster.stop()
-    return {**_steady_rate(batches), "rate_over_time": _rate_over_time(batches)}
+    return {**_steady_rate(batches), "rate_over_time": _rate_over_time(batches),
+            "durable_s": _durable_seconds(cluster.topology.logs / "replica-1.log")}
+
+
+def _durable_seconds(log: Path) -> dict[str, Any]:
+    """p50/p99 of the seconds each batch spent making Spark's checkpoint writes durable (``durable_s`` of the
+    replica's ``batch_committed`` events: the fsyncs of ``CheckpointSync``)."""
+    seconds = [float(event["durable_s"]) for line in log.read_text(errors="replace").splitlines()
+               if line.startswith("{") and '"batch_committed"' in line
+               for event in [json.loads(line)] if "durable_s" in event]
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in percentiles(seconds).items()}
 
 
 def run_throughput(ctx: BenchContext) -> Result:
@@ -127,7 +137,9 @@ def run_throughput(ctx: BenchContext) -> Result:
             runs.append({"run": kind, "round": index + 1, **figures})
     result.table = [{"run": r["run"], "round": r["round"], "records/s": r["records_per_s"],
                      "steady batches": r.get("steady_batches"),
-                     "batch interval p50 s": (r.get("batch_interval_s") or {}).get("p50")} for r in runs]
+                     "batch interval p50 s": (r.get("batch_interval_s") or {}).get("p50"),
+                     "checkpoint fsyncs p50 / p99 s": (f"{r['durable_s'].get('p50')} / {r['durable_s'].get('p99')}"
+                                                       if r.get("durable_s") else "")} for r in runs]
 
     def mean(kind: str) -> float | None:
         rates = [r["records_per_s"] for r in runs if r["run"] == kind and r["records_per_s"]]
@@ -146,6 +158,10 @@ def run_throughput(ctx: BenchContext) -> Result:
         "(`career/spark/_pipeline.py`) and the same session settings (`career.spark.build_session`). The bare "
         "query (`bench/_bare.py`, `bench/_query.py`) appends Parquet straight into `table/`; tenure stages, "
         "commits through the fence, publishes (renames) and archives consumed files.",
+        "tenure reads the queue with its own source (`career/spark/_intake.py`: files in (modification time, name) "
+        "order, two listings per poll); the bare query with Spark's `binaryFile` file source.",
+        "Checkpoint fsyncs: each tenure batch first fsyncs what Spark wrote to its checkpoint since the batch "
+        "before (`CheckpointSync`), timed as `durable_s` in the replica's `batch_committed` events.",
         "tenure runs as one `tenure run --career spark` replica (the leader; no followers competing for the 2 "
         "cores); its batch times come from the commit records, the bare query's from `foreachBatch`.",
         "Plot: each batch's records over the time since the previous batch's commit, against the time since the "

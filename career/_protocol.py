@@ -119,7 +119,7 @@ class CareerObserver(Protocol):
     Batch outcomes: ``committed``, ``skipped`` (already committed: a re-run), ``set_aside`` (a poison batch,
     committed without its records), ``fenced``, ``failed``. Record outcomes: ``written``, ``duplicate``,
     ``quarantined``, and with a row function ``retried`` (an attempt failed; the record waits in the retry
-    store) and ``dead_lettered``.
+    store) and ``dead_lettered``; rows Spark dropped by watermark come through ``records_dropped``.
 
     The service's progress watchdog reads the same calls: a batch started and not finished, input waiting
     (``backlog``) and no batch finishing is a stalled leader.
@@ -138,6 +138,10 @@ class CareerObserver(Protocol):
         """Queue files not yet consumed, and whether held records are due: the input the leader owes work on."""
 
     def retry_waiting(self, records: int) -> None: ...
+
+    def records_dropped(self, records: int) -> None:
+        """Rows Spark dropped as older than the deduplication watermark: in no output. The career keeps its event
+        time at or past the watermark, so this stays 0; a non-zero count is a bug to alert on."""
 
 
 @dataclass

@@ -4,8 +4,9 @@
 handover`` creates it. Only the leader of ``epoch`` acts on it (a clean handover, then it rejoins at the back of
 the line). While it is live and names a target that is in the election, any other replica elected in a later term
 defers to the target: it leaves and rejoins at the back without inaugurating, so the target is elected next. The
-target, once inaugurated, deletes the request; past ``expires_at`` everyone ignores it, so a target that died
-cannot keep the group leaderless.
+target, once inaugurated, deletes the request; once it has timed out everyone ignores it, so a target that died
+cannot keep the group leaderless. A replica counts the timeout (``expires_at - requested_at``) on its own monotonic
+clock from when it first read the request: the requester's wall clock and the replica's may disagree.
 """
 
 from __future__ import annotations
@@ -32,7 +33,13 @@ class HandoverRequest:
     expires_at: float
 
     def live(self, now: float) -> bool:
+        """On the requester's own clock (``tenure handover``); a replica uses ``timeout_s`` from when it read it."""
         return now < self.expires_at
+
+    @property
+    def timeout_s(self) -> float:
+        """How long the request stays live (its two times are one host's readings: no clock skew between them)."""
+        return self.expires_at - self.requested_at
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import signal
@@ -234,15 +235,37 @@ def produce(data_root: Path, records: int, keys: int, rate: float | None, duplic
 @click.option("--ignore-field", "ignore_fields", multiple=True, type=click.Choice(["ts", "payload"]),
               help="Do not compare this field of written rows with the queue (repeatable): for a row function "
                    "or transform that rewrites it.")
+@click.option("--group", default=None, envvar="TENURE_GROUP",
+              help="The consumer group whose consumption marks tell a queue file read from one not read yet "
+                   "[default: the only group with marks in the queue, else default].")
+@click.option("--allow-waiting", is_flag=True, help="Pass while records wait in queue files the group has not "
+              "read yet: for an audit of a live system (lost records still fail).")
+@click.option("--zk", default=None, help="ZooKeeper connect string: also fail on output above the group's "
+              "committed batch (needs --group; not read from TENURE_ZK, so the check is asked for explicitly).")
+@click.option("--zk-auth", default=None, envvar="TENURE_ZK_AUTH", help="user:password, if reads need it.")
+@click.option("--max-retry-age-s", type=click.FloatRange(min=0), default=None,
+              help="Fail when a record has been held for retry longer than this since its first failure.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, allow_empty: bool,
-           ignore_fields: tuple[str, ...], as_json: bool) -> None:
-    """Audit exactly-once, content and per-key order: exit 1 on any violation or an empty queue, 2 on a bad path."""
+           ignore_fields: tuple[str, ...], group: str | None, allow_waiting: bool, zk: str | None,
+           zk_auth: str | None, max_retry_age_s: float | None, as_json: bool) -> None:
+    """Audit exactly-once, content and per-key order: exit 1 on any violation or an empty queue, 2 on a bad path
+    or flag."""
     fields = [f for f in ops.CONTENT_FIELDS if f not in ignore_fields]
+    audit = functools.partial(ops.verify, data_root, max_line_bytes=max_line_bytes, queue_dir=queue_dir,
+                              allow_empty=allow_empty, content_fields=fields, group=group,
+                              allow_waiting=allow_waiting, max_retry_age_s=max_retry_age_s)
     try:
         ops.check_data_root(data_root, queue_dir)
-        report = ops.verify(data_root, max_line_bytes=max_line_bytes, queue_dir=queue_dir,
-                            allow_empty=allow_empty, content_fields=fields)
+        if zk is None:
+            report = audit()
+        elif group is None:
+            raise TenureError("--zk needs --group: name the group whose committed batch verify should check")
+        else:
+            with ops.connected(zk, auth_data=[("digest", zk_auth)] if zk_auth else None, read_only=True) as client:
+                ops.read_committed_batch(client, group)  # a wrong group fails now, not after the audit
+                # Read again once the output is read: a batch published during the audit is then covered.
+                report = audit(committed_batch=lambda: ops.read_committed_batch(client, group))
     except TenureError as exc:
         _fail(exc)
     click.echo(report.to_json() if as_json else report.render())

@@ -99,7 +99,7 @@ def test_exactly_once_through_worker_master_and_leader_loss(tmp_path: Path) -> N
 
         def drained() -> bool:
             report = verify(topology.data_root, max_line_bytes=LINE_LIMIT)
-            return report.lost == 0 and report.unquarantined == 0
+            return report.unaccounted == 0 and report.unquarantined == 0
 
         topology.wait_for(drained, 300, "the queue to drain", interval_s=2.0)
         topology.wait_for(lambda: topology.replica(victim.replica_id).status().up, 300, "the restarted replica")

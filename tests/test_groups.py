@@ -28,6 +28,8 @@ from tests._replicas import REPO, Replica, wait_for
 from tests.conftest import free_port
 from tests.test_spark_career import MAX_LINE, Queue, Recorder, leadership, make_config, run_until
 
+NOW = 1_800_000_000.0  # the group clock the marks archive on (any value: retention is not under test here)
+
 # --------------------------------------------------------------------------------------------- helpers
 
 
@@ -126,13 +128,13 @@ def test_archiving_waits_for_every_registered_group(zk_hosts: str, zk_client: Ka
     marks_b = ConsumptionMarks(layout_b, b, registry(zk_client, queue))
     put_files(queue / "landing", ["f1.jsonl", "f2.jsonl", "f3.jsonl"])
 
-    assert marks_a.consumed(["f1.jsonl", "f2.jsonl"]) == 0, "b has consumed nothing yet"
+    assert marks_a.consumed(["f1.jsonl", "f2.jsonl"], NOW) == 0, "b has consumed nothing yet"
     assert names_in(queue / "landing") == ["f1.jsonl", "f2.jsonl", "f3.jsonl"]
     assert queue_lag(queue, a) == 1 and queue_lag(queue, b) == 3
-    assert marks_b.consumed(["f1.jsonl"]) == 1
+    assert marks_b.consumed(["f1.jsonl"], NOW) == 1
     assert names_in(queue / "archive") == ["f1.jsonl"]
     assert marks_a.marked() == {"f2.jsonl"} and marks_b.marked() == set(), "marks of an archived file stay"
-    assert marks_a.consumed(["f1.jsonl", "f2.jsonl"]) == 0, "a re-run after a crash must be harmless"
+    assert marks_a.consumed(["f1.jsonl", "f2.jsonl"], NOW) == 0, "a re-run after a crash must be harmless"
     assert marks_a.marked() == {"f2.jsonl"}
 
     # A crash between archiving and unmarking leaves a mark whose file is gone: swept as stale.
@@ -142,16 +144,16 @@ def test_archiving_waits_for_every_registered_group(zk_hosts: str, zk_client: Ka
     # The registry cannot be read: nothing is archived, even what every group has marked.
     down = KazooClient(hosts=zk_hosts)  # never started: not connected
     blind = ConsumptionMarks(layout_b, b, lambda: registered_groups(down, queue, timeout_s=1))
-    assert blind.consumed(["f2.jsonl"]) == 0
+    assert blind.consumed(["f2.jsonl"], NOW) == 0
     assert names_in(queue / "landing") == ["f2.jsonl", "f3.jsonl"]
-    assert marks_b.archive_ready() == 1 and names_in(queue / "landing") == ["f3.jsonl"]
+    assert marks_b.archive_ready(NOW) == 1 and names_in(queue / "landing") == ["f3.jsonl"]
 
     # A group that never consumes holds files back until it is removed.
-    marks_a.consumed(["f3.jsonl"])
+    marks_a.consumed(["f3.jsonl"], NOW)
     assert names_in(queue / "landing") == ["f3.jsonl"]
     entry, deleted = remove_group(zk_client, queue, b)
     assert entry.group == b and deleted == 0
-    assert marks_a.archive_ready() == 1
+    assert marks_a.archive_ready(NOW) == 1
     assert names_in(queue / "landing") == [] and names_in(queue / "archive") == ["f1.jsonl", "f2.jsonl", "f3.jsonl"]
     assert not (queue / "consumed" / b).exists() and marks_a.marked() == set()
 
@@ -262,14 +264,14 @@ def caught_up(root: Path, queue: Path, group: str) -> Callable[[], bool]:
     """Done when the group wrote every id and quarantined every bad line, and marked every landing file."""
 
     def check() -> bool:
-        report = verify(root, max_line_bytes=MAX_LINE, queue_dir=queue)
-        return report.lost == 0 and report.unquarantined == 0 and queue_lag(queue, group) == 0
+        report = verify(root, max_line_bytes=MAX_LINE, queue_dir=queue, group=group)
+        return report.unaccounted == 0 and report.unquarantined == 0 and queue_lag(queue, group) == 0
 
     return check
 
 
-def exactly_once(root: Path, queue: Path) -> Any:
-    report = verify(root, max_line_bytes=MAX_LINE, queue_dir=queue)
+def exactly_once(root: Path, queue: Path, group: str) -> Any:
+    report = verify(root, max_line_bytes=MAX_LINE, queue_dir=queue, group=group)
     assert report.ok, report.render()
     assert report.ids_written == report.ids_in == report.rows_written
     assert report.quarantined == report.bad_lines_in == report.quarantine_rows
@@ -300,7 +302,7 @@ def test_two_groups_each_write_every_message_once_and_archiving_waits_for_the_sl
             career_a.inaugurate(ctx)
             run_until([career_a], caught_up(tmp_path / "a", queue, a))
             career_a.hand_over(Outcome.CLEAN)
-        exactly_once(tmp_path / "a", queue)
+        exactly_once(tmp_path / "a", queue, a)
         assert names_in(queue / "landing") == [f"q-{i:05d}.jsonl" for i in range(1, 4)], "B still needs them"
         assert names_in(queue / "archive") == []
         assert not list((tmp_path / "a").glob("landing")), "the queue lives in the queue dir, not the data root"
@@ -309,7 +311,7 @@ def test_two_groups_each_write_every_message_once_and_archiving_waits_for_the_sl
             career_b.inaugurate(ctx)
             run_until([career_b], lambda: caught_up(tmp_path / "b", queue, b)() and not names_in(queue / "landing"))
             career_b.hand_over(Outcome.CLEAN)
-        exactly_once(tmp_path / "b", queue)
+        exactly_once(tmp_path / "b", queue, b)
         assert names_in(queue / "archive") == [f"q-{i:05d}.jsonl" for i in range(1, 4)]
         assert not any((queue / "consumed").rglob("*.jsonl")), "marks of archived files are removed"
 
@@ -331,7 +333,7 @@ def test_two_groups_each_write_every_message_once_and_archiving_waits_for_the_sl
     finally:
         career_a.close()
         career_b.close()
-    for root in (tmp_path / "a", tmp_path / "b"):
-        report = exactly_once(root, queue)
+    for root, group in ((tmp_path / "a", a), (tmp_path / "b", b)):
+        report = exactly_once(root, queue, group)
         assert report.ids_in == 100 and report.bad_lines_in == 5
     assert names_in(queue / "archive") == [f"q-{i:05d}.jsonl" for i in range(1, 6)]

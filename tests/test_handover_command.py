@@ -10,6 +10,7 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from election import GroupPaths, HandoverRequest, group_status, read_history
+from service.replica._requests import OperatorRequests
 from tests._replicas import Replica, ReplicaSet, counter_exactly_once, tenure, wait_for
 
 
@@ -62,6 +63,34 @@ def test_handover_to_the_next_in_line(counter_replicas: ReplicaSet, zk_client: K
     assert counter_replicas.one_leader() is r2
     wait_for(lambda: _line(zk_client, zk_group) == ["r2", "r3", "r1"], 10, "r1 at the back of the line")
     assert r1.has_event("handover_requested", to=None)
+
+
+def test_a_request_from_a_host_whose_clock_is_an_hour_behind_is_honoured(
+        counter_replicas: ReplicaSet, zk_client: KazooClient, zk_group: str) -> None:
+    """The requester's wall clock is an hour behind the replicas': by their clocks its request expired long ago.
+    A replica counts the request's 60 s from when it reads it, so the leader hands over to the named target."""
+    r1, _r2, r3 = _three(counter_replicas, zk_client, zk_group)
+    epoch = group_status(zk_client, zk_group).leader.epoch  # type: ignore[union-attr]
+    behind = time.time() - 3600
+    zk_client.create(GroupPaths(zk_group).handover_request,
+                     HandoverRequest(epoch, "r3", behind, behind + 60).encode())
+    wait_for(lambda: counter_replicas.one_leader() is r3, 30, "r3 to lead")
+    assert r1.has_event("handover_requested", to="r3")
+
+
+def test_a_request_lives_for_its_timeout_from_when_the_replica_read_it() -> None:
+    """Pure logic: whatever the requester's clock said (here 10 minutes ahead), a replica honours a request for
+    its timeout from its first reading, on its own monotonic clock."""
+    now = [1000.0]
+    requests = OperatorRequests(None, GroupPaths("g"), "r1", lambda _event: None,  # type: ignore[arg-type]
+                                clock=lambda: now[0])
+    ahead = time.time() + 600
+    request = HandoverRequest(7, "r2", ahead, ahead + 60)
+    assert requests.live(request)
+    now[0] += 59.0
+    assert requests.live(request)
+    now[0] += 2.0
+    assert not requests.live(request)
 
 
 def test_refusals_are_one_line(counter_replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str,

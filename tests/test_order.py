@@ -10,8 +10,6 @@ be in quarantine with reason ``late``, never in the table.
 from __future__ import annotations
 
 import json
-import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -74,45 +72,6 @@ def test_a_record_behind_its_published_key_goes_to_quarantine_as_late(
     assert json.loads(late[0]["value"])["payload"] == {"s": json.loads(late[0]["value"])["seq"]}
     assert all(r["source_file"] and r["line"] for r in late)
     assert observer.total("late") == 10
-
-
-def test_files_of_the_same_millisecond_never_invert_a_key(
-    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
-) -> None:
-    """A fast producer: 16 files with one identical mtime, seqs contiguous per key across files in name order,
-    two files per trigger (Spark then splits the tie by listing order). No key is ever inverted in the table;
-    whatever Spark reads after a higher seq of its key is quarantined as late; every id is accounted for."""
-    root = tmp_path / "data"
-    landing = root / "landing"
-    landing.mkdir(parents=True)
-    stamp = time.time() - 100
-    ids: set[str] = set()
-    seqs = {f"k{k}": 0 for k in range(3)}
-    for f in range(16):
-        lines = []
-        for i in range(12):
-            key = f"k{i % 3}"
-            seqs[key] += 1
-            lines.append(line(key, seqs[key]))
-            ids.add(f"{key}-{seqs[key]}")
-        hidden = landing / f".f-{f:03d}.jsonl"
-        hidden.write_bytes(b"\n".join(lines) + b"\n")
-        os.utime(hidden, (stamp, stamp))
-        hidden.rename(landing / f"f-{f:03d}.jsonl")
-    observer = Recorder()
-    career = SparkCareer(make_config(root, max_files_per_trigger=2), observer, replica_id="r1")
-    with leadership(zk_client, zk_group, "r1") as (_, ctx):
-        career.inaugurate(ctx)
-        run_until(career, lambda: consumed(root) and observer.total("written") + observer.total("late") == len(ids))
-        career.hand_over(Outcome.CLEAN)
-    career.close()
-    table = published(root)
-    assert not inversions(table), inversions(table)[:5]
-    late = [json.loads(r["value"]) for r in published(root, "quarantine") if r["reason"] == "late"]
-    assert {r["id"] for r in table} | {r["id"] for r in late} == ids
-    assert len(table) + len(late) == len(ids)
-    for record in late:  # each late claim holds: a higher seq of its key was published before
-        assert any(r["key"] == record["key"] and r["seq"] >= record["seq"] for r in table)
 
 
 def test_a_transform_that_reshuffles_keeps_each_key_in_order(

@@ -40,6 +40,7 @@ class Recorder:
     waiting: list[int] = field(default_factory=list)
     started: list[int] = field(default_factory=list)
     stuck: list[int] = field(default_factory=list)  # batches that finished without progress (row function stuck)
+    dropped: list[int] = field(default_factory=list)  # rows Spark dropped by watermark, as reported
 
     def batch_started(self, batch_id: int) -> None:
         self.started.append(batch_id)
@@ -58,6 +59,9 @@ class Recorder:
 
     def retry_waiting(self, records: int) -> None:
         self.waiting.append(records)
+
+    def records_dropped(self, records: int) -> None:
+        self.dropped.append(records)
 
     def outcomes(self) -> list[str]:
         return [outcome for outcome, _ in self.batches]
@@ -179,7 +183,7 @@ def drained(root: Path) -> Callable[[], bool]:
 
     def check() -> bool:
         report = audit(root)
-        return report.lost == 0 and report.unquarantined == 0 and not landing_names(root)
+        return report.unaccounted == 0 and report.unquarantined == 0 and not landing_names(root)
 
     return check
 
@@ -473,6 +477,22 @@ def _shift_watermark(checkpoint: Path, ahead_ms: int, window_ms: int) -> int:
     return batch
 
 
+def _after_a_leader_ten_minutes_ahead(client: KazooClient, group: str, root: Path, *, files: int) -> Queue:
+    """A first term drains ``files`` files; then its checkpoint is rewritten as a leader whose clock ran 10
+    minutes ahead writes it (batch timestamp and watermark 8-10 minutes past the true clock). Returns the queue."""
+    q = Queue(root)
+    q.standard(files=files, per_file=5)
+    career = SparkCareer(make_config(root), Recorder(), replica_id="r1")
+    with leadership(client, group, "r1") as (_, ctx):
+        career.inaugurate(ctx)
+        run_until(career, drained(root))
+        career.hand_over(Outcome.CLEAN)
+    career.close()
+    newest = max((root / "checkpoint").iterdir(), key=lambda p: p.name)
+    _shift_watermark(newest, ahead_ms=10 * 60_000, window_ms=2 * 60_000)
+    return q
+
+
 def test_a_successor_whose_clock_is_behind_drops_nothing(spark: Any, zk_client: KazooClient, zk_group: str,
                                                          tmp_path: Path) -> None:
     """The previous leader's clock ran 10 minutes ahead: its last batch timestamp and watermark in the checkpoint
@@ -480,16 +500,7 @@ def test_a_successor_whose_clock_is_behind_drops_nothing(spark: Any, zk_client: 
     watermark (Spark would drop every row of the new term as too old, commit empty batches and leave the files in
     landing/ for good): every record of the new term is written once."""
     root = tmp_path / "data"
-    q = Queue(root)
-    q.standard(files=2, per_file=5)
-    career = SparkCareer(make_config(root), Recorder(), replica_id="r1")
-    with leadership(zk_client, zk_group, "r1") as (_, ctx):
-        career.inaugurate(ctx)
-        run_until(career, drained(root))
-        career.hand_over(Outcome.CLEAN)
-    career.close()
-    newest = max((root / "checkpoint").iterdir(), key=lambda p: p.name)
-    _shift_watermark(newest, ahead_ms=10 * 60_000, window_ms=2 * 60_000)
+    q = _after_a_leader_ten_minutes_ahead(zk_client, zk_group, root, files=2)
     q.standard(files=3, per_file=5, start=1000)
     observer = Recorder()
     successor = SparkCareer(make_config(root), observer, replica_id="r2")
@@ -500,3 +511,26 @@ def test_a_successor_whose_clock_is_behind_drops_nothing(spark: Any, zk_client: 
     successor.close()
     report = assert_exactly_once(root)
     assert report.ids_in == 25 and observer.total("written") == 15, report.render()
+
+
+def test_rows_spark_drops_by_watermark_are_counted_and_logged(spark: Any, zk_client: KazooClient, zk_group: str,
+                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capfd: pytest.CaptureFixture[str]) -> None:
+    """With the event-time floor taken away (as before it existed), a successor behind the previous leader's
+    clock has every row dropped by Spark's watermark: the career must say so (``records_dropped``, the
+    ``rows_dropped_by_watermark`` log line), and the audit must fail, never pass silently."""
+    root = tmp_path / "data"
+    q = _after_a_leader_ten_minutes_ahead(zk_client, zk_group, root, files=1)
+    monkeypatch.setattr("career.spark._query.checkpoint_watermark_ms", lambda _checkpoint: 0)
+    q.standard(files=2, per_file=5, start=1000)
+    observer = Recorder()
+    successor = SparkCareer(make_config(root), observer, replica_id="r2")
+    with leadership(zk_client, zk_group, "r2") as (_, ctx):
+        successor.inaugurate(ctx)
+        run_until(successor, lambda: sum(observer.dropped) >= 10, timeout_s=90)
+        successor.hand_over(Outcome.CLEAN)
+    successor.close()
+    assert observer.total("written") == 0  # 10 records, 2 repeats, 2 bad lines and 2 file markers dropped
+    assert sum(observer.dropped) == 16, observer.dropped
+    assert "rows_dropped_by_watermark" in capfd.readouterr().out
+    assert not audit(root).ok

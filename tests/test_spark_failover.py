@@ -52,7 +52,7 @@ def test_exactly_once_through_two_crashes_and_a_handover(tmp_path: Path) -> None
 
         def drained() -> bool:
             report = verify(tmp_path / "data", max_line_bytes=LINE_LIMIT)
-            return report.lost == 0 and report.unquarantined == 0
+            return report.unaccounted == 0 and report.unquarantined == 0
 
         topology.wait_for(drained, 300, "the queue to drain", interval_s=2.0)
     finally:

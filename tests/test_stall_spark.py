@@ -40,7 +40,7 @@ def _committed_by(topology: Topology, replica_id: str) -> bool:
 
 def _drained(topology: Topology, records: int) -> bool:
     report = verify(topology.data_root)
-    return report.ids_in == records and report.lost == 0
+    return report.ids_in == records and report.unaccounted == 0
 
 
 @pytest.mark.timeout(900)

@@ -79,7 +79,7 @@ def test_transform_enriches_every_written_row(spark: Any, zk_client: KazooClient
     career.prepare()
     with leadership(zk_client, zk_group, "r1") as (_, ctx):
         career.inaugurate(ctx)
-        run_until(career, lambda: not landing_names(root) and audit(root).lost == 0)
+        run_until(career, lambda: not landing_names(root) and audit(root).unaccounted == 0)
         career.hand_over(Outcome.CLEAN)
     career.close()
     assert_exactly_once(root)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,8 +14,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from kazoo.client import KazooClient
 
 from career.queue import REASONS, classify_line
+from election import GroupPaths
 from service.ops import write_lines
 from service.ops._verify import (
     CONTENT_FIELDS,
@@ -153,11 +156,20 @@ _QUAR_SCHEMA = pa.schema([("value", pa.string()), ("reason", pa.string()), ("sou
                           ("line", pa.int64()), ("_epoch", pa.int64()), ("_batch", pa.int64())])
 
 
+def _mark(root: Path, name: str, group: str = "default") -> None:
+    """Mark the queue file ``name`` consumed by ``group``, as its leader does once the batch that read it is in."""
+    folder = root / "consumed" / group
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).touch()
+
+
 def _publish(root: Path, *, parts: int = 2) -> None:
-    """Do what a correct pipeline does: one batch per queue file, ids deduplicated, keys split over parts."""
+    """Do what a correct pipeline does: one batch per queue file, ids deduplicated, keys split over parts, each
+    file marked consumed."""
     seen: set[str] = set()
     files = sorted(iter_queue_files(root))
     for batch, path in enumerate(files, start=1):
+        _mark(root, path.name)
         good: list[dict[str, Any]] = []
         bad: list[dict[str, Any]] = []
         for number, raw in enumerate(path.read_bytes().split(b"\n")[:-1], start=1):
@@ -217,14 +229,15 @@ def test_clean_dataset_is_ok(root: Path) -> None:
 
 
 def test_absent_folders_are_empty(tmp_path: Path) -> None:
-    """Absent folders read as empty: an empty data root passes only with allow_empty; a queue with no output
-    loses everything."""
+    """Absent folders read as empty: an empty data root passes only with allow_empty; a queue no consumer has
+    read waits whole (not lost), and fails."""
     assert not verify(tmp_path).ok
     assert verify(tmp_path, allow_empty=True).ok
     _make_queue(tmp_path)
     report = verify(tmp_path)
     assert not report.ok
-    assert report.lost == 60 and report.unquarantined == 9
+    assert (report.lost, report.waiting, report.unaccounted, report.waiting_files) == (0, 60, 60, 4)
+    assert report.unquarantined == report.waiting_bad_lines == 9
 
 
 def test_planted_loss_is_caught(root: Path) -> None:
@@ -624,6 +637,7 @@ def _late(root: Path, *, rid: str = "late-1", seq_above: int = 0, batch: int | N
     top = max(published, key=lambda r: r["seq"])
     record = {"id": rid, "key": key, "seq": top["seq"] + seq_above, "ts": 1, "payload": {"late": True}}
     write_lines(root / "landing", [_line(record)], name)
+    _mark(root, name)
     last = max(r["_batch"] for p in _parts(root) for r in pq.read_table(p).to_pylist())
     qrow = {"value": json.dumps(record, separators=(",", ":")) if value is None else value, "reason": LATE_REASON,
             "source_file": (root / "landing" / name).as_uri(), "line": 1, "_epoch": 1,
@@ -727,3 +741,211 @@ def test_a_late_line_quarantined_twice_is_a_duplicate(root: Path) -> None:
     assert not report.ok
     assert report.duplicated_late_lines == report.duplicated == 1 and report.duplicated_bad_lines == 0
     assert report.examples["duplicated_late_lines"] == [{"file": "p9-late.jsonl", "line": 1, "rows": 2}]
+
+
+# -- loss or lag: what the group has read, the commit record, records held for retry too long ------------------
+
+_NEW = "p0000000000002-0000001-00000000.jsonl"  # sorts after every file of _make_queue
+
+
+def _queue_more(root: Path, name: str = _NEW, *, count: int = 3, bad_line: bool = True,
+                also: list[bytes] | None = None) -> list[str]:
+    """Queue one file of ``count`` new records (ids ``new-<i>``) and a bad line (unless not ``bad_line``) that no
+    output holds, plus the lines ``also``; returns the new ids."""
+    ids = [f"new-{i}" for i in range(count)]
+    lines = [_line({"id": rid, "key": "kn", "seq": i + 1, "ts": 1, "payload": None}) for i, rid in enumerate(ids)]
+    write_lines(root / "landing", [*lines, *([b"{not json"] if bad_line else []), *(also or [])], name)
+    return ids
+
+
+def _checkpoint(root: Path, epoch: int | None, batch: int, names: list[str], *, committed: bool = True) -> None:
+    """Write what term ``epoch``'s Spark checkpoint (None: the flat one of a tenure before per-term folders)
+    holds for ``batch``: its end offset naming the queue files ``names`` and, if ``committed``, its commit."""
+    folder = root / "checkpoint" / ("" if epoch is None else f"epoch={epoch}")
+    (folder / "offsets").mkdir(parents=True, exist_ok=True)
+    end = {"files": [[name, 1, 1] for name in names], "pending": []}
+    (folder / "offsets" / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{json.dumps(end)}\n')
+    if committed:
+        (folder / "commits").mkdir(exist_ok=True)
+        (folder / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+
+
+def _drop_row(root: Path, rid: str) -> None:
+    """Delete the published row of ``rid``."""
+    for part in _parts(root):
+        _rewrite(part, lambda rows: [r for r in rows if r["id"] != rid])
+
+
+def test_ids_only_in_a_file_not_read_yet_are_waiting_not_lost(root: Path) -> None:
+    """A file the group has not read (in landing/, unmarked, in no committed batch) holds lag: its missing ids
+    are waiting, its bad line too, and the audit fails; an id with a copy in a read file is lost even so."""
+    first, second = ((root / "landing" / f"p0000000000001-0000001-0000000{f}.jsonl").read_bytes().splitlines()[0]
+                     for f in (0, 1))
+    for line in (first, second):
+        _drop_row(root, json.loads(line)["id"])
+    _queue_more(root, also=[first])  # read after its copy in a read file
+    write_lines(root / "landing", [second], "a-unread.jsonl")  # read before its copy in a read file
+    report = verify(root)
+    assert not report.ok
+    assert (report.lost, report.waiting, report.unaccounted, report.waiting_files) == (2, 3, 5, 2)
+    assert report.unquarantined == report.waiting_bad_lines == 1
+    assert report.examples["lost"] == sorted(json.loads(line)["id"] for line in (first, second))
+    assert report.examples["waiting_files"] == ["a-unread.jsonl", _NEW]
+    assert "2 lost, 3 waiting (and 1 bad line) in 2 files not read yet, " in report.summary_line()
+    assert "not read yet: ids / bad lines / files  3 / 1 / 2 (group default)" in report.render()
+
+
+@pytest.mark.parametrize("how", ["archived", "marked", "marked_by_the_only_group", "committed", "flat_checkpoint"])
+def test_ids_missing_from_a_file_the_group_has_read_are_lost(root: Path, how: str) -> None:
+    """A file in archive/, marked by the group (when no group is named, the only group with marks), or named by
+    a batch the newest checkpoint has committed has been read: its missing ids are lost, and no flag excuses
+    them."""
+    ids = _queue_more(root)
+    if how == "archived":
+        (root / "archive").mkdir()
+        (root / "landing" / _NEW).rename(root / "archive" / _NEW)
+    elif how == "marked":
+        _mark(root, _NEW)
+    elif how == "marked_by_the_only_group":
+        (root / "consumed" / "default").rename(root / "consumed" / "orders")
+        _mark(root, _NEW, group="orders")
+        assert verify(root, group="default").lost == 0, "another group's marks say nothing of this one"
+    else:
+        _checkpoint(root, None if how == "flat_checkpoint" else 5, 7, [_NEW])
+    report = verify(root)
+    assert (report.lost, report.waiting, report.waiting_files, report.unaccounted) == (3, 0, 0, 3)
+    assert report.examples["lost"] == ids and report.unquarantined == 1 and report.waiting_bad_lines == 0
+    assert report.group == ("orders" if how == "marked_by_the_only_group" else "default")
+    assert not verify(root, allow_waiting=True).ok
+
+
+def test_only_a_batch_the_newest_checkpoint_committed_reads_a_file(root: Path) -> None:
+    """A batch planned but not committed has not read its files, nor has one committed only in an older term's
+    checkpoint (a stale term's commit there was fenced); the newest term's commit has."""
+    _queue_more(root)
+    _checkpoint(root, 5, 7, [_NEW], committed=False)
+    _checkpoint(root, 4, 7, [_NEW])
+    report = verify(root)
+    assert (report.lost, report.waiting) == (0, 3)
+    _checkpoint(root, 5, 7, [_NEW])
+    report = verify(root)
+    assert (report.lost, report.waiting) == (3, 0)
+
+
+def test_a_newer_file_under_a_marked_name_is_not_read_yet(root: Path) -> None:
+    """A mark older than its file's modification time is of an earlier file under that name (the queue source
+    reads the new one as new): the new file's ids are waiting."""
+    _queue_more(root)
+    _mark(root, _NEW)
+    os.utime(root / "consumed" / "default" / _NEW, ns=(1, 1))
+    report = verify(root)
+    assert (report.lost, report.waiting) == (0, 3)
+
+
+def test_allow_waiting_passes_what_waits_and_nothing_else(root: Path) -> None:
+    """--allow-waiting turns an audit that fails only on waiting ids and bad lines into a pass; a lost id in a
+    read file still fails it."""
+    for count, bad_line in ((0, True), (3, False)):  # a bad line alone, then records alone
+        _queue_more(root, count=count, bad_line=bad_line)
+        assert not verify(root).ok
+        report = verify(root, allow_waiting=True)
+        assert report.ok, report.render()
+        assert (report.waiting, report.waiting_bad_lines, report.waiting_files) == (count, int(bad_line), 1)
+        assert report.summary_line().startswith("verify: OK") and report.allow_waiting
+        (root / "landing" / _NEW).unlink()
+    _queue_more(root)
+    _drop_row(root, "id-0")
+    report = verify(root, allow_waiting=True)
+    assert not report.ok and report.lost == 1
+
+
+def test_a_batch_published_by_two_epochs_fails(root: Path) -> None:
+    """One _batch with two _epoch values across table/ and quarantine/ is a batch published by two terms."""
+    part = sorted((root / "quarantine").rglob("*.parquet"))[0]
+    batch = pq.read_table(part).column("_batch")[0].as_py()
+    assert verify(root).batches_with_two_epochs == 0
+    _rewrite(part, lambda rows: [{**r, "_epoch": 2} for r in rows])
+    report = verify(root)
+    assert not report.ok and report.batches_with_two_epochs == 1
+    assert report.examples["batches_with_two_epochs"] == [
+        {"batch": batch, "epochs": {"1": ["table"], "2": ["quarantine"]}}]
+    assert "1 batches published by two epochs" in report.summary_line()
+
+
+def test_output_above_the_committed_batch_fails(root: Path) -> None:
+    """Given the group's committed batch, output of a later _batch (no commit covers it) fails; a function is
+    read once the output is; without it the check is skipped, and the report says so."""
+    top = max(r["_batch"] for p in _parts(root) for r in pq.read_table(p).to_pylist())
+    unchecked = verify(root)
+    assert unchecked.ok and unchecked.committed_batch is None
+    assert "not checked: pass --zk and --group" in unchecked.render()
+    covered = verify(root, committed_batch=top)
+    assert covered.ok and covered.committed_batch == top and covered.batches_above_commit == 0
+    report = verify(root, committed_batch=lambda: top - 1)
+    assert not report.ok and report.committed_batch == top - 1 and report.batches_above_commit == 1
+    assert report.examples["batches_above_commit"] == [{"batch": top, "epochs": {"1": ["quarantine", "table"]}}]
+    assert "1 batches above the committed one" in report.summary_line()
+
+
+def test_an_id_held_for_retry_longer_than_allowed_fails(root: Path) -> None:
+    """With max_retry_age_s, an id held in the retry store longer than that since its first failure fails the
+    audit and is named; a waiter with no failure time, or a younger one, does not."""
+    part = _parts(root)[0]
+    rows = pq.read_table(part).to_pylist()
+    _rewrite(part, lambda r: r[3:])
+    held = [{k: r[k] for k in ("id", "key", "seq", "ts", "payload")} for r in rows[:3]]
+    now = 1_800_000_000.0
+    _snapshot(root, 10, 0, held, [now - 120.5, now - 30, None])
+    assert verify(root, now=now).ok
+    report = verify(root, now=now, max_retry_age_s=60)
+    assert not report.ok and report.retry_too_old == 1 and report.max_retry_age_s == 60
+    assert report.examples["retry_too_old"] == [
+        {"id": rows[0]["id"], "key": rows[0]["key"], "attempts": 1, "age_s": 120.5}]
+    assert "1 held for retry too long" in report.summary_line()
+    assert verify(root, now=now, max_retry_age_s=200).ok
+
+
+def test_cli_json_has_the_new_fields_and_the_new_flags_work(root: Path) -> None:
+    """--json carries waiting, unaccounted and the commit and retry checks; --allow-waiting passes a lagging
+    root; --zk without --group is refused in one line."""
+    _queue_more(root)
+    lagging = _tenure_verify("--data-root", str(root), "--json")
+    assert lagging.returncode == 1, lagging.stdout + lagging.stderr
+    body = json.loads(lagging.stdout)
+    assert {k: body[k] for k in ("ok", "lost", "waiting", "waiting_files", "waiting_bad_lines", "unaccounted",
+                                 "allow_waiting", "group", "batches_with_two_epochs", "committed_batch",
+                                 "batches_above_commit", "max_retry_age_s", "retry_too_old")} == {
+        "ok": False, "lost": 0, "waiting": 3, "waiting_files": 1, "waiting_bad_lines": 1, "unaccounted": 3,
+        "allow_waiting": False, "group": "default", "batches_with_two_epochs": 0, "committed_batch": None,
+        "batches_above_commit": 0, "max_retry_age_s": None, "retry_too_old": 0}
+    assert body["examples"]["waiting_files"] == [_NEW]
+    allowed = _tenure_verify("--data-root", str(root), "--allow-waiting", "--group", "default",
+                             "--max-retry-age-s", "60", "--json")
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    body = json.loads(allowed.stdout)
+    assert body["ok"] is True and body["allow_waiting"] is True and body["max_retry_age_s"] == 60
+    refused = _tenure_verify("--data-root", str(root), "--zk", "127.0.0.1:1")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "tenure: error: --zk needs --group: name the group whose committed batch verify should check" in \
+        refused.stderr.splitlines()
+
+
+def test_cli_checks_the_output_against_the_groups_commit_record(root: Path, zk_client: KazooClient,
+                                                                 zk_hosts: str, zk_group: str) -> None:
+    """With --zk and --group the committed batch comes from the group's commit record: output above it fails;
+    a group without a commit record is refused before the audit, naming the flag."""
+    top = max(r["_batch"] for p in _parts(root) for r in pq.read_table(p).to_pylist())
+    (root / "consumed" / "default").rename(root / "consumed" / zk_group)  # --group names the marks' group too
+    path = GroupPaths(zk_group).commit
+    zk_client.create(path, json.dumps({"batch_id": top - 1, "epoch": 1}).encode(), makepath=True)
+    ahead = _tenure_verify("--data-root", str(root), "--zk", zk_hosts, "--group", zk_group, "--json")
+    assert ahead.returncode == 1, ahead.stdout + ahead.stderr
+    body = json.loads(ahead.stdout)
+    assert (body["committed_batch"], body["batches_above_commit"]) == (top - 1, 1)
+    zk_client.set(path, json.dumps({"batch_id": top, "epoch": 1}).encode())
+    covered = _tenure_verify("--data-root", str(root), "--zk", zk_hosts, "--group", zk_group)
+    assert covered.returncode == 0, covered.stdout + covered.stderr
+    assert f"0 (committed batch {top})" in covered.stdout and "0 / 0 / 0 (group " in covered.stdout
+    unknown = _tenure_verify("--data-root", str(root), "--zk", zk_hosts, "--group", f"{zk_group}-typo")
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert "has no committed batch in ZooKeeper" in unknown.stderr and "check --group" in unknown.stderr

@@ -19,6 +19,7 @@ from career._protocol import CareerObserver
 from career.spark._config import SparkCareerConfig
 from career.spark._errors import HandingOverError, SparkCareerError
 from career.spark._hooks import Hooks
+from career.spark._intake import batch_files, batch_offset
 from career.spark._order import HighWaterMarks, arrow_maxima, maxima, split_late
 from career.spark._pipeline import (
     KIND_BAD,
@@ -44,7 +45,7 @@ from career.spark._retry import (
     unique_held,
     write_parquet,
 )
-from career.spark._set_aside import batch_files, stage_set_aside
+from career.spark._set_aside import stage_set_aside
 from career.spark._storage import Layout, finish_publish, is_published, published_name, sync_tree
 from career.spark._term import Term, committed_batch, mark_consumed
 from election._errors import Fenced, NotLeader
@@ -71,13 +72,14 @@ class BatchWriter:
 
     1. Refuse to start when the term is handing over or not leading: raise, never return — a returning
        ``foreachBatch`` lets Spark mark the batch done (data loss); a raise makes Spark re-run it later.
-    2. Read the commit record. If ``B`` is already committed (a re-run after a failover), finish its publish
-       if unfinished, run the batch through the ``noop`` sink (Spark requires the batch's state stores to
-       commit), and return: ``skipped``. Otherwise the last committed batch is in this term's checkpoint
-       (Spark only starts ``B`` after committing ``B-1``), so its queue files are marked consumed by this group
-       now (and archived once every group on the queue has consumed them). If ``B`` is the poison batch this
-       term was told to set aside (``CareerContext.set_aside``), steps 3–5 stage, commit and publish its queue
-       files and a manifest under ``set-aside/`` instead of running it (``_set_aside``).
+    2. Make durable what Spark wrote to the term's checkpoint (``B-1``'s commit and state, ``B``'s offsets:
+       ``CheckpointSync``), then read the commit record. If ``B`` is already committed (a re-run after a
+       failover), finish its publish if unfinished, run the batch through the ``noop`` sink (Spark requires the
+       batch's state stores to commit), and return: ``skipped``. Otherwise the last committed batch is in this
+       term's checkpoint (Spark only starts ``B`` after committing ``B-1``), so its queue files are marked
+       consumed by this group now (and archived once every group on the queue has consumed them). If ``B`` is
+       the poison batch this term was told to set aside (``CareerContext.set_aside``), steps 3–5 stage, commit
+       and publish its queue files and a manifest under ``set-aside/`` instead of running it (``_set_aside``).
     3. Classify, deduplicate, set late records aside (``_order``), order (through the row function and retry
        store, when there is one; then the transform); write staged Parquet under ``_staging/epoch=<e>/batch=<B>/``
        of each output, with the advanced per-key marks; fsync it all.
@@ -176,8 +178,12 @@ class BatchWriter:
         if not ctx.still_leading():
             raise NotLeader(f"batch {batch_id} not started: epoch {term.epoch} is not leading now "
                             "(suspended or past safe-until)")
-        # 2. Already committed? Otherwise mark what the last committed batch read as consumed by this group,
-        #    and archive what every group on the queue has consumed.
+        # 2. Make durable what Spark wrote (the last batch's commit, this one's offsets): marking and committing
+        #    below assume the checkpoint has them. Already committed? Otherwise mark what the last committed batch
+        #    read as consumed by this group, and archive what every group on the queue has consumed.
+        synced = time.monotonic()
+        term.durable.sync()
+        durable_s = time.monotonic() - synced
         record, version = ctx.fence.read_commit()
         committed = committed_batch(record)
         if record is not None and int(record.get("epoch") or 0) > term.epoch:
@@ -192,6 +198,9 @@ class BatchWriter:
             return "skipped", {}, True
         if committed is not None and record is not None and config.file_source and committed != term.marked:
             mark_consumed(layout, term, record, self._fault)
+        if config.file_source and (reused := batch_offset(term.checkpoint, batch_id).get("reused")):
+            term.log.warning("queue_name_reused", batch=batch_id, files=reused,
+                             effect="a file under a name this group consumed before is read as a new file")
         if ctx.set_aside is not None and ctx.set_aside.batch_id == batch_id:
             return self._set_aside(df, batch_id, record, version)
         # 3. Classify, deduplicate, hold back late records, order, run the user's code; stage every output.
@@ -250,6 +259,7 @@ class BatchWriter:
             "epoch": term.epoch,
             "replica_id": self._replica_id,
             "committed_at": committed_at,
+            "clock": term.clock.now(),
             "published_path": f"{layout.relative(layout.table)}/batch-{batch_id:012d}-*.parquet",
             "staged": staged,
             "counts": counts,
@@ -271,7 +281,8 @@ class BatchWriter:
         if retry:
             self._observer.retry_waiting(int(retry["retry_waiting"]))
         term.log.info("batch_committed", batch=batch_id, epoch=term.epoch, written=counts["written"],
-                      read_s=round(read_s, 3), stage_s=round(stage_s, 3), commit_s=round(commit_s, 3),
+                      durable_s=round(durable_s, 4), read_s=round(read_s, 3), stage_s=round(stage_s, 3),
+                      commit_s=round(commit_s, 3),
                       duplicate=counts["duplicate"], quarantined=counts["quarantined"], files=len(files),
                       **({"late": counts["late"]} if counts.get("late") else {}),
                       **({"retried": counts["retried"], "dead_lettered": counts["dead_lettered"],
@@ -314,6 +325,7 @@ class BatchWriter:
             "epoch": term.epoch,
             "replica_id": self._replica_id,
             "committed_at": time.time(),
+            "clock": term.clock.now(),
             "staged": {"set_aside": layout.relative(staging)},
             "counts": counts,
             "files": files,
@@ -370,7 +382,7 @@ class BatchWriter:
         call ran past ``row_timeout_s`` (nothing written), False when a call returned, None when none was made.
         """
         term, layout = self._term, self._layout
-        now = time.time()
+        now = term.clock.now()
         stale: list[str] = []
         if held is not None:
             held, stale = unique_held(held)

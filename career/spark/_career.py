@@ -37,13 +37,14 @@ from career.spark._storage import (
     remove_dead_staging,
     spark_committed,
 )
-from career.spark._term import Term, committed_batch, no_fault
+from career.spark._term import Term, TermClock, committed_batch, no_fault
 from career.spark._warmup import KeepWarm, warm_up
 from election._errors import ElectionError, Fenced, NotLeader, Unresponsive
 
 __all__ = ["SparkCareer"]
 
 _POLL_S = 0.02
+_PROGRESS_EVERY_S = 1.0  # how often the query's progress is read for rows dropped by watermark
 _STANDBY_MASTER = "local[1]"  # a follower's warm-up when the leader's master is a cluster
 #: A batch that fails for one of these failed because ZooKeeper did, not because of its data: no attempt counts.
 _INFRASTRUCTURE = (ElectionError, KazooException, Unresponsive)
@@ -117,6 +118,7 @@ class SparkCareer:
         self._term: Term | None = None
         self._keep_warm: KeepWarm | None = None
         self._faults = faults if faults is not None else no_fault
+        self._next_progress_read = 0.0
         self._housekeeper = Housekeeper(self._layout, config, observer, clock, self._faults)
         self._jvm = Probe("Spark's JVM", config.probe_timeout_s)  # every call from the control thread into Spark
         self._application_stopped: threading.Event | None = None  # set once a term's own Spark has stopped
@@ -208,7 +210,7 @@ class SparkCareer:
             checkpoint, copied_from = adopt_checkpoint(layout, ctx.epoch)
         except StaleTermError as exc:
             raise Fenced(str(exc)) from exc
-        term = Term(ctx=ctx, log=log, marks=self._marks, checkpoint=checkpoint)
+        term = Term(ctx=ctx, log=log, marks=self._marks, checkpoint=checkpoint, clock=TermClock(record))
         rolled = 0
         committed = committed_batch(record)
         if record is not None and committed is not None:
@@ -251,10 +253,29 @@ class SparkCareer:
         if not self._jvm(lambda: bool(query.isActive)) and not self._recover_query(term):
             return False
         self._housekeeper.run(term)
+        self._count_dropped(term, query)
         with term.lock:
             changed = term.completed != term.reported
             term.reported = term.completed
         return changed
+
+    def _count_dropped(self, term: Term, query: Any) -> None:
+        """Report rows Spark dropped as older than the watermark (about once a second, from the query's recent
+        progress): they are in no output, so they are logged and counted, never silent."""
+        now = self._clock()
+        if now < self._next_progress_read:
+            return
+        self._next_progress_read = now + _PROGRESS_EVERY_S
+        dropped = 0
+        for progress in self._jvm(lambda: query.recentProgress):
+            if progress.batchId <= term.progress_seen:
+                continue
+            term.progress_seen = progress.batchId
+            dropped += sum(op.numRowsDroppedByWatermark for op in progress.stateOperators)
+        if dropped:
+            term.log.error("rows_dropped_by_watermark", rows=dropped, batch=term.progress_seen,
+                           effect="these rows are in no output: `tenure verify` counts their ids as lost")
+            self._observer.records_dropped(dropped)
 
     def hand_over(self, outcome: Outcome) -> int | None:
         """End the term; returns the last committed batch id.
@@ -367,7 +388,8 @@ class SparkCareer:
         name = query_name(self._replica_id, term.epoch, term.restarts)
         term.error, term.failed = None, None
         term.query = call_within(
-            lambda: start_query(session, self._config, self._layout, writer, name=name, checkpoint=term.checkpoint),
+            lambda: start_query(session, self._config, self._layout, writer, name=name, checkpoint=term.checkpoint,
+                                marks=self._layout.queue.marks(self._marks.group)),
             self._config.warmup_timeout_s, "starting the streaming query")
         term.log.info("query_started", query=name, seconds=round(self._clock() - started, 3))
 

@@ -55,7 +55,7 @@ class Housekeeper:
         if (record is not None and committed is not None and committed != term.marked
                 and spark_committed(term.checkpoint, committed)):
             mark_consumed(self._layout, term, record, self._faults)
-        return term.marks.archive_ready()
+        return term.marks.archive_ready(term.clock.now())
 
     def run(self, term: Term) -> None:
         """One round, at most every ``_BACKLOG_EVERY_S`` (the archive sweep every ``_SWEEP_EVERY_S``)."""
@@ -68,10 +68,10 @@ class Housekeeper:
             self.archive_committed(term)
             empty = empty_landing_files(layout, _EMPTY_FILE_MIN_AGE_S)
             if empty:
-                archive_files(layout, empty)
+                archive_files(layout, empty, term.clock.now())
             if now >= self._next_sweep:
                 self._next_sweep = now + _SWEEP_EVERY_S
-                swept = sweep_archive(layout, self._config.archive_retention_s)
+                swept = sweep_archive(layout, self._config.archive_retention_s, term.clock.now())
                 if swept:
                     term.log.info("archive_swept", files=swept)
                 stale = term.marks.sweep()
@@ -81,14 +81,14 @@ class Housekeeper:
             pending = set((term.last_record or {}).get("files") or []) | term.marks.marked()
             due = (term.last_record or {}).get("retry_next_due")
             self._observer.backlog(len([n for n in landing_files(layout) if n not in pending]),
-                                   retry_due=due is not None and due <= time.time())
+                                   retry_due=due is not None and due <= term.clock.now())
             self._wake_for_retries(term)
 
     def _wake_for_retries(self, term: Term) -> None:
         """Drop a tick file into ``landing/`` once held records fall due: a file source runs no batch without
         a new file, and a quiet queue must not keep a due retry waiting."""
         due = (term.last_record or {}).get("retry_next_due")
-        if due is None or due > time.time() or due == self._ticked_for:
+        if due is None or due > term.clock.now() or due == self._ticked_for:
             return
         self._ticked_for = due
         name = f"tenure-tick-{term.epoch}-{time.time_ns()}{TICK_SUFFIX}"

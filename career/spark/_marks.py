@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Iterable
 
 import structlog
 
-from career.spark._storage import Layout, archive_files
+from career.spark._storage import Layout, archive_files, fsync, sync_dirs
 
 __all__ = ["ConsumptionMarks"]
 
@@ -39,7 +39,7 @@ class ConsumptionMarks:
     Example::
 
         marks = ConsumptionMarks(layout, "orders", registered_groups=lambda: {"orders", "audit"})
-        marks.consumed(["p1.jsonl", "p2.jsonl"])   # mark ours, then archive what both groups have marked
+        marks.consumed(["p1.jsonl", "p2.jsonl"], now)  # mark ours, then archive what both groups have marked
 
     Args:
         layout: the data root and queue layout.
@@ -61,19 +61,31 @@ class ConsumptionMarks:
     def mark(self, names: Iterable[str]) -> int:
         """Mark ``names`` consumed by this group; files no longer in ``landing/`` are skipped. Returns marks made.
 
-        A mark is an empty file created in one step (``O_CREAT|O_EXCL``): it exists or it does not.
+        A mark is an empty file created in one step (``O_CREAT|O_EXCL``): it exists or it does not. It carries
+        its file's modification time, so the queue source can tell a new file under a used name (a newer time
+        than the mark's) from the file it consumed; marking a file under a used name again moves its mark on.
         """
         folder = self._layout.queue.marks(self.group)
         made = 0
         for name in names:
-            if not _valid_name(name) or not (self._layout.landing / name).exists():
+            if not _valid_name(name):
+                continue
+            try:
+                written = (self._layout.landing / name).stat().st_mtime_ns
+            except FileNotFoundError:
                 continue
             folder.mkdir(parents=True, exist_ok=True)
+            mark = folder / name
             try:
-                os.close(os.open(folder / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                made += 1
+                os.utime(mark, ns=(written, written))  # lost in a power cut, the mark is only newer: still holds
             except FileExistsError:
-                continue
-            made += 1
+                if mark.stat().st_mtime_ns < written:  # a new file under a used name: move the mark on, durably
+                    os.utime(mark, ns=(written, written))
+                    fsync(mark)
+        if made:  # durable before the queue source stops carrying these names in its offsets
+            sync_dirs(folder)
         return made
 
     def marked(self, group: str | None = None) -> set[str]:
@@ -84,8 +96,9 @@ class ConsumptionMarks:
         except FileNotFoundError:
             return set()
 
-    def archive_ready(self) -> int:
-        """Archive every landing file that all registered groups and this one have marked; returns files moved."""
+    def archive_ready(self, now: float) -> int:
+        """Archive every landing file that all registered groups and this one have marked, stamped ``now`` (the
+        group's clock: retention counts from it); returns files moved."""
         groups = self._groups()
         if groups is None:
             return 0
@@ -96,16 +109,17 @@ class ConsumptionMarks:
                 if not ready:
                     return 0
             names = sorted(ready or ())
-            moved = archive_files(self._layout, names)
+            moved = archive_files(self._layout, names, now)
             self._unmark(names)
         if moved:
             _log.debug("queue_files_archived", group=self.group, files=moved, groups=sorted(groups))
         return moved
 
-    def consumed(self, names: Iterable[str]) -> int:
-        """Mark ``names`` consumed by this group, then archive what every group has marked; returns files moved."""
+    def consumed(self, names: Iterable[str], now: float) -> int:
+        """Mark ``names`` consumed by this group, then archive what every group has marked (stamped ``now``);
+        returns files moved."""
         self.mark(names)
-        return self.archive_ready()
+        return self.archive_ready(now)
 
     def sweep(self) -> int:
         """Delete every group's marks whose file is no longer in ``landing/``; returns how many."""

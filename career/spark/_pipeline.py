@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -33,6 +34,7 @@ __all__ = [
     "ordered_records",
     "output_partitions",
     "quarantine_rows",
+    "queue_file_gone",
     "records",
     "split_lines",
     "table_rows",
@@ -114,8 +116,25 @@ def _add_line(out: _Columns, raw: bytes, source: str, stamp: str, number: int, m
     return True
 
 
+def queue_file_gone(path: str) -> FileNotFoundError:
+    """The error for a queue file a batch admitted that is no longer there."""
+    return FileNotFoundError(f"queue file {path} was admitted to this batch but is gone: a queue file must stay in "
+                             "landing/ until every group has consumed it (tenure archives it then); put it back")
+
+
+def _read_queue_file(uri: str) -> bytes:
+    """The bytes of a queue file a source named without its content (the queue source)."""
+    path = unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        raise queue_file_gone(path) from None
+
+
 def split_lines(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A ``mapInArrow`` function over ``binaryFile`` rows (``path``, ``modificationTime``, ``content``).
+    """A ``mapInArrow`` function over ``binaryFile`` rows (``path``, ``modificationTime``, ``content``; a null
+    ``content`` is read from ``path``).
 
     Lines are split on ``\\n`` only (a ``\\r`` stays in the line); a final ``\\n`` makes no extra empty
     line; an empty file yields no line. Each file also yields one ``file`` marker with its count of valid
@@ -128,9 +147,11 @@ def split_lines(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], Ite
             paths = batch.column("path").to_pylist()
             stamps = batch.column("modificationTime").cast(pa.int64()).to_pylist()
             contents = batch.column("content").to_pylist()
-            for path, stamp, content in zip(paths, stamps, contents, strict=True):
+            for path, stamp, given in zip(paths, stamps, contents, strict=True):
                 stamp_text = str(stamp)
-                lines = content.split(b"\n") if content and not path.endswith(TICK_SUFFIX) else []
+                tick = path.endswith(TICK_SUFFIX)
+                content = _read_queue_file(path) if given is None and not tick else given
+                lines = content.split(b"\n") if content and not tick else []
                 if lines and lines[-1] == b"":
                     lines.pop()  # the file's final newline ends the last line, it does not start one
                 valid = 0
@@ -221,11 +242,13 @@ def classified_stream(
     source_file_expr: str,
     line_expr: str,
     watermark_ms: int = 0,
+    whole_files: bool = False,
 ) -> DataFrame:
     """The streaming side of the pipeline: source → classified lines → deduplicated (not yet ordered); for a
     query resuming a checkpoint, ``watermark_ms`` is the watermark it holds (see :func:`deduplicated`).
 
-    With ``binaryFile`` (the default) ``path`` is the landing directory and each file is split into lines;
+    With ``binaryFile``, or a source of the same schema (``whole_files``: the queue source), each file is split
+    into lines;
     with any other format each row is one line: its ``value`` column, ``source_file_expr`` and ``line_expr``
     (SQL expressions, e.g. ``concat(topic, '-', partition)`` and ``offset`` for Kafka) name where it came from.
     """
@@ -235,7 +258,7 @@ def classified_stream(
     if schema:
         reader = reader.schema(schema)
     raw = reader.load(path) if path is not None else reader.load()
-    file_source = source_format == BINARY_FILE
+    file_source = whole_files or source_format == BINARY_FILE
     if not file_source:
         raw = raw.select(F.col("value"), F.expr(source_file_expr).cast("string").alias("source_file"),
                          F.expr(line_expr).cast("long").alias("line"))

@@ -1,7 +1,7 @@
 """The streaming query: the source a term reads (or the warm-up's sample) and the query that feeds a batch writer.
 
-Only queue files (``*.jsonl``) and retry ticks are read from a directory source; flow control is files or bytes
-per trigger, never both (Spark refuses both at once).
+The default source is the queue (:mod:`career.spark._intake`): queue files (``*.jsonl``) and retry ticks in
+production order; flow control is files or bytes per trigger, never both.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from career.queue import QUEUE_SUFFIX, TICK_SUFFIX
 from career.spark._config import SparkCareerConfig
-from career.spark._pipeline import BINARY_FILE, classified_stream
+from career.spark._intake import QUEUE_SOURCE, QueueSource
+from career.spark._pipeline import classified_stream
 from career.spark._storage import Layout
 
 __all__ = ["checkpoint_watermark_ms", "query_name", "source_stream", "start_query"]
@@ -44,30 +44,31 @@ def query_name(replica_id: str, epoch: int, restarts: int) -> str:
 
 
 def source_stream(session: SparkSession, config: SparkCareerConfig, layout: Layout, *, sample: bool,
-                  watermark_ms: int = 0) -> DataFrame:
+                  marks: Path, checkpoint: Path | None = None, watermark_ms: int = 0) -> DataFrame:
     """The classified, deduplicated stream of the configured source.
 
     Args:
         session: the career's SparkSession.
         config: the career's settings (source, flow control, line limit, dedup window).
-        layout: the data root; its ``landing/`` is the default directory source.
-        sample: read ``layout.landing`` as files whatever the configured source (the warm-up's scratch sample),
-            without the configured source options.
+        layout: the data root; its ``landing/`` is read by the queue source (:mod:`career.spark._intake`).
+        sample: read ``layout.landing`` whatever the configured source (the warm-up's scratch sample).
+        marks: this group's consumption marks folder (the queue source skips what it holds).
+        checkpoint: the query's checkpoint (to resume one written by Spark's file source).
         watermark_ms: the watermark of the checkpoint the query resumes (:func:`checkpoint_watermark_ms`).
     """
     if sample or config.file_source:
-        options: dict[str, str] = {"pathGlobFilter": f"*.{{{QUEUE_SUFFIX[1:]},{TICK_SUFFIX[1:]}}}"}
+        session.dataSource.register(QueueSource)
+        options = {"path": str(layout.landing if sample or config.source_path is None else config.source_path),
+                   "marks": str(marks), "checkpoint": str(checkpoint or ""),
+                   "partitions": str(session.sparkContext.defaultParallelism)}
         if config.max_bytes_per_trigger is not None:
             options["maxBytesPerTrigger"] = str(config.max_bytes_per_trigger)
         elif config.max_files_per_trigger is not None:
             options["maxFilesPerTrigger"] = str(config.max_files_per_trigger)
-        if not sample:
-            options.update(config.source_options)
-        path = str(layout.landing) if sample or config.source_path is None else config.source_path
-        return classified_stream(session, source_format=BINARY_FILE, path=path, options=options,
+        return classified_stream(session, source_format=QUEUE_SOURCE, path=None, options=options,
                                  schema=None, max_line_bytes=config.max_line_bytes,
                                  dedup_window=config.dedup_window, source_file_expr="", line_expr="",
-                                 watermark_ms=watermark_ms)
+                                 watermark_ms=watermark_ms, whole_files=True)
     return classified_stream(session, source_format=config.source_format, path=config.source_path,
                              options=config.source_options, schema=config.source_schema,
                              max_line_bytes=config.max_line_bytes, dedup_window=config.dedup_window,
@@ -76,17 +77,25 @@ def source_stream(session: SparkSession, config: SparkCareerConfig, layout: Layo
 
 
 def start_query(session: SparkSession, config: SparkCareerConfig, layout: Layout,
-                writer: Callable[[DataFrame, int], None], *, name: str, checkpoint: Path) -> Any:
-    """Start a term's query: the configured source into ``writer`` on a processing-time trigger.
+                writer: Callable[[DataFrame, int], None], *, name: str, checkpoint: Path, marks: Path) -> Any:
+    """Start a term's query: the configured source into ``writer``, polling the source every
+    ``trigger_interval_s`` while it has nothing new.
 
-    ``name`` comes from :func:`query_name`; ``checkpoint`` is the term's own. Returns the running
+    ``name`` comes from :func:`query_name`; ``checkpoint`` is the term's own; ``marks`` the group's marks
+    folder. Returns the running
     ``StreamingQuery``.
     """
+    # No processing-time interval: Spark waits for one on the wall clock (a clock stepped back an hour stalls the
+    # query an hour). A query with nothing to read sleeps the polling delay instead, a plain sleep; one with data
+    # runs its batches back to back, as it did whenever a batch outlasted the interval.
+    session.conf.set("spark.sql.streaming.pollingDelay", f"{max(1, int(config.trigger_interval_s * 1000))}ms")
+    session.conf.set("spark.sql.streaming.numRecentProgressUpdates", "20")  # read each second: keep it short
     return (
-        source_stream(session, config, layout, sample=False, watermark_ms=checkpoint_watermark_ms(checkpoint))
+        source_stream(session, config, layout, sample=False, marks=marks, checkpoint=checkpoint,
+                      watermark_ms=checkpoint_watermark_ms(checkpoint))
         .writeStream.queryName(name)
         .foreachBatch(writer)
         .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime=f"{int(config.trigger_interval_s * 1000)} milliseconds")
+        .trigger(processingTime="0 seconds")
         .start()
     )

@@ -13,41 +13,14 @@ import os
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from career._protocol import FailedBatch
 from career.spark._storage import Layout
 
-__all__ = ["MANIFEST", "batch_files", "stage_set_aside"]
+__all__ = ["MANIFEST", "stage_set_aside"]
 
 MANIFEST = "manifest.json"
 """The manifest's name in a set-aside batch's staging folder; published as ``set-aside/batch-<B>-manifest.json``."""
-
-
-def _name(path: str) -> str:
-    """``file:///…/landing/a%20b.jsonl`` → ``a b.jsonl``."""
-    return unquote(urlparse(path).path).rstrip("/").rsplit("/", 1)[-1]
-
-
-def batch_files(checkpoint: Path, batch_id: int) -> list[str]:
-    """The queue files Spark's file source planned for ``batch_id``, from the term's source log.
-
-    Spark writes ``sources/0/<B>`` per batch (a version line, then one JSON entry per file) and folds them into
-    ``<N>.compact`` every few batches; an entry carries its ``batchId``.
-    """
-    log = checkpoint / "sources" / "0"
-    compacts = sorted((p for p in log.glob("*.compact") if p.stem.isdigit() and int(p.stem) >= batch_id),
-                      key=lambda p: int(p.stem))
-    for candidate in (log / str(batch_id), *compacts):
-        try:
-            lines = candidate.read_text().splitlines()[1:]
-        except FileNotFoundError:
-            continue
-        found = [json.loads(line) for line in lines if line.strip()]
-        names = sorted({_name(entry["path"]) for entry in found if int(entry.get("batchId", -1)) == batch_id})
-        if names:
-            return names
-    return []
 
 
 def stage_set_aside(layout: Layout, staging: Path, *, batch_id: int, epoch: int, files: list[str],

@@ -16,18 +16,21 @@ import structlog
 from career.queue import QueueLayout, is_hidden, is_queue_file
 
 __all__ = [
+    "CheckpointSync",
     "Layout",
     "StaleTermError",
     "adopt_checkpoint",
     "archive_files",
     "empty_landing_files",
     "finish_publish",
+    "fsync",
     "is_published",
     "landing_files",
     "newer_term_started",
     "published_name",
     "remove_dead_staging",
     "sweep_archive",
+    "sync_dirs",
     "sync_tree",
 ]
 
@@ -50,12 +53,64 @@ def _epoch_of(name: str) -> int | None:
         return None
 
 
-def _fsync(path: Path, *, directory: bool = False) -> None:
+def fsync(path: Path, *, directory: bool = False) -> None:
+    """Make ``path`` durable: a file's content and metadata, or a folder's entries."""
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def sync_dirs(folder: Path) -> None:
+    """Make ``folder``'s entries durable, and its own entry in each folder above it up to ``/``: a folder created
+    since (``mkdir(parents=True)``) would otherwise vanish in a power loss with everything in it."""
+    current = folder.absolute()
+    while True:
+        fsync(current, directory=True)
+        if current.parent == current:
+            return
+        current = current.parent
+
+
+class CheckpointSync:
+    """Makes a term's Spark checkpoint durable: Spark writes its offset, commit and state files through Hadoop's
+    local file system, which never fsyncs, so a power loss could take the newest of them.
+
+    :meth:`sync` fsyncs every file under the checkpoint it has not synced before, then the folders that hold
+    them; called at the start of each batch, it makes durable what the batch before left (its commit, its
+    state files) and this batch's planned offsets, before this batch marks files consumed or commits to
+    ZooKeeper, either of which assumes the checkpoint has them. A batch adds a handful of files, so a call
+    costs a few fsyncs.
+    """
+
+    def __init__(self, checkpoint: Path) -> None:
+        self._root = checkpoint
+        self._synced: set[str] = set()
+
+    def sync(self) -> int:
+        """fsync the checkpoint's new files and their folders; returns how many files."""
+        present: set[str] = set()
+        folders: set[str] = set()
+        for folder, _dirs, files in os.walk(self._root):
+            for name in files:
+                path = os.path.join(folder, name)
+                if path not in self._synced:
+                    try:
+                        fsync(Path(path))
+                    except FileNotFoundError:  # Spark purged it meanwhile (batches past its retention)
+                        continue
+                    folders.add(folder)
+                present.add(path)
+        chain: set[str] = set()
+        root = str(self._root)
+        for created in folders:  # each folder up to the checkpoint's own: Spark may have created any of them
+            chain.update(str(p) for p in (Path(created), *Path(created).parents) if len(str(p)) >= len(root))
+        for folder in sorted(chain, key=len, reverse=True):
+            fsync(Path(folder), directory=True)
+        added = len(present - self._synced)
+        self._synced = present
+        return added
 
 
 def sync_tree(path: Path) -> None:
@@ -64,9 +119,9 @@ def sync_tree(path: Path) -> None:
         return
     for folder, _dirs, files in os.walk(path):
         for name in files:
-            _fsync(Path(folder) / name)
-        _fsync(Path(folder), directory=True)
-    _fsync(path.parent, directory=True)
+            fsync(Path(folder) / name)
+        fsync(Path(folder), directory=True)
+    sync_dirs(path.parent)
 
 
 @dataclass(frozen=True)
@@ -188,7 +243,8 @@ def adopt_checkpoint(layout: Layout, epoch: int) -> tuple[Path, int | None]:
     name, then a rename), so hard links share no mutable state; a stale term's renames replace entries in its
     own folder only.
 
-    The copy is made under a hidden name and renamed into place, so a crash mid-copy leaves no half folder.
+    The copy is made under a hidden name, made durable, and renamed into place (that rename made durable too),
+    so a crash mid-copy leaves no half folder and a power loss after inauguration cannot take the copy.
     A flat checkpoint of an earlier tenure version (``checkpoint/offsets`` …) is adopted as the oldest term.
 
     Returns the term's folder and the epoch it was copied from (``None``: fresh, or the flat legacy layout).
@@ -215,7 +271,9 @@ def adopt_checkpoint(layout: Layout, epoch: int) -> tuple[Path, int | None]:
     partial.mkdir(parents=True)
     if source is not None:
         _link_tree(source, partial)
+    sync_tree(partial)  # the links and, through them, the previous term's last files (its last commit)
     os.replace(partial, target)
+    sync_dirs(layout.checkpoint)
     for old, folder in folders.items():  # no term below the one copied from can ever be adopted again
         if source_epoch is not None and old < source_epoch:
             shutil.rmtree(folder, ignore_errors=True)
@@ -285,7 +343,7 @@ def finish_publish(layout: Layout, record: Mapping[str, Any]) -> int:
             output.mkdir(parents=True, exist_ok=True)
             count = _publish_folder(layout.resolve(staged[name]), output, batch_id)
             if count:
-                _fsync(output, directory=True)  # the renames survive a power loss before Spark's commit
+                sync_dirs(output)  # the renames survive a power loss before Spark's commit
             moved += count
     for name in ("retry", "order"):
         if name in staged:
@@ -322,14 +380,14 @@ def remove_dead_staging(layout: Layout, live_epoch: int) -> list[str]:
     return removed
 
 
-def archive_files(layout: Layout, names: Iterable[str]) -> int:
+def archive_files(layout: Layout, names: Iterable[str], now: float) -> int:
     """Move consumed queue files from ``landing/`` to ``archive/`` (same names); a missing one was moved already.
 
-    The archived file's modification time is set to now, so retention counts from the archiving.
+    The archived file's modification time is set to ``now`` (the group's clock, ``_term.TermClock``), so
+    retention counts from the archiving.
     """
     moved = 0
     layout.archive.mkdir(parents=True, exist_ok=True)
-    now = time.time()
     for name in names:
         if not name or "/" in name or name in (".", ".."):
             continue
@@ -342,6 +400,9 @@ def archive_files(layout: Layout, names: Iterable[str]) -> int:
         with contextlib.suppress(FileNotFoundError):  # swept by another process meanwhile: nothing to keep
             os.utime(target, (now, now))
         moved += 1
+    if moved:  # durable before the caller removes the marks: a file back in landing/ unmarked is read again
+        fsync(layout.landing, directory=True)
+        sync_dirs(layout.archive)
     return moved
 
 
@@ -378,10 +439,11 @@ def landing_files(layout: Layout) -> list[str]:
         return []
 
 
-def sweep_archive(layout: Layout, retention_s: float) -> int:
-    """Delete archived files archived more than ``retention_s`` ago; returns how many."""
+def sweep_archive(layout: Layout, retention_s: float, now: float) -> int:
+    """Delete archived files archived more than ``retention_s`` before ``now`` (the group's clock, which stamped
+    them: a wall clock that jumps forward deletes nothing early); returns how many."""
     removed = 0
-    cutoff = time.time() - retention_s
+    cutoff = now - retention_s
     try:
         entries = list(os.scandir(layout.archive))
     except FileNotFoundError:

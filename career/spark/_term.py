@@ -7,6 +7,7 @@ the term; what they share lives in :class:`Term`, under its lock where both writ
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,13 +16,35 @@ from typing import Any
 from career._protocol import CareerContext
 from career.spark._marks import ConsumptionMarks
 from career.spark._order import HighWaterMarks
-from career.spark._storage import Layout, newer_term_started
+from career.spark._storage import CheckpointSync, Layout, newer_term_started
 
-__all__ = ["Term", "committed_batch", "mark_consumed", "no_fault"]
+__all__ = ["Term", "TermClock", "committed_batch", "mark_consumed", "no_fault"]
 
 
 def no_fault(_point: str) -> None:
     """The fault hook when none is given: every point passes."""
+
+
+class TermClock:
+    """The group's clock, in seconds: it never runs backwards across terms and no replica's wall clock moves it.
+
+    A term starts at the ``clock`` the last commit record carries and advances by its own monotonic time; every
+    commit record carries the clock on. Only the group's very first term (or the first after an upgrade) reads
+    the wall clock, to seed it. So retry due times, retry ticks and the archive's retention mean the same on
+    every replica: a successor whose wall clock is behind does not hold retries back, and a wall clock that
+    jumps forward deletes no archived file early. The clock stands still while no term runs, so time without a
+    leader is not counted (a retry then falls due that much later).
+    """
+
+    def __init__(self, record: dict[str, Any] | None, *, monotonic: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        carried = (record or {}).get("clock")
+        self._base = float(carried) if carried is not None else wall()
+        self._monotonic = monotonic
+        self._started = monotonic()
+
+    def now(self) -> float:
+        return self._base + (self._monotonic() - self._started)
 
 
 @dataclass
@@ -32,6 +55,7 @@ class Term:
     log: Any
     marks: ConsumptionMarks  # this group's consumption marks on the queue, and the archive they gate
     checkpoint: Path  # this term's own Spark checkpoint (storage.adopt_checkpoint)
+    clock: TermClock  # the group's clock (retry due times, archive stamps), carried by every commit record
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     query: Any = None
@@ -48,6 +72,11 @@ class Term:
     restarts: int = 0
     order: tuple[str | None, HighWaterMarks] | None = None  # the per-key marks as of a commit record's "order"
     marked: int | None = None  # the last batch whose queue files this term marked consumed
+    progress_seen: int = -1  # the last batch whose query progress was read (rows dropped by watermark)
+    durable: CheckpointSync = field(init=False)  # fsyncs what Spark wrote to the checkpoint
+
+    def __post_init__(self) -> None:
+        self.durable = CheckpointSync(self.checkpoint)
 
     @property
     def epoch(self) -> int:
@@ -69,7 +98,7 @@ def mark_consumed(layout: Layout, term: Term, record: dict[str, Any], faults: Ca
     if newer_term_started(layout, term.epoch):
         term.log.info("marks_skipped", reason="a newer term has started", batch=record.get("batch_id"))
         return
-    archived = term.marks.consumed(record.get("files") or [])
+    archived = term.marks.consumed(record.get("files") or [], now=term.clock.now())
     term.marked = committed_batch(record)
     if archived:
         term.log.debug("archived", batch=term.marked, files=archived)

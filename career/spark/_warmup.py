@@ -27,7 +27,7 @@ from career.spark._marks import ConsumptionMarks
 from career.spark._query import source_stream
 from career.spark._retry import identity_row
 from career.spark._storage import Layout
-from career.spark._term import Term, no_fault
+from career.spark._term import Term, TermClock, no_fault
 from election._errors import Fenced
 
 __all__ = ["KEEP_WARM_GROUP", "KeepWarm", "warm_up"]
@@ -50,6 +50,9 @@ class _NullObserver:
         pass
 
     def retry_waiting(self, records: int) -> None:
+        pass
+
+    def records_dropped(self, records: int) -> None:
         pass
 
     def commit_finished(self, duration_s: float, committed_at: float) -> None:
@@ -113,13 +116,14 @@ def warm_up(session: SparkSession, config: SparkCareerConfig, hooks: Hooks, *, r
         _write_sample(layout.landing)
         ctx = CareerContext(epoch=0, fence=_ScratchFence(), still_leading=lambda: True, previous_handover=None)
         term = Term(ctx=ctx, log=log.bind(warmup=True), marks=ConsumptionMarks(layout, "warmup"),
-                    checkpoint=layout.checkpoint)
+                    checkpoint=layout.checkpoint, clock=TermClock(None))
         # The user's transform runs on the sample; their row function does not (it may have effects
         # outside), but the retry path does, through the identity function.
         hooks = replace(hooks, row_function=identity_row if hooks.row_function else None)
         writer = BatchWriter(term, layout, config, _NullObserver(), replica_id, hooks, no_fault)
         query = (
-            source_stream(session, config, layout, sample=True)
+            source_stream(session, config, layout, sample=True, marks=layout.queue.marks("warmup"),
+                          checkpoint=layout.checkpoint)
             .writeStream.foreachBatch(writer)
             .option("checkpointLocation", str(layout.checkpoint))
             .trigger(availableNow=True)

@@ -82,7 +82,8 @@ def _audit(d: Drill) -> AuditSummary:
                             quarantined=report.quarantined, late=report.ids_late, lost=report.lost,
                             duplicated=report.duplicated, inversions=report.inversions,
                             detail=f"unexpected {report.unexpected}, unquarantined {report.unquarantined}, "
-                                   f"dead-lettered {report.ids_dead_lettered}, waiting {report.ids_waiting}")
+                                   f"dead-lettered {report.ids_dead_lettered}, waiting {report.ids_waiting}, "
+                                   f"not read yet {report.waiting}")
     commits = d.commits()
     lost, dup, inv, detail = audit_counter(d.topology.data_root, commits[-1].batch if commits else None)
     return AuditSummary(ok=lost == dup == inv == 0, lost=lost, duplicated=dup, inversions=inv, detail=detail)

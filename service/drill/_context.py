@@ -206,8 +206,9 @@ class Drill:
                   f"{count} more commits")
 
     def drained(self) -> bool:
-        """With a producer: it has finished and every message of the queue is in the output (checked at most
-        every 2 s, since it reads the whole output). Without one there is always more to commit: False."""
+        """With a producer: it has finished and every message of the queue is in the output, none waiting in a
+        file not read yet (checked at most every 2 s, since it reads the whole output). Without one there is
+        always more to commit: False."""
         producer = self.topology.producer
         if not self.producer_started or producer is None or producer.poll() is None:
             return False
@@ -218,7 +219,7 @@ class Drill:
             report = verify(self.topology.data_root)
         except Exception:  # a part file being renamed into place: ask again later
             return False
-        return report.lost == 0 and report.unquarantined == 0
+        return report.unaccounted == 0 and report.unquarantined == 0
 
     def events(self) -> list[LogEvent]:
         out: list[LogEvent] = []

@@ -261,7 +261,8 @@ def audit(d: Drill) -> None:
         m.ids_dead_lettered, m.ids_set_aside = report.ids_dead_lettered, report.ids_set_aside
         m.set_aside_batches = report.set_aside_batches
         m.audit_detail = (f"{report.ids_in} ids in, {report.ids_written} written, {report.quarantined} "
-                          f"quarantined, unexpected {report.unexpected}, unquarantined {report.unquarantined}")
+                          f"quarantined, unexpected {report.unexpected}, unquarantined {report.unquarantined}, "
+                          f"not read yet {report.waiting}")
     else:
         commits = d.commits()
         last_n = commits[-1].batch if commits else None

@@ -11,7 +11,7 @@ from service.ops._handover import HandoverDone, HandoverError, request_handover,
 from service.ops._history import format_history, show_history
 from service.ops._produce import Producer, ProducerError, produce, write_lines
 from service.ops._status import fetch_status, format_status_table, show_status
-from service.ops._verify import CONTENT_FIELDS, VerifyReport, check_data_root, verify
+from service.ops._verify import CONTENT_FIELDS, VerifyReport, check_data_root, read_committed_batch, verify
 
 __all__ = [
     "CONTENT_FIELDS",
@@ -31,6 +31,7 @@ __all__ = [
     "produce",
     "queue_lag",
     "queue_report",
+    "read_committed_batch",
     "remove_group",
     "request_handover",
     "show_history",

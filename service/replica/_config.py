@@ -59,8 +59,9 @@ class ReplicaConfig(BaseModel):
                                         "stops them after 60 s idle); 0: off.")
     max_files_per_trigger: int = Field(default=5, description="Flow control: queue files per batch.")
     max_bytes_per_trigger: int | None = Field(default=None, description="Flow control: bytes per batch, if set.")
-    trigger_interval_s: float = Field(default=0.1, description="Spark processing-time trigger: the longest a "
-                                      "file landing on an idle consumer waits.")
+    trigger_interval_s: float = Field(default=0.1, description="How often an idle consumer polls the queue (a "
+                                      "sleep, not a wall-clock trigger): the longest a file landing on an idle "
+                                      "consumer waits.")
     max_line_bytes: int = Field(default=1 << 20, description="Longer lines are quarantined as oversized; "
                                 "`tenure verify` must use the same value.")
     dedup_window: str = Field(default="2 minutes", description="How long a message id is remembered (a Spark "

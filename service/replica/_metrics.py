@@ -57,7 +57,9 @@ PROGRESS_AGE = "tenure_progress_age_seconds"
 STALLS = "tenure_stalls"
 
 BATCH_OUTCOMES = ("committed", "skipped", "set_aside", "fenced", "failed")
-RECORD_OUTCOMES = ("written", "duplicate", "quarantined", "late", "retried", "dead_lettered", "set_aside")
+DROPPED_BY_WATERMARK = "dropped_by_watermark"  # rows Spark dropped as older than the dedup watermark (a bug)
+RECORD_OUTCOMES = ("written", "duplicate", "quarantined", "late", "retried", "dead_lettered", "set_aside",
+                   DROPPED_BY_WATERMARK)
 
 # Failover-scale buckets: handovers and inaugurations range from milliseconds (warm) to tens of seconds (cold).
 _LIFECYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60)
@@ -194,3 +196,6 @@ class Metrics:
 
     def retry_waiting(self, records: int) -> None:
         self.retry_waiting_records.set(records)
+
+    def records_dropped(self, records: int) -> None:
+        self.records.labels(DROPPED_BY_WATERMARK).inc(records)

@@ -163,3 +163,6 @@ class Progress:
 
     def retry_waiting(self, records: int) -> None:
         self._metrics.retry_waiting(records)
+
+    def records_dropped(self, records: int) -> None:
+        self._metrics.records_dropped(records)

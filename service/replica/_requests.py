@@ -7,6 +7,7 @@ fires once at once with the node's state, and again on every change, across reco
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,12 +39,25 @@ class OperatorRequests:
     """Reads and watches this replica's drain node and the group's handover request."""
 
     def __init__(self, client: KazooClient, paths: GroupPaths, replica_id: str,
-                 post: Callable[[DrainChanged | HandoverRequested], None]) -> None:
+                 post: Callable[[DrainChanged | HandoverRequested], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._client = client
         self._paths = paths
         self._replica_id = replica_id
         self._post = post
+        self._clock = clock
+        self._seen: dict[HandoverRequest, float] = {}  # request → when this replica first read it (monotonic)
         self._watches: list[DataWatch] = []
+
+    def live(self, request: HandoverRequest) -> bool:
+        """Whether ``request`` is still live, on this replica's monotonic clock: for its timeout from the moment
+        this replica first read it. The requester's and this host's wall clocks may disagree by minutes; only
+        the timeout's length (one host's difference of two readings) crosses between hosts. A replica that
+        restarts reads a pending request afresh, so it may honour it up to one timeout longer."""
+        now = self._clock()
+        first = self._seen.setdefault(request, now)
+        self._seen = {r: t for r, t in self._seen.items() if r == request or now - t < r.timeout_s}
+        return now - first < request.timeout_s
 
     def drain(self, timeout_s: float) -> DrainRequest | None:
         """The drain request now (one read), so a replica drained before it starts never joins."""

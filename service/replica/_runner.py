@@ -116,7 +116,7 @@ class Runner:
                                    (self._election.client.handler.timeout_exception,))
         self._seen_leader: str | None = None
         self._requests = OperatorRequests(self._election.client, self._election.paths, settings.replica_id,
-                                          self._post)
+                                          self._post, clock)
         self._drain_request: DrainRequest | None = None
         self._unhealthy_reason: str | None = None
         self._next_health_check = 0.0
@@ -550,7 +550,7 @@ class Runner:
         """An operator asked this term to hand over (to a named replica, or the next in line): hand over
         cleanly, then rejoin at the back of the line. Requests for other terms, or expired, are ignored."""
         if (self._state not in (RunnerState.LEADING, RunnerState.PAUSED) or request.epoch != self._epoch
-                or not request.live(time.time()) or request.to == self._settings.replica_id):
+                or not self._requests.live(request) or request.to == self._settings.replica_id):
             return
         started = self._clock()
         self._log.info("handover_requested", to=request.to, epoch=self._epoch)
@@ -588,7 +588,7 @@ class Runner:
         grants it and deletes it once inaugurated."""
         try:
             request = self._requests.handover(self._election.op_timeout_s)
-            if request is None or request.epoch >= epoch or not request.live(time.time()):
+            if request is None or request.epoch >= epoch or not self._requests.live(request):
                 return False, None
             if request.to in (None, self._settings.replica_id):
                 return False, request

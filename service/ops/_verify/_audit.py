@@ -1,41 +1,75 @@
 """The auditor behind ``tenure verify``: exactly-once (I2) and per-key order (I3), from the files alone.
 
 See ARCHITECTURE.md, "Where each guarantee is enforced": verify recomputes the expected output from the queue,
-independently of the consumer (it shares only the queue's contract, :mod:`career.queue`).
+independently of the consumer (it shares only the queue's contract, :mod:`career.queue`). It reads the consumer's
+own state only to tell lag from loss (which files the group has read) and, when given, checks the output
+against the group's commit record.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from collections import Counter
-from collections.abc import Collection
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 import structlog
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from career.queue import DEFAULT_MAX_LINE_BYTES
+from election import GroupPaths
 from service.ops._verify._content import CONTENT_FIELDS, EXAMPLES, QueueContent
+from service.ops._verify._files import VerifyError, read_consumption
 from service.ops._verify._late import PublishedSeqs, check_late
 from service.ops._verify._report import VerifyReport
-from service.ops._verify._scan import scan_quarantine, scan_queue, scan_retry_store, scan_set_aside, scan_table
+from service.ops._verify._scan import (
+    BatchEpochs,
+    scan_quarantine,
+    scan_queue,
+    scan_retry_store,
+    scan_set_aside,
+    scan_table,
+)
 
-__all__ = ["verify"]
+__all__ = ["read_committed_batch", "verify"]
 
 _log = structlog.get_logger("tenure.verify")
+
+
+def read_committed_batch(client: KazooClient, group: str) -> int:
+    """The batch ``group``'s commit record names: the last one its leaders committed (``tenure verify --zk``).
+
+    Raises:
+        VerifyError: the group has no commit record naming a batch (a wrong group, or none committed yet).
+    """
+    path = GroupPaths(group).commit
+    try:
+        raw, _stat = client.get(path)
+    except NoNodeError:
+        raw = b""
+    record = json.loads(raw) if raw else {}
+    if not isinstance(record, dict) or record.get("batch_id") is None:
+        raise VerifyError(f"group {group!r} has no committed batch in ZooKeeper ({path}): check --group, or leave "
+                          "out --zk until the group's first commit")
+    return int(record["batch_id"])
 
 
 def verify(
     data_root: str | os.PathLike[str], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     queue_dir: str | os.PathLike[str] | None = None, allow_empty: bool = False,
-    content_fields: Collection[str] = CONTENT_FIELDS, now: float | None = None,
+    content_fields: Collection[str] = CONTENT_FIELDS, now: float | None = None, group: str | None = None,
+    allow_waiting: bool = False, committed_batch: int | Callable[[], int] | None = None,
+    max_retry_age_s: float | None = None,
 ) -> VerifyReport:
     """Audit a data root: each valid queue id written exactly once, as it was, in order; each bad line
     quarantined once.
 
     Every valid id is accounted for in exactly one of: written (``table/``), dead-lettered (``dead-letter/``),
-    waiting for a retry (the newest snapshot in ``retry/``) — never none (lost), never two (duplicated) — or
+    waiting for a retry (the newest snapshot in ``retry/``) — never none, never two (duplicated) — or
     set aside (a poison batch's files under ``set-aside/``, reported apart; a set-aside id may be written too,
     by a copy of it in another batch), or
     late (quarantined with reason ``late``: its key had published or dead-lettered a seq at least its own in an
@@ -47,9 +81,15 @@ def verify(
     Reads ``landing/`` and ``archive/`` (recursively) with :func:`career.queue.classify_line`, independently
     of the pipeline, and ``table/``, ``quarantine/``, ``dead-letter/`` and ``retry/`` with pyarrow (hidden
     folders and files are skipped; an absent folder is empty: see :func:`check_data_root`).
-    Per-key order follows the output: by ``_batch``, then part file (sorted by path), then row. Run it once the
-    consumer has caught up: ids still waiting in ``landing/`` count as lost, and ids whose queue files the
-    archive's retention already deleted count as unexpected.
+    Per-key order follows the output: by ``_batch``, then part file (sorted by path), then row.
+
+    An id in no output is *lost* when the group has read a file holding it (the file is in ``archive/``, marked
+    in ``consumed/<group>/``, or named by a batch the group's newest checkpoint has committed), else *waiting*:
+    lag, which fails the audit too unless ``allow_waiting``. Ids whose queue files the archive's retention
+    already deleted count as unexpected.
+
+    The commit record: a ``_batch`` published with two ``_epoch`` values (by two terms) fails, and so does, given
+    ``committed_batch``, a ``_batch`` above it (output no commit covers).
 
     Args:
         data_root: the data root (``landing/``, ``archive/``, ``table/``, ``quarantine/``).
@@ -60,21 +100,33 @@ def verify(
         content_fields: the fields of :data:`CONTENT_FIELDS` a row must share with its queue line; leave out
             ``payload`` (or ``ts``) when a row function or transform rewrites it.
         now: the clock (Unix seconds) retry ages are measured against; default: now.
+        group: the consumer group whose marks count (``--group``); default: the only group with a marks folder
+            in the queue's ``consumed/``, else ``default``.
+        allow_waiting: ids and bad lines in files the group has not read yet pass (an audit of a live system).
+        committed_batch: the group's committed batch (from its commit record), or a function reading it, called
+            once the output is read (so a batch published meanwhile is covered); None: not checked.
+        max_retry_age_s: ids held for retry longer than this since their first failure fail; None: no limit.
 
     Returns:
-        The report; ``report.ok`` is False on any loss, duplicate, unexpected row, unquarantined bad line,
-        order inversion, content mismatch or wrongly late record, or when the queue held no valid id.
+        The report; ``report.ok`` is False on any loss, waiting id (unless ``allow_waiting``), duplicate,
+        unexpected row, unquarantined bad line, order inversion, content mismatch, wrongly late record, batch of
+        two epochs or above the committed one, id held for retry too long, or when the queue held no valid id.
     """
     if max_line_bytes < 1:
         raise ValueError(f"max_line_bytes={max_line_bytes} must be at least 1")
     started = time.monotonic()
     root = Path(data_root)
     content = QueueContent(tuple(content_fields))
-    queue = scan_queue(root if queue_dir is None else Path(queue_dir), max_line_bytes, content)
+    queue_root = root if queue_dir is None else Path(queue_dir)
+    consumption = read_consumption(queue_root, root, group)  # first: a file read later counts as waiting
+    queue = scan_queue(queue_root, max_line_bytes, content, consumption)
     quarantine = scan_quarantine(root / "quarantine")
     late_keys = {r.record["key"] for r in quarantine.late if r.record}
     table = scan_table(root / "table", content, late_keys)
-    retry = scan_retry_store(root, time.time() if now is None else now, late_keys)
+    retry = scan_retry_store(root, time.time() if now is None else now, late_keys, max_retry_age_s)
+    committed = committed_batch() if callable(committed_batch) else committed_batch
+    two_epochs, above = _check_commits({"table": table.batch_epochs, "quarantine": quarantine.batch_epochs,
+                                        "dead-letter": retry.batch_epochs}, committed)
     late = check_late(quarantine.late, PublishedSeqs(table.late_seqs + retry.dead_seqs), content, table.content)
     set_aside = scan_set_aside(root / "set-aside", max_line_bytes)
 
@@ -83,7 +135,9 @@ def verify(
 
     dead, waiting = retry.dead, retry.waiting
     accounted = table.written | dead.keys() | waiting | late.ids
-    lost_ids = queue.ids - accounted - set_aside.ids
+    missing = queue.ids - accounted - set_aside.ids
+    waiting_ids = missing & queue.unread_ids
+    lost_ids = missing - waiting_ids
     unexpected = accounted - queue.ids
     # An id in two places (written and dead-lettered, say), or dead-lettered twice, is duplicated too. A late
     # id may also be written: a repeat later than the dedup window, checked as late like any other.
@@ -94,6 +148,7 @@ def verify(
     bad_keys = queue.bad.keys()
     quarantined = quarantine.bad
     unquarantined = bad_keys - quarantined.keys() - set_aside.bad
+    waiting_bad = unquarantined & queue.unread_bad
     unexpected_q = quarantined.keys() - bad_keys
     dup_bad = sorted(k for k, n in quarantined.items() if n > 1)
     q_reasons = quarantine.reasons
@@ -116,6 +171,10 @@ def verify(
         "content_mismatches": table.content.examples,
         "waiting": retry.examples,
         "set_aside": set_aside.examples,
+        "waiting_files": queue.unread_files[:EXAMPLES],
+        "batches_with_two_epochs": two_epochs[:EXAMPLES],
+        "batches_above_commit": above[:EXAMPLES],
+        "retry_too_old": retry.too_old_examples,
         **late.examples,
     }
     report = VerifyReport(
@@ -157,9 +216,39 @@ def verify(
         allow_empty=allow_empty,
         bad_by_reason=dict(Counter(queue.bad.values())),
         examples={k: v for k, v in examples.items() if v},
+        group=consumption.group,
+        waiting=len(waiting_ids),
+        waiting_files=len(queue.unread_files),
+        waiting_bad_lines=len(waiting_bad),
+        allow_waiting=allow_waiting,
+        batches_with_two_epochs=len(two_epochs),
+        committed_batch=committed,
+        batches_above_commit=len(above),
+        max_retry_age_s=max_retry_age_s,
+        retry_too_old=len(retry.too_old),
     )
     _log.info("verified", ok=report.ok, ids_in=report.ids_in, written=report.ids_written, lost=report.lost,
+              waiting=report.waiting, waiting_files=report.waiting_files,
               duplicated=report.duplicated, inversions=report.inversions, unexpected=report.unexpected,
               unquarantined=report.unquarantined, content_mismatches=report.content_mismatches,
               late=report.ids_late, wrongly_late=report.wrongly_late, seconds=report.seconds)
     return report
+
+
+def _check_commits(published: dict[str, BatchEpochs], committed: int | None
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The batches of the output (``published``: each folder's ``(_batch, _epoch)`` pairs) that two epochs
+    published, and those above ``committed`` (none when it is None), by batch, each as ``{"batch", "epochs":
+    {epoch: folders}}``."""
+    found: defaultdict[int, defaultdict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for where, pairs in published.items():
+        for batch, epoch in pairs:
+            found[batch][epoch].add(where)
+
+    def shown(batch: int) -> dict[str, Any]:
+        return {"batch": batch, "epochs": {str(e): sorted(w) for e, w in sorted(found[batch].items())}}
+
+    batches = sorted(found)
+    two_epochs = [shown(b) for b in batches if len(found[b]) > 1]
+    above = [] if committed is None else [shown(b) for b in batches if b > committed]
+    return two_epochs, above

@@ -1,10 +1,13 @@
-"""The files ``tenure verify`` reads: queue files and their lines, published Parquet, and the data root check."""
+"""The files ``tenure verify`` reads: queue files and their lines, what the group has read of them (its marks
+and checkpoint), published Parquet, and the data root check."""
 
 from __future__ import annotations
 
 import os
 import posixpath
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -15,6 +18,8 @@ from career.queue import QueueLayout, is_hidden, is_queue_file
 from election import TenureError
 
 __all__ = [
+    "DEFAULT_GROUP",
+    "Consumption",
     "VerifyError",
     "base_name",
     "check_data_root",
@@ -22,7 +27,11 @@ __all__ = [
     "iter_queue_files",
     "parquet_files",
     "read_columns",
+    "read_consumption",
 ]
+
+DEFAULT_GROUP = "default"
+"""The group ``verify`` audits when none is named and the queue holds no single group's marks."""
 
 
 class VerifyError(TenureError):
@@ -48,6 +57,83 @@ def iter_queue_files(queue_dir: str | os.PathLike[str]) -> Iterator[Path]:
             for name in sorted(filenames):
                 if is_queue_file(name):
                     yield Path(dirpath) / name
+
+
+@dataclass(frozen=True)
+class Consumption:
+    """Which queue files one group has read: archived, marked consumed by it, or named by a batch its newest
+    Spark checkpoint has committed. Ids only in files it has not read are waiting (lag), not lost."""
+
+    group: str
+    marks: dict[str, int]
+    """The group's marks: file name → the mark's modification time (ns). A newer file under a marked name is a
+    new file, not read yet (the queue source's rule, :mod:`career.spark._intake`)."""
+    committed: frozenset[str]
+    """The names of the files the committed batches of the group's newest checkpoint read."""
+
+    def has_read(self, name: str, mtime_ns: int, *, archived: bool) -> bool:
+        """Whether the group has read the queue file ``name``, modified at ``mtime_ns``, found in ``archive/``
+        (``archived``) or ``landing/``."""
+        if archived or name in self.committed:
+            return True
+        marked = self.marks.get(name)
+        return marked is not None and mtime_ns <= marked
+
+
+def read_consumption(queue_dir: Path, data_root: Path, group: str | None) -> Consumption:
+    """What ``group`` has read of the queue in ``queue_dir``, from its marks and ``data_root``'s checkpoint.
+
+    ``group`` None: the only group with a marks folder in the queue, else :data:`DEFAULT_GROUP`. Read before the
+    queue and the output: a file read later counts as waiting, never as lost.
+    """
+    queue = QueueLayout(queue_dir)
+    if group is None:
+        try:
+            folders = [e.name for e in os.scandir(queue.consumed) if e.is_dir() and not is_hidden(e.name)]
+        except FileNotFoundError:
+            folders = []
+        group = folders[0] if len(folders) == 1 else DEFAULT_GROUP
+    marks: dict[str, int] = {}
+    try:
+        entries = list(os.scandir(queue.marks(group)))
+    except FileNotFoundError:
+        entries = []
+    for entry in entries:
+        try:
+            marks[entry.name] = entry.stat().st_mtime_ns
+        except FileNotFoundError:  # its file archived and the mark removed meanwhile: archive/ says it is read
+            continue
+    checkpoint = _newest_checkpoint(data_root / "checkpoint")
+    committed = frozenset() if checkpoint is None else _committed_files(checkpoint)
+    return Consumption(group, marks, committed)
+
+
+_TERM_FOLDER = re.compile(r"epoch=(\d+)")
+
+
+def _newest_checkpoint(folder: Path) -> Path | None:
+    """The newest term's Spark checkpoint (``epoch=<e>``, the highest ``e``: a stale term's later writes to its
+    own folder commit nothing), or the flat one of a tenure before per-term folders; None when there is none."""
+    try:
+        terms = {int(m.group(1)): Path(e.path) for e in os.scandir(folder)
+                 if e.is_dir() and (m := _TERM_FOLDER.fullmatch(e.name))}
+    except FileNotFoundError:
+        return None
+    if terms:
+        return terms[max(terms)]
+    return folder if (folder / "offsets").is_dir() else None
+
+
+def _committed_files(checkpoint: Path) -> frozenset[str]:
+    """The queue files named by every batch ``checkpoint`` has committed (``commits/<B>``) whose offsets it
+    still holds (Spark keeps the last ones; older batches' files are marked or archived by then)."""
+    from career.spark._intake import batch_files  # imports pyspark: paid only when there is a checkpoint
+
+    try:
+        batches = [int(e.name) for e in os.scandir(checkpoint / "commits") if e.name.isdigit()]
+    except FileNotFoundError:
+        return frozenset()
+    return frozenset(name for batch in batches for name in batch_files(checkpoint, batch))
 
 
 def iter_lines(path: Path) -> Iterator[bytes]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.ops._verify._content import CONTENT_FIELDS
+from service.ops._verify._files import DEFAULT_GROUP
 
 __all__ = ["VerifyReport"]
 
@@ -16,6 +17,8 @@ class VerifyReport:
     """What :func:`verify` found; ``ok`` is the verdict, :meth:`render` and :meth:`to_json` present it.
 
     Counts of ids are of distinct ids; counts of bad lines are of distinct ``(file base name, line)`` pairs.
+    ``lost`` counts ids of files the group has read that are in no output; ids only in files it has not read yet
+    are ``waiting`` (lag). A caller waiting for a data root to drain waits for ``unaccounted == 0``.
 
     Example:
         >>> from service.ops import verify
@@ -67,6 +70,27 @@ class VerifyReport:
     allow_empty: bool = False
     bad_by_reason: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[Any]] = field(default_factory=dict)
+    group: str = DEFAULT_GROUP
+    """The group whose consumption (marks, checkpoint) tells a file read from one not read yet."""
+    waiting: int = 0
+    """Ids in no output whose every copy is in a queue file the group has not read yet: lag, not loss."""
+    waiting_files: int = 0
+    """Queue files with lines that the group has not read yet."""
+    waiting_bad_lines: int = 0
+    """Of ``unquarantined``, the bad lines in files the group has not read yet."""
+    allow_waiting: bool = False
+    """Waiting ids and bad lines pass (an audit of a live system); lost ones still fail."""
+    batches_with_two_epochs: int = 0
+    """``_batch`` values found with two or more ``_epoch`` values across ``table/``, ``quarantine/`` and
+    ``dead-letter/``: a batch published by two terms."""
+    committed_batch: int | None = None
+    """The group's committed batch the output was checked against (None: not checked, no ``--zk``)."""
+    batches_above_commit: int = 0
+    """``_batch`` values above ``committed_batch`` in the output: published, but no commit covers them."""
+    max_retry_age_s: float | None = None
+    """The longest a record may be held for retry (None: not checked)."""
+    retry_too_old: int = 0
+    """Ids held for retry longer than ``max_retry_age_s`` since their first failure."""
 
     @property
     def duplicated(self) -> int:
@@ -79,16 +103,25 @@ class VerifyReport:
         return self.unexpected_ids + self.unexpected_quarantined
 
     @property
+    def unaccounted(self) -> int:
+        """Ids in no output: lost plus waiting. Zero once the consumer has caught up with the queue."""
+        return self.lost + self.waiting
+
+    @property
     def empty(self) -> bool:
         """The queue held no valid id: nothing was audited (a wrong path, or an unfed pipeline)."""
         return self.ids_in == 0
 
     @property
     def ok(self) -> bool:
-        """True iff nothing is lost, duplicated, unexpected, unquarantined, out of order, different from its
-        queue line or wrongly late, and there was something to audit (or ``allow_empty``)."""
-        return (self.lost == self.duplicated == self.inversions == self.unquarantined == self.unexpected
-                == self.content_mismatches == self.wrongly_late == 0 and (self.allow_empty or not self.empty))
+        """True iff nothing is lost, waiting (unless ``allow_waiting``), duplicated, unexpected, unquarantined,
+        out of order, different from its queue line, wrongly late, published by two terms, above the committed
+        batch or held for retry too long, and there was something to audit (or ``allow_empty``)."""
+        excused = self.waiting_bad_lines if self.allow_waiting else 0
+        return (self.lost == self.duplicated == self.inversions == self.unexpected == self.content_mismatches
+                == self.wrongly_late == self.batches_with_two_epochs == self.batches_above_commit
+                == self.retry_too_old == 0 and self.unquarantined == excused
+                and (self.allow_waiting or self.waiting == 0) and (self.allow_empty or not self.empty))
 
     def summary_line(self) -> str:
         """The one-line verdict, e.g. ``verify: OK — 100 ids in, 100 written, 0 lost, …``."""
@@ -102,20 +135,33 @@ class VerifyReport:
         if self.ids_dead_lettered or self.ids_waiting:
             oldest = "" if self.retry_oldest_age_s is None else f" (oldest {self.retry_oldest_age_s:.0f} s)"
             retry = f"{self.ids_dead_lettered} dead-lettered, {self.ids_waiting} waiting for retry{oldest}, "
-        extra = "".join(f", {n} {what}" for n, what in ((self.content_mismatches, "content mismatches"),
-                                                        (self.wrongly_late, "wrongly late")) if n)
+        extra = "".join(f", {n} {what}" for n, what in (
+            (self.content_mismatches, "content mismatches"), (self.wrongly_late, "wrongly late"),
+            (self.batches_with_two_epochs, "batches published by two epochs"),
+            (self.batches_above_commit, "batches above the committed one"),
+            (self.retry_too_old, "held for retry too long")) if n)
+        unread = ""
+        if self.waiting_files:
+            n = self.waiting_bad_lines
+            bad = f" (and {n} bad line{'s' if n != 1 else ''})" if n else ""
+            unread = (f"{self.waiting} waiting{bad} in {self.waiting_files} file"
+                      f"{'s' if self.waiting_files != 1 else ''} not read yet, ")
         if self.set_aside_batches:
             retry += (f"{self.ids_set_aside} set aside in {self.set_aside_batches} poison batch"
                       f"{'es' if self.set_aside_batches != 1 else ''} (set-aside/: not in the table until replayed), ")
         return (
             f"verify: {verdict} — {self.ids_in} ids in, {self.ids_written} written, {late}{retry}{self.lost} lost, "
-            f"{self.duplicated} duplicated, {self.inversions} inversions{extra}; "
+            f"{unread}{self.duplicated} duplicated, {self.inversions} inversions{extra}; "
             f"{self.bad_lines_in} bad lines, {self.quarantined} quarantined"
         )
 
     def render(self) -> str:
         """A human summary: the verdict line, a short table of counts, then examples of each violation."""
         age = "—" if self.retry_oldest_age_s is None else f"{self.retry_oldest_age_s:.1f} s"
+        above = ("not checked: pass --zk and --group" if self.committed_batch is None
+                 else f"{self.batches_above_commit} (committed batch {self.committed_batch})")
+        too_old = ("not checked: pass --max-retry-age-s" if self.max_retry_age_s is None
+                   else f"{self.retry_too_old} (over {self.max_retry_age_s:g} s)")
         rows = [
             ("queue files / lines", f"{self.queue_files} / {self.queue_lines}"),
             ("distinct valid ids in", str(self.ids_in)),
@@ -123,12 +169,14 @@ class VerifyReport:
                 f" ({self.changed_repeats} ids with changed content)" if self.changed_repeats else "")),
             ("ids written / rows", f"{self.ids_written} / {self.rows_written}"),
             ("ids late / rows / also written", f"{self.ids_late} / {self.late_rows} / {self.late_repeats}"),
-            ("ids dead-lettered / waiting", f"{self.ids_dead_lettered} / {self.ids_waiting}"),
+            ("ids dead-lettered / held for retry", f"{self.ids_dead_lettered} / {self.ids_waiting}"),
             ("ids set aside / batches", f"{self.ids_set_aside} / {self.set_aside_batches}"),
             ("retry snapshot batch / oldest", f"{'—' if self.retry_batch is None else self.retry_batch} / {age}"),
             ("bad lines in", str(self.bad_lines_in)),
             ("quarantined / rows", f"{self.quarantined} / {self.quarantine_rows}"),
             ("lost", str(self.lost)),
+            ("not read yet: ids / bad lines / files", f"{self.waiting} / {self.waiting_bad_lines} / "
+             f"{self.waiting_files} (group {self.group}{', allowed' if self.allow_waiting else ''})"),
             ("duplicated ids", str(self.duplicated_ids)),
             ("duplicated quarantine", str(self.duplicated_bad_lines + self.duplicated_late_lines)),
             ("unexpected ids", str(self.unexpected_ids)),
@@ -137,6 +185,9 @@ class VerifyReport:
             ("order inversions", str(self.inversions)),
             ("rows compared / mismatched", f"{self.rows_compared} / {self.content_mismatches}"),
             ("wrongly late", str(self.wrongly_late)),
+            ("batches published by two epochs", str(self.batches_with_two_epochs)),
+            ("batches above the committed one", above),
+            ("ids held for retry too long", too_old),
             ("reason mismatches (info)", str(self.reason_mismatches)),
             ("seconds", f"{self.seconds:.2f}"),
         ]
@@ -160,6 +211,7 @@ class VerifyReport:
             "empty": self.empty,
             "duplicated": self.duplicated,
             "unexpected": self.unexpected,
+            "unaccounted": self.unaccounted,
         }
         for name in self.__dataclass_fields__:
             body[name] = getattr(self, name)

@@ -1,6 +1,7 @@
 """What each input of ``tenure verify`` holds: the queue, ``table/``, ``quarantine/`` and the retry store.
 
-Each scan reads one input once and keeps only what the audit compares (ids, bad lines, per-key order, content).
+Each scan reads one input once and keeps only what the audit compares (ids, bad lines, per-key order, content,
+and the ``(_batch, _epoch)`` pairs the commit record is checked with).
 """
 
 from __future__ import annotations
@@ -17,9 +18,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from career.queue import classify_line
+from career.queue import QueueLayout, classify_line
 from service.ops._verify._content import EXAMPLES, ContentCheck, QueueContent
-from service.ops._verify._files import base_name, iter_lines, iter_queue_files, parquet_files, read_columns
+from service.ops._verify._files import (
+    Consumption,
+    base_name,
+    iter_lines,
+    iter_queue_files,
+    parquet_files,
+    read_columns,
+)
 from service.ops._verify._late import LATE_REASON, LateRow
 
 __all__ = [
@@ -38,24 +46,34 @@ __all__ = [
 
 @dataclass
 class QueueScan:
-    """The queue's files and lines: each valid id's content (in ``content``), each bad line's reason."""
+    """The queue's files and lines: each valid id's content (in ``content``), each bad line's reason, and what
+    lies only in files the group has not read yet."""
 
     content: QueueContent
     files: int = 0
     lines: int = 0
     valid_lines: int = 0
     bad: dict[tuple[str, int], str] = field(default_factory=dict)
+    unread_files: list[str] = field(default_factory=list)
+    """Files with lines that the group has not read yet, in queue order."""
+    unread_ids: set[str] = field(default_factory=set)
+    """Ids every copy of which is in a file not read yet."""
+    unread_bad: set[tuple[str, int]] = field(default_factory=set)
+    """Bad lines, by (file, line), of files not read yet."""
 
     @property
     def ids(self) -> KeysView[str]:
         return self.content.first.keys()
 
 
-def scan_queue(queue_dir: Path, max_line_bytes: int, content: QueueContent) -> QueueScan:
-    """Classify every line of the queue's files (``landing/``, then ``archive/``), each file once."""
+def scan_queue(queue_dir: Path, max_line_bytes: int, content: QueueContent, consumption: Consumption) -> QueueScan:
+    """Classify every line of the queue's files (``landing/``, then ``archive/``), each file once, and set apart
+    what only files ``consumption`` has not read hold."""
     scan = QueueScan(content)
-    bad = scan.bad
+    bad, unread_ids, unread_bad = scan.bad, scan.unread_ids, scan.unread_bad
     add = content.add
+    first = content.first
+    archive = QueueLayout(queue_dir).archive
     seen: set[str] = set()
     for path in iter_queue_files(queue_dir):
         # A running leader moves consumed files from landing/ to archive/ while we read: a file read in
@@ -64,21 +82,43 @@ def scan_queue(queue_dir: Path, max_line_bytes: int, content: QueueContent) -> Q
         if path.name in seen:
             continue
         try:
+            mtime_ns = path.stat().st_mtime_ns
             lines = list(enumerate(iter_lines(path), start=1))
         except FileNotFoundError:
             continue
         seen.add(path.name)
         scan.files += 1
         name = path.name
+        read = consumption.has_read(name, mtime_ns, archived=path.is_relative_to(archive))
+        if lines and not read:
+            scan.unread_files.append(name)
         for number, raw in lines:
             record, reason = classify_line(raw, max_line_bytes)
             if record is None:
                 bad[(name, number)] = reason or "?"
+                if not read:
+                    unread_bad.add((name, number))
             else:
                 scan.valid_lines += 1
+                rid = record["id"]
+                if read:
+                    unread_ids.discard(rid)
+                elif rid not in first:  # a first copy in a file not read yet: waiting until a read copy shows
+                    unread_ids.add(rid)
                 add(record)
         scan.lines += len(lines)
     return scan
+
+
+BatchEpochs = set[tuple[int, int]]
+"""Distinct ``(_batch, _epoch)`` pairs of an output's rows: which term published each batch."""
+
+
+def batch_epochs(table: pa.Table) -> BatchEpochs:
+    """The distinct ``(_batch, _epoch)`` pairs of ``table``'s rows (a missing value reads as -1)."""
+    pairs = pa.table({c: pc.fill_null(table.column(c), -1) for c in ("_batch", "_epoch")})
+    distinct = pairs.group_by(["_batch", "_epoch"]).aggregate([])
+    return set(zip(distinct.column("_batch").to_pylist(), distinct.column("_epoch").to_pylist(), strict=True))
 
 
 @dataclass
@@ -95,6 +135,7 @@ class TableScan:
     duplicated_examples: list[Any] = field(default_factory=list)
     inversions: int = 0
     inversion_examples: list[Any] = field(default_factory=list)
+    batch_epochs: BatchEpochs = field(default_factory=set)
 
 
 def scan_table(folder: Path, content: QueueContent, late_keys: set[str]) -> TableScan:
@@ -111,11 +152,14 @@ def scan_table(folder: Path, content: QueueContent, late_keys: set[str]) -> Tabl
     file_idx: list[np.ndarray[Any, Any]] = []
     row_idx: list[np.ndarray[Any, Any]] = []
     rows = 0
+    epochs: BatchEpochs = set()
     for index, path in enumerate(files):
-        table = read_columns(path, ["id", "key", "seq", "_batch", *(f for f in ("ts", "payload") if f in fields)])
+        table = read_columns(path, ["id", "key", "seq", "_batch", "_epoch",
+                                    *(f for f in ("ts", "payload") if f in fields)])
         n = table.num_rows
         if n == 0:
             continue
+        epochs |= batch_epochs(table)
         ids.append(table.column("id").combine_chunks().cast(pa.large_string()))
         keys.append(table.column("key").combine_chunks().cast(pa.large_string()))
         seqs.append(pc.fill_null(table.column("seq"), 0).to_numpy().astype(np.int64, copy=False))
@@ -131,7 +175,7 @@ def scan_table(folder: Path, content: QueueContent, late_keys: set[str]) -> Tabl
         if late_keys:
             late_rows.extend(r for r in zip(key, table.column("_batch").to_pylist(), seq, strict=True)
                              if r[0] in late_keys)
-    scan = TableScan(check, late_rows, rows=rows)
+    scan = TableScan(check, late_rows, rows=rows, batch_epochs=epochs)
     if rows:
         _check_ids_and_order(scan, files, pa.concat_arrays(ids), pa.concat_arrays(keys), np.concatenate(seqs),
                              np.concatenate(batches), np.concatenate(file_idx), np.concatenate(row_idx))
@@ -186,13 +230,15 @@ class QuarantineScan:
     """Each (file, line) quarantined as a bad line, with its count of rows."""
     reasons: dict[tuple[str, int], str] = field(default_factory=dict)
     late: list[LateRow] = field(default_factory=list)
+    batch_epochs: BatchEpochs = field(default_factory=set)
 
 
 def scan_quarantine(folder: Path) -> QuarantineScan:
     """Bad-line rows by (file, line), and the rows of reason ``late`` (records, not bad lines) apart."""
     scan = QuarantineScan()
     for path in parquet_files(folder):
-        table = read_columns(path, ["source_file", "line", "reason"])
+        table = read_columns(path, ["source_file", "line", "reason", "_batch", "_epoch"])
+        scan.batch_epochs |= batch_epochs(table)
         is_late = pc.fill_null(pc.equal(table.column("reason"), LATE_REASON), False)
         if pc.any(is_late).as_py():
             late = read_columns(path, ["source_file", "line", "value", "_batch"]).filter(is_late)
@@ -217,7 +263,8 @@ _SNAPSHOT = re.compile(r"batch-(\d+)-part-.+\.parquet")
 
 @dataclass
 class RetryScan:
-    """The retry store: ids dead-lettered, ids waiting in the newest snapshot, and how long the oldest waits."""
+    """The retry store: ids dead-lettered, ids waiting in the newest snapshot, how long the oldest waits, and
+    the ids held longer than allowed."""
 
     dead: Counter[str] = field(default_factory=Counter)
     """Dead-lettered ids, with their row counts."""
@@ -228,14 +275,21 @@ class RetryScan:
     batch: int | None = None
     oldest_age_s: float | None = None
     examples: list[dict[str, Any]] = field(default_factory=list)
+    too_old: set[str] = field(default_factory=set)
+    """Held ids whose first failure is more than ``max_age_s`` ago."""
+    too_old_examples: list[dict[str, Any]] = field(default_factory=list)
+    batch_epochs: BatchEpochs = field(default_factory=set)
+    """Of ``dead-letter/``'s rows."""
 
 
-def scan_retry_store(root: Path, now: float, late_keys: set[str]) -> RetryScan:
+def scan_retry_store(root: Path, now: float, late_keys: set[str], max_age_s: float | None = None) -> RetryScan:
     """Ids dead-lettered (and, for the keys in ``late_keys``, where: a dead-lettered seq moves its key past it,
-    as a written one does), and ids held in the current retry snapshot: every part of the newest batch's."""
+    as a written one does), and ids held in the current retry snapshot: every part of the newest batch's; with
+    ``max_age_s``, those held longer than that."""
     scan = RetryScan()
     for path in parquet_files(root / "dead-letter"):
-        dead = read_columns(path, ["id", "key", "seq", "_batch"])
+        dead = read_columns(path, ["id", "key", "seq", "_batch", "_epoch"])
+        scan.batch_epochs |= batch_epochs(dead)
         scan.dead.update(str(i) for i in dead.column("id").to_pylist())
         if late_keys:
             scan.dead_seqs.extend(r for r in zip(dead.column("key").to_pylist(), dead.column("_batch").to_pylist(),
@@ -259,8 +313,17 @@ def scan_retry_store(root: Path, now: float, late_keys: set[str]) -> RetryScan:
     ages = [row["age_s"] for row in held if row["age_s"] is not None]
     scan.oldest_age_s = max(ages) if ages else None
     held.sort(key=lambda r: (r["age_s"] is None, -(r["age_s"] or 0.0), str(r["id"])))
-    scan.examples = [{k: row.get(k) for k in ("id", "key", "attempts", "age_s")} for row in held[:EXAMPLES]]
+    scan.examples = [_shown(row) for row in held[:EXAMPLES]]
+    if max_age_s is not None:
+        too_old = [row for row in held if row["age_s"] is not None and row["age_s"] > max_age_s]
+        scan.too_old = {str(row["id"]) for row in too_old}
+        scan.too_old_examples = [_shown(row) for row in too_old[:EXAMPLES]]
     return scan
+
+
+def _shown(held: dict[str, Any]) -> dict[str, Any]:
+    """A held record as an example shows it."""
+    return {k: held.get(k) for k in ("id", "key", "attempts", "age_s")}
 
 
 @dataclass
