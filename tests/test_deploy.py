@@ -656,6 +656,7 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
         "TenureControlLoopStuck",
         "TenureReplicaStalled",
         "TenureBatchSetAside",
+        "TenureRecordsDropped",
     }
     assert fires == set(rules), f"no firing case for {set(rules) - fires}"
     assert quiet == set(rules), f"no quiet case for {set(rules) - quiet}"
