@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import pyarrow.compute as pc
 from pyspark import StorageLevel
@@ -19,7 +18,7 @@ from career._protocol import CareerObserver
 from career.spark._config import SparkCareerConfig
 from career.spark._errors import HandingOverError, SparkCareerError
 from career.spark._hooks import Hooks
-from career.spark._intake import batch_files, batch_offset
+from career.spark._intake import batch_files, batch_offset, file_name
 from career.spark._order import HighWaterMarks, arrow_maxima, maxima, split_late
 from career.spark._pipeline import (
     KIND_BAD,
@@ -51,12 +50,6 @@ from career.spark._term import Term, committed_batch, mark_consumed
 from election._errors import Fenced, NotLeader
 
 __all__ = ["BatchWriter"]
-
-
-def _source_name(source_file: str) -> str:
-    """``file:/…/landing/a%20b.jsonl`` → ``a b.jsonl`` (the name inside ``landing/``)."""
-    path = unquote(urlparse(source_file).path) if source_file.startswith("file:") else source_file
-    return path.rstrip("/").rsplit("/", 1)[-1]
 
 
 #: Fields of a commit record that a batch which writes no table carries over from the one before it.
@@ -457,7 +450,7 @@ class BatchWriter:
         written = rows.num_rows
         quarantined = int(pc.sum(pc.equal(kinds, KIND_BAD)).as_py() or 0)
         valid = int(pc.sum(markers.column("valid_lines")).as_py() or 0) if markers.num_rows else written
-        files = sorted({_source_name(f) for f in markers.column("source_file").to_pylist() if f})
+        files = sorted({file_name(f) for f in markers.column("source_file").to_pylist() if f})
         spans: dict[str, tuple[int, int]] = {}
         if written:
             by_key = rows.group_by("key").aggregate([("seq", "min"), ("seq", "max")])

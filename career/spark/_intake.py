@@ -51,7 +51,16 @@ from pyspark.sql.types import StructType
 from career.queue import TICK_SUFFIX, is_hidden, is_queue_file
 from career.spark._pipeline import BINARY_FILE_SCHEMA, queue_file_gone
 
-__all__ = ["QUEUE_SOURCE", "QueueFile", "QueueSource", "admit", "batch_files", "batch_offset", "offset_files"]
+__all__ = [
+    "QUEUE_SOURCE",
+    "QueueFile",
+    "QueueSource",
+    "admit",
+    "batch_files",
+    "batch_offset",
+    "file_name",
+    "offset_files",
+]
 
 QUEUE_SOURCE = "tenure_queue"
 """The source's format name (registered per session by :func:`career.spark._query.source_stream`)."""
@@ -188,9 +197,10 @@ def batch_files(checkpoint: Path, batch_id: int) -> list[str]:
     return sorted(offset_files(batch_offset(checkpoint, batch_id), checkpoint))
 
 
-def _uri_name(path: str) -> str:
-    """``file:///…/landing/a%20b.jsonl`` → ``a b.jsonl``."""
-    return unquote(urlparse(path).path).rstrip("/").rsplit("/", 1)[-1]
+def file_name(source_file: str) -> str:
+    """``file:/…/landing/a%20b.jsonl`` → ``a b.jsonl`` (the name inside ``landing/``; a plain path works too)."""
+    path = unquote(urlparse(source_file).path) if source_file.startswith("file:") else source_file
+    return path.rstrip("/").rsplit("/", 1)[-1]
 
 
 def _file_source_batch(checkpoint: Path, batch_id: int) -> list[str]:
@@ -206,7 +216,7 @@ def _file_source_batch(checkpoint: Path, batch_id: int) -> list[str]:
         except FileNotFoundError:
             continue
         found = [json.loads(line) for line in lines if line.strip()]
-        names = sorted({_uri_name(e["path"]) for e in found if int(e.get("batchId", -1)) == batch_id})
+        names = sorted({file_name(e["path"]) for e in found if int(e.get("batchId", -1)) == batch_id})
         if names:
             return names
     return []

@@ -82,8 +82,7 @@ def start_query(session: SparkSession, config: SparkCareerConfig, layout: Layout
     ``trigger_interval_s`` while it has nothing new.
 
     ``name`` comes from :func:`query_name`; ``checkpoint`` is the term's own; ``marks`` the group's marks
-    folder. Returns the running
-    ``StreamingQuery``.
+    folder. Returns the running ``StreamingQuery``.
     """
     # No processing-time interval: Spark waits for one on the wall clock (a clock stepped back an hour stalls the
     # query an hour). A query with nothing to read sleeps the polling delay instead, a plain sleep; one with data
