@@ -10,18 +10,30 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 from kazoo.client import KazooClient
 
 from career import Outcome
 from career.spark import SparkCareer
+from career.spark._intake import batch_offset
+from career.spark._query import checkpoint_watermark_ms
 from career.spark._storage import Layout, archive_files, sweep_archive
 from career.spark._term import TermClock
-from tests.test_spark_career import Queue, Recorder, landing_names, leadership, make_config, run_until
+from tests.test_spark_career import (
+    Queue,
+    Recorder,
+    drain_one_term,
+    landing_names,
+    leadership,
+    make_config,
+    run_until,
+)
 from tests.test_user_pipelines import commit_record, put_records, record
 
 AHEAD_S = 600.0  # the first leader's wall clock runs 10 minutes ahead
@@ -96,3 +108,26 @@ def test_a_successor_whose_clock_is_behind_retries_on_time(
         career2.hand_over(Outcome.CLEAN)
     career2.close()
     assert second.total("written") == 1
+
+
+def test_deduplication_runs_on_the_group_clock_not_the_leaders_wall_clock(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group's clock was seeded by a first leader whose wall clock was an hour behind; this leader's (and its
+    JVM's) is true. Each batch's offset carries the group's clock, and deduplication's event time, so the
+    checkpoint's watermark, follow it: a leader's wall clock moves no watermark (ingestion time, Spark's
+    ``current_timestamp()``, would have put it an hour further on, and every remembered id would be forgotten
+    at once)."""
+    behind_s = 3600.0
+    monkeypatch.setattr("career.spark._career.TermClock",
+                        lambda record: TermClock(record, wall=lambda: time.time() - behind_s))
+    root = tmp_path / "data"
+    Queue(root).standard(files=4, per_file=5)
+    checkpoint = drain_one_term(zk_client, zk_group, root)
+    group_now_ms = commit_record(zk_client, zk_group)["clock"] * 1000
+    batches = sorted(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    clocks = [batch_offset(checkpoint, b)["clock"] for b in batches]
+    assert clocks == sorted(clocks) and clocks[-1] <= group_now_ms, (clocks, group_now_ms)
+    watermark = checkpoint_watermark_ms(checkpoint)
+    assert 0 < watermark <= group_now_ms, "the watermark is the group's time less the window"
+    assert watermark < (time.time() - behind_s + 600) * 1000, "the watermark followed a wall clock"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,11 @@ from career import Outcome
 from career.spark import SparkCareer
 from career.spark._intake import QueueFile, admit, batch_offset
 from career.spark._marks import ConsumptionMarks
-from career.spark._storage import Layout
+from career.spark._storage import Layout, archive_files
 from service.local import Topology
 from service.ops import verify
 from tests.test_order import consumed, inversions, line, published
-from tests.test_spark_career import Recorder, leadership, make_config, run_until
+from tests.test_spark_career import Recorder, leadership, make_config, run_until, shift_checkpoint_clock
 
 # -- the admission rule, pure ----------------------------------------------------------------------------------
 
@@ -187,6 +188,20 @@ def test_a_name_used_again_while_another_group_holds_the_file_is_read_and_logged
     assert [o["reused"] for o in planned] == [[], [], ["a.jsonl"]]  # a.jsonl, b.jsonl, then a.jsonl again
 
 
+def test_a_name_used_again_is_archived_beside_the_first_file(tmp_path: Path) -> None:
+    """The archive is the audit trail: a second file under a used name must not replace the first one there."""
+    layout = Layout(tmp_path)
+    layout.landing.mkdir(parents=True)
+    _put(layout.landing, "a.jsonl", [line("a", 1)])
+    assert archive_files(layout, ["a.jsonl"], now=1_000.0) == 1
+    stamp = _put(layout.landing, "a.jsonl", [line("a", 2)])
+    assert archive_files(layout, ["a.jsonl"], now=2_000.0) == 1
+    assert archive_files(layout, ["a.jsonl"], now=3_000.0) == 0, "moved already: nothing to do"
+    assert sorted(p.name for p in layout.archive.iterdir()) == ["a.jsonl", f"a~{stamp}.jsonl"]
+    assert b'"a-1"' in (layout.archive / "a.jsonl").read_bytes()
+    assert b'"a-2"' in (layout.archive / f"a~{stamp}.jsonl").read_bytes()
+
+
 # -- a real replica and a fast producer ---------------------------------------------------------------------------
 
 
@@ -224,3 +239,58 @@ def test_a_fast_producer_loses_nothing_to_late(tmp_path: Path) -> None:
     assert report.ids_written == 2400 and report.ids_late == 0, report.render()
     assert ties > 0, "no two files shared a millisecond: the test proved nothing"
     assert not inversions(published(topology.data_root))
+
+
+def _shift_group_clock(zk_hosts: str, group: str, root: Path, ahead_s: float) -> None:
+    """Rewrite what the last term left as a leader whose wall clock ran ``ahead_s`` ahead, and that seeded the
+    group's clock, writes it: the checkpoint's batch timestamp, watermark and offset clocks, and the commit
+    record's clock."""
+    newest = max((root / "checkpoint").iterdir(), key=lambda p: p.name)
+    shift_checkpoint_clock(newest, ahead_ms=int(ahead_s * 1000), window_ms=2 * 60_000)
+    client = KazooClient(hosts=zk_hosts)
+    client.start(timeout=30)
+    try:
+        path = f"/tenure/{group}/commit"
+        data, stat = client.get(path)
+        record = json.loads(data)
+        record["clock"] += ahead_s
+        client.set(path, json.dumps(record).encode(), version=stat.version)
+    finally:
+        client.stop()
+        client.close()
+
+
+@pytest.mark.timeout(600)
+def test_replicas_after_a_leader_ten_minutes_ahead_consume_a_future_file_and_a_reused_name(tmp_path: Path) -> None:
+    """Through ``tenure run`` processes: a first term consumes a file stamped 30 days ahead and ``a.jsonl``
+    (Spark's file source ignored every file more than 7 days older than its newest). The replica stops; what its
+    term left is rewritten as a leader whose clock ran 10 minutes ahead writes it. A new replica process on the
+    true clock then leads, and reads a new file and a new ``a.jsonl`` (the file source skipped a name it had
+    seen; a successor behind the previous watermark had Spark drop every row). Everything is written once."""
+    topology = Topology(tmp_path, replicas=1, zk_servers=1)
+    landing = topology.data_root / "landing"
+
+    def written(count: int) -> Callable[[], bool]:
+        def check() -> bool:
+            report = verify(topology.data_root)
+            return report.ids_written == count and report.unaccounted == 0 and not any(landing.iterdir())
+        return check
+
+    topology.start()
+    try:
+        topology.wait_for_leader(300)
+        _put(landing, "future.jsonl", [line("f", 1)], mtime=time.time() + 30 * 86400)
+        _put(landing, "a.jsonl", [line("a", 1), line("a", 2)])
+        topology.wait_for(written(3), 180, "the first term to consume both files", interval_s=1.0)
+        assert topology.replica("replica-1").stop(30) == 0
+        _shift_group_clock(topology.ensemble.connect_string, topology.group, topology.data_root, ahead_s=600)
+        topology.restart("replica-1")
+        topology.wait_for_leader(300)
+        _put(landing, "now.jsonl", [line("n", 1)])
+        _put(landing, "a.jsonl", [line("a", 3), line("a", 4)])  # the same name, a new file
+        topology.wait_for(written(6), 180, "the successor to consume the new files", interval_s=1.0)
+    finally:
+        topology.stop()
+    report = verify(topology.data_root)
+    assert report.ok and report.ids_late == 0, report.render()
+    assert sorted(r["id"] for r in published(topology.data_root)) == ["a-1", "a-2", "a-3", "a-4", "f-1", "n-1"]

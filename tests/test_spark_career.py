@@ -453,10 +453,11 @@ def test_a_failing_batch_raises_batch_failed_with_a_short_error_and_the_log_keep
     assert handover_s < 3.0, f"hand-over took {handover_s:.1f} s of a 3 s budget"
 
 
-def _shift_watermark(checkpoint: Path, ahead_ms: int, window_ms: int) -> int:
+def shift_checkpoint_clock(checkpoint: Path, ahead_ms: int, window_ms: int) -> int:
     """Rewrite the newest offset-log and commit-log entries of ``checkpoint`` as a leader whose clock ran
-    ``ahead_ms`` ahead writes them (its batch timestamp, and a watermark of that minus the dedup window); each
-    file is replaced, not edited, so the hard-linked checkpoints of older terms keep theirs. Returns the batch."""
+    ``ahead_ms`` ahead writes them: its batch timestamp, a watermark of that minus the dedup window, and (in the
+    queue source's offset) a group clock that far ahead. Each file is replaced, not edited, so the hard-linked
+    checkpoints of older terms keep theirs. Returns the batch."""
     batch = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
     offsets = checkpoint / "offsets" / str(batch)
     lines = offsets.read_text().splitlines()
@@ -464,6 +465,10 @@ def _shift_watermark(checkpoint: Path, ahead_ms: int, window_ms: int) -> int:
     meta["batchTimestampMs"] = int(meta["batchTimestampMs"]) + ahead_ms
     meta["batchWatermarkMs"] = meta["batchTimestampMs"] - window_ms
     lines[1] = json.dumps(meta)
+    source = json.loads(lines[2])
+    if "clock" in source:
+        source["clock"] += ahead_ms
+        lines[2] = json.dumps(source)
     commit = checkpoint / "commits" / str(batch)
     commit_lines = commit.read_text().splitlines()
     commit_meta = json.loads(commit_lines[1])
@@ -477,19 +482,23 @@ def _shift_watermark(checkpoint: Path, ahead_ms: int, window_ms: int) -> int:
     return batch
 
 
-def _after_a_leader_ten_minutes_ahead(client: KazooClient, group: str, root: Path, *, files: int) -> Queue:
-    """A first term drains ``files`` files; then its checkpoint is rewritten as a leader whose clock ran 10
-    minutes ahead writes it (batch timestamp and watermark 8-10 minutes past the true clock). Returns the queue."""
-    q = Queue(root)
-    q.standard(files=files, per_file=5)
+def drain_one_term(client: KazooClient, group: str, root: Path) -> Path:
+    """Lead one term as ``r1`` until the queue in ``root`` is drained, hand over; returns the term's checkpoint."""
     career = SparkCareer(make_config(root), Recorder(), replica_id="r1")
     with leadership(client, group, "r1") as (_, ctx):
         career.inaugurate(ctx)
         run_until(career, drained(root))
         career.hand_over(Outcome.CLEAN)
     career.close()
-    newest = max((root / "checkpoint").iterdir(), key=lambda p: p.name)
-    _shift_watermark(newest, ahead_ms=10 * 60_000, window_ms=2 * 60_000)
+    return max((root / "checkpoint").iterdir(), key=lambda p: p.name)
+
+
+def _after_a_leader_ten_minutes_ahead(client: KazooClient, group: str, root: Path, *, files: int) -> Queue:
+    """A first term drains ``files`` files; then its checkpoint is rewritten as a leader whose clock ran 10
+    minutes ahead writes it (batch timestamp and watermark 8-10 minutes past the true clock). Returns the queue."""
+    q = Queue(root)
+    q.standard(files=files, per_file=5)
+    shift_checkpoint_clock(drain_one_term(client, group, root), ahead_ms=10 * 60_000, window_ms=2 * 60_000)
     return q
 
 

@@ -400,13 +400,27 @@ def test_max_line_bytes_must_be_positive(tmp_path: Path) -> None:
 
 
 def test_a_file_being_archived_is_counted_once(root: Path) -> None:
-    """A leader archiving while verify runs: a file seen in landing/ and again in archive/ counts once."""
+    """A leader archiving while verify runs: a file seen in landing/ and again in archive/ counts once (a rename
+    keeps the inode; a hard link shows the one file in both folders, as a scan across the rename does)."""
     name = sorted((root / "landing").glob("*.jsonl"))[0].name
     (root / "archive").mkdir()
-    shutil.copy2(root / "landing" / name, root / "archive" / name)
+    os.link(root / "landing" / name, root / "archive" / name)
     report = verify(root)
     assert report.ok, report.render()
     assert report.queue_files == 5 and report.ids_in == 60
+
+
+def test_a_name_used_again_is_another_file(root: Path) -> None:
+    """A producer used a name again: the archived file and the new one in landing/ are both read (verify once
+    skipped the second by name, and its ids went missing)."""
+    name = sorted((root / "landing").glob("*.jsonl"))[0].name
+    (root / "archive").mkdir()
+    (root / "landing" / name).rename(root / "archive" / name)
+    (root / "landing" / name).write_text(json.dumps({"id": "again-1", "key": "again", "seq": 1, "ts": 0,
+                                                     "payload": {}}) + "\n")
+    report = verify(root)
+    assert report.ids_in == 61 and report.queue_files == 6, report.render()
+    assert report.waiting == 1 and report.lost == 0, "the new file is not read yet: lag, not loss"
 
 
 # -- the CLI: a wrong path, an empty queue, exit codes, JSON on stdout ----------------------------------------
@@ -763,11 +777,16 @@ def _checkpoint(root: Path, epoch: int | None, batch: int, names: list[str], *, 
     holds for ``batch``: its end offset naming the queue files ``names`` and, if ``committed``, its commit."""
     folder = root / "checkpoint" / ("" if epoch is None else f"epoch={epoch}")
     (folder / "offsets").mkdir(parents=True, exist_ok=True)
-    end = {"files": [[name, 1, 1] for name in names], "pending": []}
+    end = {"files": [[name, _mtime_ns(root / "landing" / name), 1] for name in names], "pending": []}
     (folder / "offsets" / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{json.dumps(end)}\n')
     if committed:
         (folder / "commits").mkdir(exist_ok=True)
         (folder / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+
+
+def _mtime_ns(path: Path) -> int:
+    """A queue file's modification time, as the queue source's offset records it (1: no such file)."""
+    return path.stat().st_mtime_ns if path.exists() else 1
 
 
 def _drop_row(root: Path, rid: str) -> None:

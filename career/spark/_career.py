@@ -389,7 +389,7 @@ class SparkCareer:
         term.error, term.failed = None, None
         term.query = call_within(
             lambda: start_query(session, self._config, self._layout, writer, name=name, checkpoint=term.checkpoint,
-                                marks=self._layout.queue.marks(self._marks.group)),
+                                marks=self._layout.queue.marks(self._marks.group), clock=term.clock),
             self._config.warmup_timeout_s, "starting the streaming query")
         term.log.info("query_started", query=name, seconds=round(self._clock() - started, 3))
 

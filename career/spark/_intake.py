@@ -22,6 +22,10 @@ offsets instead:
   time; a file in ``landing/`` whose time is newer than its mark's is a new file under a used name: it is
   admitted, and its batch's offset names it under ``reused`` (the batch writer logs ``queue_name_reused``).
   Empty files are left out (as Spark's file source does): they hold no record, and housekeeping archives them.
+- **Event time on the group's clock.** Each offset also carries ``clock``: the group's clock
+  (:class:`career.spark._term.TermClock`) when the batch was planned, in ms, never below the offset before it.
+  Every row of the batch carries it as ``admitted``, deduplication's event time: no replica's wall clock moves
+  the watermark, and a re-run of a batch sees the same time (it is in the offset log).
 
 Checkpoints written by Spark's file source are resumed: their last batch's files come from its source log.
 """
@@ -30,11 +34,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -51,13 +56,18 @@ from pyspark.sql.types import StructType
 from career.queue import TICK_SUFFIX, is_hidden, is_queue_file
 from career.spark._pipeline import BINARY_FILE_SCHEMA, queue_file_gone
 
+if TYPE_CHECKING:
+    from career.spark._term import TermClock
+
 __all__ = [
     "QUEUE_SOURCE",
+    "QUEUE_SOURCE_SCHEMA",
     "QueueFile",
     "QueueSource",
     "admit",
     "batch_files",
     "batch_offset",
+    "clock_options",
     "file_name",
     "offset_files",
 ]
@@ -65,8 +75,29 @@ __all__ = [
 QUEUE_SOURCE = "tenure_queue"
 """The source's format name (registered per session by :func:`career.spark._query.source_stream`)."""
 
+QUEUE_SOURCE_SCHEMA = f"{BINARY_FILE_SCHEMA}, admitted TIMESTAMP"
+"""The ``binaryFile`` source's columns, plus ``admitted``: the group's clock when the file's batch was planned."""
+
 _ARROW_SCHEMA = pa.schema([("path", pa.string()), ("modificationTime", pa.timestamp("us", tz="UTC")),
-                           ("length", pa.int64()), ("content", pa.binary())])
+                           ("length", pa.int64()), ("content", pa.binary()),
+                           ("admitted", pa.timestamp("us", tz="UTC"))])
+
+
+def clock_options(clock: TermClock) -> dict[str, str]:
+    """The source options that hand the term's group clock to the source's planner, a Python process that Spark
+    starts on this host (``time.monotonic()`` is the host's, so the planner carries the clock on from them)."""
+    group, monotonic = clock.reading()
+    return {"clock": repr(group), "clockMonotonic": repr(monotonic)}
+
+
+class _PlannerClock:
+    """The group's clock in the planner's process, from :func:`clock_options`."""
+
+    def __init__(self, group: float, monotonic: float) -> None:
+        self._offset = group - monotonic
+
+    def now_ms(self) -> int:
+        return int((self._offset + time.monotonic()) * 1000)
 
 
 @dataclass(frozen=True, order=True)
@@ -223,9 +254,10 @@ def _file_source_batch(checkpoint: Path, batch_id: int) -> list[str]:
 
 
 class _Files(InputPartition):
-    def __init__(self, paths: list[str]) -> None:
+    def __init__(self, paths: list[str], admitted_ms: int | None) -> None:
         super().__init__(paths)
         self.paths = paths
+        self.admitted_ms = admitted_ms
 
 
 class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -237,6 +269,8 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._max_files = int(options["maxFilesPerTrigger"]) if options.get("maxFilesPerTrigger") else None
         self._max_bytes = int(options["maxBytesPerTrigger"]) if options.get("maxBytesPerTrigger") else None
         self._until: set[str] | None = None  # Trigger.AvailableNow: only what was there when the query began
+        self._clock = (_PlannerClock(float(options["clock"]), float(options["clockMonotonic"]))
+                       if options.get("clock") else None)  # none (the warm-up): rows are stamped at ingestion
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's name)
         return {"files": [], "pending": []}
@@ -267,19 +301,24 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         batch, reused = admit(listed, settled, seen, marks, max_files=max_files, max_bytes=max_bytes)
         if not batch:
             return start
-        return {"files": [f.entry() for f in batch], "pending": sorted([n, at] for n, at in pending.items()),
-                "reused": reused}
+        offset = {"files": [f.entry() for f in batch], "pending": sorted([n, at] for n, at in pending.items()),
+                  "reused": reused}
+        if self._clock is not None:
+            offset["clock"] = max(int(start.get("clock", 0)), self._clock.now_ms())
+        return offset
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         names = offset_files(end, self._checkpoint) if end != start else []
         if not names:
             return []
         count = min(self._partitions, len(names))
-        return [_Files([str(self._landing / n) for n in names[i::count]]) for i in range(count)]
+        admitted = end.get("clock")
+        return [_Files([str(self._landing / n) for n in names[i::count]], admitted) for i in range(count)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The partition's files as ``binaryFile`` rows without their ``content``: the line splitter reads each
-        file itself (``_pipeline.split_lines``), so its bytes cross into Spark once, as classified rows."""
+        file itself (``_pipeline.split_lines``), so its bytes cross into Spark once, as classified rows. Each
+        row's ``admitted`` is its batch's group clock (null without one)."""
         assert isinstance(partition, _Files)
         paths, stamps, sizes = [], [], []
         for path in partition.paths:
@@ -290,17 +329,20 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             paths.append(Path(path).as_uri())
             stamps.append(datetime.fromtimestamp(stat.st_mtime_ns / 1e9, tz=UTC))
             sizes.append(stat.st_size)
+        admitted = [partition.admitted_ms * 1000 if partition.admitted_ms is not None else None] * len(paths)
         yield pa.RecordBatch.from_arrays(
             [pa.array(paths, pa.string()), pa.array(stamps, pa.timestamp("us", tz="UTC")),
-             pa.array(sizes, pa.int64()), pa.nulls(len(paths), pa.binary())], schema=_ARROW_SCHEMA)
+             pa.array(sizes, pa.int64()), pa.nulls(len(paths), pa.binary()),
+             pa.array(admitted, pa.timestamp("us", tz="UTC"))], schema=_ARROW_SCHEMA)
 
 
 class QueueSource(DataSource):
     """``spark.readStream.format("tenure_queue")``: the queue's files in production order (module docstring).
 
     Options: ``path`` (the landing folder), ``marks`` (this group's marks folder), ``checkpoint`` (the query's,
-    to resume one Spark's file source wrote), ``partitions`` (read tasks per batch), and one of
-    ``maxFilesPerTrigger`` / ``maxBytesPerTrigger``. The schema is the ``binaryFile`` source's.
+    to resume one Spark's file source wrote), ``partitions`` (read tasks per batch), one of
+    ``maxFilesPerTrigger`` / ``maxBytesPerTrigger``, and the term's group clock (:func:`clock_options`). The
+    schema is :data:`QUEUE_SOURCE_SCHEMA`.
     """
 
     @classmethod
@@ -308,7 +350,7 @@ class QueueSource(DataSource):
         return QUEUE_SOURCE
 
     def schema(self) -> str:
-        return BINARY_FILE_SCHEMA
+        return QUEUE_SOURCE_SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (Spark's name)
         return _Reader(self.options)  # case-insensitive keys: Spark lower-cases option names

@@ -53,13 +53,14 @@ KIND_FILE = "file"  # one marker per source file (or per chunk of a record sourc
 
 CLASSIFIED_SCHEMA = (
     "kind STRING, dedup_key STRING, source_file STRING, line BIGINT, value STRING, reason STRING, "
-    "id STRING, key STRING, seq BIGINT, ts BIGINT, payload STRING, valid_lines BIGINT"
+    "id STRING, key STRING, seq BIGINT, ts BIGINT, payload STRING, valid_lines BIGINT, admitted TIMESTAMP"
 )
 """What :func:`split_lines` yields: one row per line plus one ``file`` marker per source file.
 
 ``dedup_key`` is ``i<id>`` for a record, ``b<file>:<mtime>:<line>`` for a bad line and ``f<file>:<mtime>``
 for a marker: only records can ever collide, yet bad lines and markers pass through the same (single)
 deduplication operator, so one streaming branch carries everything (two branches would read the source twice).
+``admitted`` is the source's own column of that name (the queue source's group clock), or null.
 """
 
 TABLE_COLUMNS: tuple[str, ...] = ("id", "key", "seq", "ts", "payload", "_epoch", "_batch")
@@ -81,16 +82,25 @@ _ARROW_SCHEMA = pa.schema([
     ("kind", pa.string()), ("dedup_key", pa.string()), ("source_file", pa.string()), ("line", pa.int64()),
     ("value", pa.string()), ("reason", pa.string()), ("id", pa.string()), ("key", pa.string()),
     ("seq", pa.int64()), ("ts", pa.int64()), ("payload", pa.string()), ("valid_lines", pa.int64()),
+    ("admitted", pa.timestamp("us", tz="UTC")),
 ])
 
 
 class _Columns:
-    """Rows of :data:`CLASSIFIED_SCHEMA` gathered as tuples, turned into one Arrow batch at a time."""
+    """Rows of :data:`CLASSIFIED_SCHEMA` gathered as tuples, turned into one Arrow batch at a time; every row of
+    a batch has the same ``admitted`` (:meth:`admit` flushes the rows gathered under another)."""
 
-    __slots__ = ("rows",)
+    __slots__ = ("admitted", "rows")
 
     def __init__(self) -> None:
         self.rows: list[tuple[Any, ...]] = []
+        self.admitted: int | None = None  # µs
+
+    def admit(self, admitted: int | None) -> pa.RecordBatch | None:
+        """Rows added from now on carry ``admitted``; returns the rows gathered under another value, if any."""
+        flushed = self.flush() if self.rows and admitted != self.admitted else None
+        self.admitted = admitted
+        return flushed
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -99,9 +109,11 @@ class _Columns:
         self.rows.append(row)
 
     def flush(self) -> pa.RecordBatch:
+        count = len(self.rows)
         columns = list(zip(*self.rows, strict=True))  # one transposition in C, not twelve appends per row
         self.rows = []
-        arrays = [pa.array(col, type=f.type) for col, f in zip(columns, _ARROW_SCHEMA, strict=True)]
+        arrays = [pa.array(col, type=f.type) for col, f in zip(columns, _ARROW_SCHEMA, strict=False)]
+        arrays.append(pa.array([self.admitted] * count, type=_ARROW_SCHEMA.field("admitted").type))
         return pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA)
 
 
@@ -134,7 +146,7 @@ def _read_queue_file(uri: str) -> bytes:
 
 def split_lines(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A ``mapInArrow`` function over ``binaryFile`` rows (``path``, ``modificationTime``, ``content``; a null
-    ``content`` is read from ``path``).
+    ``content`` is read from ``path``; an ``admitted`` column, if any, is carried on).
 
     Lines are split on ``\\n`` only (a ``\\r`` stays in the line); a final ``\\n`` makes no extra empty
     line; an empty file yields no line. Each file also yields one ``file`` marker with its count of valid
@@ -147,7 +159,11 @@ def split_lines(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], Ite
             paths = batch.column("path").to_pylist()
             stamps = batch.column("modificationTime").cast(pa.int64()).to_pylist()
             contents = batch.column("content").to_pylist()
-            for path, stamp, given in zip(paths, stamps, contents, strict=True):
+            admitted = (batch.column("admitted").cast(pa.int64()).to_pylist() if "admitted" in batch.schema.names
+                        else [None] * len(paths))
+            for path, stamp, given, at in zip(paths, stamps, contents, admitted, strict=True):
+                if (earlier := out.admit(at)) is not None:
+                    yield earlier
                 stamp_text = str(stamp)
                 tick = path.endswith(TICK_SUFFIX)
                 content = _read_queue_file(path) if given is None and not tick else given
@@ -202,8 +218,8 @@ def classified_batch(raw: DataFrame, max_line_bytes: int, *, file_source: bool =
         file_source: whether ``raw`` holds whole files (split into lines) or one line per row.
     """
     if file_source:
-        return raw.select("path", "modificationTime", "content").mapInArrow(
-            split_lines(max_line_bytes), CLASSIFIED_SCHEMA)
+        columns = ["path", "modificationTime", "content"] + (["admitted"] if "admitted" in raw.columns else [])
+        return raw.select(*columns).mapInArrow(split_lines(max_line_bytes), CLASSIFIED_SCHEMA)
     return raw.select(F.col("value").cast("binary").alias("value"), "source_file", "line").mapInArrow(
         split_records(max_line_bytes), CLASSIFIED_SCHEMA)
 
@@ -211,16 +227,17 @@ def classified_batch(raw: DataFrame, max_line_bytes: int, *, file_source: bool =
 def deduplicated(classified: DataFrame, window: str, watermark_ms: int = 0) -> DataFrame:
     """Drop repeated record ids with Spark state that lives in the checkpoint (so it survives failover).
 
-    The event time is the ingestion time (``current_timestamp()``: the micro-batch's timestamp, which Spark
-    stores in its offset log, so a re-run of a batch sees the same value), but never earlier than the latest
-    event time an earlier term saw (``watermark_ms``, the checkpoint's watermark, plus ``window``): a leader whose
-    clock is behind its predecessor's would otherwise stamp every row older than the watermark the predecessor
-    left, and Spark would drop them all. So no row is ever late and nothing is dropped; an id is remembered for
-    ``window`` after it was first seen: a repeat arriving later than that is caught as late by the per-key order
-    marks. While a successor's clock is behind, its rows share the predecessor's last event time, so ids it sees
-    are remembered until its clock has caught up, not only ``window``.
+    The event time is the row's ``admitted``: the group's clock when the queue source planned its batch, which
+    every term carries on and no replica's wall clock moves (:mod:`career.spark._intake`). A source without it
+    (any other format) is stamped at ingestion (``current_timestamp()``: the micro-batch's timestamp, in the
+    leader's clock). Either is stored in the offset log, so a re-run of a batch sees the same value. Neither is
+    ever earlier than the latest event time an earlier term saw (``watermark_ms``, the checkpoint's watermark,
+    plus ``window``): a checkpoint whose watermark came from a leader's clock that ran ahead (an ingestion-time
+    source, or a release before the group clock) would otherwise have Spark drop every row of the new term as too
+    old. So no row is ever late and nothing is dropped; an id is remembered for ``window`` of event time after
+    it was first seen: a repeat arriving later than that is caught as late by the per-key order marks.
     """
-    ingested = F.current_timestamp()
+    ingested = F.coalesce(F.col("admitted"), F.current_timestamp())
     if watermark_ms > 0:
         ingested = F.greatest(ingested, F.expr(f"timestamp_millis({int(watermark_ms)}) + INTERVAL {window}"))
     return (

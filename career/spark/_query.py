@@ -15,9 +15,10 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from career.spark._config import SparkCareerConfig
-from career.spark._intake import QUEUE_SOURCE, QueueSource
+from career.spark._intake import QUEUE_SOURCE, QueueSource, clock_options
 from career.spark._pipeline import classified_stream
 from career.spark._storage import Layout
+from career.spark._term import TermClock
 
 __all__ = ["checkpoint_watermark_ms", "query_name", "source_stream", "start_query"]
 
@@ -44,7 +45,8 @@ def query_name(replica_id: str, epoch: int, restarts: int) -> str:
 
 
 def source_stream(session: SparkSession, config: SparkCareerConfig, layout: Layout, *, sample: bool,
-                  marks: Path, checkpoint: Path | None = None, watermark_ms: int = 0) -> DataFrame:
+                  marks: Path, checkpoint: Path | None = None, watermark_ms: int = 0,
+                  clock: TermClock | None = None) -> DataFrame:
     """The classified, deduplicated stream of the configured source.
 
     Args:
@@ -55,12 +57,14 @@ def source_stream(session: SparkSession, config: SparkCareerConfig, layout: Layo
         marks: this group's consumption marks folder (the queue source skips what it holds).
         checkpoint: the query's checkpoint (to resume one written by Spark's file source).
         watermark_ms: the watermark of the checkpoint the query resumes (:func:`checkpoint_watermark_ms`).
+        clock: the term's group clock: the queue source's event time (none: rows are stamped at ingestion).
     """
     if sample or config.file_source:
         session.dataSource.register(QueueSource)
         options = {"path": str(layout.landing if sample or config.source_path is None else config.source_path),
                    "marks": str(marks), "checkpoint": str(checkpoint or ""),
-                   "partitions": str(session.sparkContext.defaultParallelism)}
+                   "partitions": str(session.sparkContext.defaultParallelism),
+                   **(clock_options(clock) if clock is not None else {})}
         if config.max_bytes_per_trigger is not None:
             options["maxBytesPerTrigger"] = str(config.max_bytes_per_trigger)
         elif config.max_files_per_trigger is not None:
@@ -77,12 +81,13 @@ def source_stream(session: SparkSession, config: SparkCareerConfig, layout: Layo
 
 
 def start_query(session: SparkSession, config: SparkCareerConfig, layout: Layout,
-                writer: Callable[[DataFrame, int], None], *, name: str, checkpoint: Path, marks: Path) -> Any:
+                writer: Callable[[DataFrame, int], None], *, name: str, checkpoint: Path, marks: Path,
+                clock: TermClock) -> Any:
     """Start a term's query: the configured source into ``writer``, polling the source every
     ``trigger_interval_s`` while it has nothing new.
 
     ``name`` comes from :func:`query_name`; ``checkpoint`` is the term's own; ``marks`` the group's marks
-    folder. Returns the running ``StreamingQuery``.
+    folder; ``clock`` the term's group clock. Returns the running ``StreamingQuery``.
     """
     # No processing-time interval: Spark waits for one on the wall clock (a clock stepped back an hour stalls the
     # query an hour). A query with nothing to read sleeps the polling delay instead, a plain sleep; one with data
@@ -91,7 +96,7 @@ def start_query(session: SparkSession, config: SparkCareerConfig, layout: Layout
     session.conf.set("spark.sql.streaming.numRecentProgressUpdates", "20")  # read each second: keep it short
     return (
         source_stream(session, config, layout, sample=False, marks=marks, checkpoint=checkpoint,
-                      watermark_ms=checkpoint_watermark_ms(checkpoint))
+                      watermark_ms=checkpoint_watermark_ms(checkpoint), clock=clock)
         .writeStream.queryName(name)
         .foreachBatch(writer)
         .option("checkpointLocation", str(checkpoint))

@@ -381,10 +381,12 @@ def remove_dead_staging(layout: Layout, live_epoch: int) -> list[str]:
 
 
 def archive_files(layout: Layout, names: Iterable[str], now: float) -> int:
-    """Move consumed queue files from ``landing/`` to ``archive/`` (same names); a missing one was moved already.
+    """Move consumed queue files from ``landing/`` to ``archive/``; a missing one was moved already.
 
-    The archived file's modification time is set to ``now`` (the group's clock, ``_term.TermClock``), so
-    retention counts from the archiving.
+    A file keeps its name, unless ``archive/`` already holds an earlier file under it (a producer used the name
+    again): then it is archived as ``<stem>~<its mtime in ns><suffix>``, and the earlier file is kept. The
+    archived file's modification time is set to ``now`` (the group's clock, ``_term.TermClock``), so retention
+    counts from the archiving.
     """
     moved = 0
     layout.archive.mkdir(parents=True, exist_ok=True)
@@ -392,8 +394,8 @@ def archive_files(layout: Layout, names: Iterable[str], now: float) -> int:
         if not name or "/" in name or name in (".", ".."):
             continue
         source = layout.landing / name
-        target = layout.archive / name
         try:
+            target = _archive_target(layout.archive, name, source.stat().st_mtime_ns)
             os.replace(source, target)
         except FileNotFoundError:
             continue
@@ -404,6 +406,15 @@ def archive_files(layout: Layout, names: Iterable[str], now: float) -> int:
         fsync(layout.landing, directory=True)
         sync_dirs(layout.archive)
     return moved
+
+
+def _archive_target(archive: Path, name: str, mtime_ns: int) -> Path:
+    """Where the queue file ``name`` of ``mtime_ns`` is archived: under its name, unless that is taken."""
+    target = archive / name
+    if not target.exists():
+        return target
+    stem, dot, suffix = name.partition(".")
+    return archive / f"{stem}~{mtime_ns}{dot}{suffix}"
 
 
 def empty_landing_files(layout: Layout, min_age_s: float) -> list[str]:

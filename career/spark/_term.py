@@ -46,6 +46,12 @@ class TermClock:
     def now(self) -> float:
         return self._base + (self._monotonic() - self._started)
 
+    def reading(self) -> tuple[float, float]:
+        """The group's time and this host's ``time.monotonic()`` at one instant: another process on this host
+        (Spark's Python planner for the queue source) carries the clock on from them (``_intake.clock_options``)."""
+        monotonic = self._monotonic()
+        return self._base + (monotonic - self._started), monotonic
+
 
 @dataclass
 class Term:

@@ -68,13 +68,15 @@ class Consumption:
     marks: dict[str, int]
     """The group's marks: file name → the mark's modification time (ns). A newer file under a marked name is a
     new file, not read yet (the queue source's rule, :mod:`career.spark._intake`)."""
-    committed: frozenset[str]
-    """The names of the files the committed batches of the group's newest checkpoint read."""
+    committed: dict[str, set[int | None]]
+    """The files the committed batches of the group's newest checkpoint read: name → their modification times
+    (``None``: a batch of Spark's file source, which records no time)."""
 
     def has_read(self, name: str, mtime_ns: int, *, archived: bool) -> bool:
         """Whether the group has read the queue file ``name``, modified at ``mtime_ns``, found in ``archive/``
         (``archived``) or ``landing/``."""
-        if archived or name in self.committed:
+        times = self.committed.get(name, set())
+        if archived or mtime_ns in times or None in times:
             return True
         marked = self.marks.get(name)
         return marked is not None and mtime_ns <= marked
@@ -104,7 +106,7 @@ def read_consumption(queue_dir: Path, data_root: Path, group: str | None) -> Con
         except FileNotFoundError:  # its file archived and the mark removed meanwhile: archive/ says it is read
             continue
     checkpoint = _newest_checkpoint(data_root / "checkpoint")
-    committed = frozenset() if checkpoint is None else _committed_files(checkpoint)
+    committed = {} if checkpoint is None else _committed_files(checkpoint)
     return Consumption(group, marks, committed)
 
 
@@ -124,16 +126,26 @@ def _newest_checkpoint(folder: Path) -> Path | None:
     return folder if (folder / "offsets").is_dir() else None
 
 
-def _committed_files(checkpoint: Path) -> frozenset[str]:
-    """The queue files named by every batch ``checkpoint`` has committed (``commits/<B>``) whose offsets it
-    still holds (Spark keeps the last ones; older batches' files are marked or archived by then)."""
-    from career.spark._intake import batch_files  # imports pyspark: paid only when there is a checkpoint
+def _committed_files(checkpoint: Path) -> dict[str, set[int | None]]:
+    """The queue files (name → modification times) named by every batch ``checkpoint`` has committed
+    (``commits/<B>``) whose offsets it still holds (Spark keeps the last ones; older batches' files are marked or
+    archived by then)."""
+    from career.spark._intake import batch_offset, offset_files  # imports pyspark: only with a checkpoint
 
     try:
         batches = [int(e.name) for e in os.scandir(checkpoint / "commits") if e.name.isdigit()]
     except FileNotFoundError:
-        return frozenset()
-    return frozenset(name for batch in batches for name in batch_files(checkpoint, batch))
+        return {}
+    found: dict[str, set[int | None]] = {}
+    for batch in batches:
+        offset = batch_offset(checkpoint, batch)
+        if "files" in offset:
+            for name, mtime_ns, _size in offset["files"]:
+                found.setdefault(name, set()).add(int(mtime_ns))
+        else:
+            for name in offset_files(offset, checkpoint):
+                found.setdefault(name, set()).add(None)
+    return found
 
 
 def iter_lines(path: Path) -> Iterator[bytes]:

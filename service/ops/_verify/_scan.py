@@ -74,19 +74,20 @@ def scan_queue(queue_dir: Path, max_line_bytes: int, content: QueueContent, cons
     add = content.add
     first = content.first
     archive = QueueLayout(queue_dir).archive
-    seen: set[str] = set()
+    seen: set[tuple[int, int]] = set()
     for path in iter_queue_files(queue_dir):
         # A running leader moves consumed files from landing/ to archive/ while we read: a file read in
-        # landing/ shows up again in archive/ (skip it), and one gone before we opened it is found there later,
-        # because archive/ is walked after landing/.
-        if path.name in seen:
-            continue
+        # landing/ shows up again in archive/ (the same inode: skip it), and one gone before we opened it is found
+        # there later, because archive/ is walked after landing/. A name used again is another file.
         try:
-            mtime_ns = path.stat().st_mtime_ns
+            stat = path.stat()
+            if (stat.st_dev, stat.st_ino) in seen:
+                continue
+            mtime_ns = stat.st_mtime_ns
             lines = list(enumerate(iter_lines(path), start=1))
         except FileNotFoundError:
             continue
-        seen.add(path.name)
+        seen.add((stat.st_dev, stat.st_ino))
         scan.files += 1
         name = path.name
         read = consumption.has_read(name, mtime_ns, archived=path.is_relative_to(archive))
