@@ -21,7 +21,7 @@ from career.queue import DEFAULT_MAX_LINE_BYTES
 from election import DigestCredential, TenureError
 from service import __version__, ops
 from service.local import Ensemble, SparkCluster, Topology, run_demo, run_up
-from service.replica import ReplicaConfig, configure_logging, load_config, run_replica
+from service.replica import ReplicaConfig, configure_logging, load_config, log_to_file, run_replica
 
 __all__ = ["main"]
 
@@ -34,13 +34,23 @@ def _fail(exc: TenureError, code: int = 2) -> None:
     sys.exit(code)
 
 
+_DAEMONS = frozenset({"run", "zk", "spark"})
+"""Commands whose log is their output (info on stderr); every other command is for people: its report is the
+output, and its events go to a log file in the folder it owns, if any (``--log-level`` on stderr if given)."""
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="tenure")
 @click.option("--log-level", default="info", envvar="TENURE_LOG_LEVEL", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]), help="Minimum level of log events.")
-def main(log_level: str) -> None:
+              type=click.Choice(["debug", "info", "warning", "error"]),
+              help="Minimum level of log events (on stderr for run, zk and spark; other commands show warnings "
+                   "there unless this is given, and write their events to their folder's log, if they own one).")
+@click.pass_context
+def main(ctx: click.Context, log_level: str) -> None:
     """tenure: a leader-elected, single-writer Spark consumer with fenced exactly-once output."""
-    configure_logging(log_level)
+    chosen = ctx.get_parameter_source("log_level") is not click.core.ParameterSource.DEFAULT
+    quiet = ctx.invoked_subcommand not in _DAEMONS and not chosen
+    configure_logging(log_level, stderr_level="warning" if quiet else None)
 
 
 def _stop_on_signals() -> threading.Event:
@@ -189,6 +199,7 @@ def up(replicas: int, directory: Path, career: str, group: str, session_timeout_
                         session_timeout_s=session_timeout_s, handover_timeout_s=handover_timeout_s,
                         replica_args=["--standby", standby], spark_workers=spark_workers)
     producer = ["--records", str(produce_records), "--keys", "50", "--rate", f"{rate:g}"] if produce_records else None
+    log_to_file(topology.logs / "up.log")
     try:
         sys.exit(run_up(topology, producer_args=producer))
     except TenureError as exc:
@@ -447,6 +458,7 @@ def groups_remove(group: str, zk: str, queue_dir: Path, zk_auth: str | None, for
 @_spark_cluster_option
 def demo(directory: Path, records: int, rate: float, career: str, spark_workers: int) -> None:
     """The README's main job: 3 replicas and a producer, the leader SIGKILLed midway, then `verify`."""
+    log_to_file(directory / "logs" / "demo.log")  # opened at its first event, once the demo has wiped the folder
     try:
         sys.exit(run_demo(directory, records=records, rate=rate, career=career, spark_workers=spark_workers))
     except TenureError as exc:
@@ -506,18 +518,21 @@ def drill(scenarios: tuple[str, ...], json_out: Path | None, plot_out: Path | No
             raise TenureError("--plot needs matplotlib, which a replica's install leaves out: "
                               "pip install 'tenure[drill]' (or drop --plot)")
         if "chaos" in scenarios:
-            from service.drill import run_chaos
-
             if len(scenarios) > 1:
                 raise TenureError("chaos runs alone: `tenure drill chaos --faults K …`, other scenarios separately")
             if spark_workers:
                 raise TenureError("chaos runs without --spark-cluster: its partitions put replicas in network "
                                   "namespaces, out of reach of the cluster on loopback")
+        elif faults is not None or seed is not None:
+            raise TenureError("--faults and --seed are options of `tenure drill chaos` only")
+        events = log_to_file(directory / "drill.log")
+        click.echo(f"drill: events in {events}; each run's processes log under its folder's logs/")
+        if "chaos" in scenarios:
+            from service.drill import run_chaos
+
             code = run_chaos(directory=directory, records=records, faults=faults or 5, seed=seed, career=career,
                              short=short, json_out=json_out, plot_out=plot_out, echo=click.echo)
         else:
-            if faults is not None or seed is not None:
-                raise TenureError("--faults and --seed are options of `tenure drill chaos` only")
             code = run_drills(list(scenarios), directory=directory, records=records, json_out=json_out,
                               plot_out=plot_out, short=short, career=career, spark_workers=spark_workers,
                               echo=click.echo)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pty
 import re
@@ -60,6 +61,9 @@ def test_up_elects_one_leader_and_stops_clean(tmp_path: Path) -> None:
         assert proc.wait(timeout=60) == 0
         wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in children), 15,
                  "every child process to be gone")
+        rest = proc.stdout.read()
+        assert not [ln for ln in rest.splitlines() if ln.startswith('{"')], "events belong in logs/up.log"
+        assert '"event": "topology_stopped"' in (tmp_path / "logs" / "up.log").read_text()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -106,11 +110,14 @@ def test_ctrl_c_at_a_terminal_stops_in_the_promised_order(tmp_path: Path) -> Non
         _, status = os.waitpid(pid, 0)
         text = _ANSI.sub("", out.decode(errors="replace"))
         assert os.waitstatus_to_exitcode(status) == 0, text[-3000:]
-        stopped = re.findall(r"replica_stopped[^\n]*?exit_code=(\d+) replica_id=(\S+)", text)
-        assert [code for code, _ in stopped] == ["0", "0", "0"], text[-3000:]
+        assert "replica_stopped" not in text, "the terminal shows the report; events go to logs/up.log"
+        events = [json.loads(line) for line in (tmp_path / "logs" / "up.log").read_text().splitlines()]
+        names = [e["event"] for e in events]
+        stopped = [(e["exit_code"], e["replica_id"]) for e in events if e["event"] == "replica_stopped"]
+        assert [code for code, _ in stopped] == [0, 0, 0], names
         leader_log = (tmp_path / "logs" / f"{stopped[-1][1]}.log").read_text()
         assert '"handed_over"' in leader_log and "release_incomplete" not in leader_log
-        assert text.index("replica_stopped") < text.index("topology_stopped")
+        assert names.index("replica_stopped") < names.index("topology_stopped")
         wait_for(lambda: not any(Path(f"/proc/{p}").exists() for p in children), 15, "every child process to be gone")
     finally:
         with contextlib.suppress(ChildProcessError):

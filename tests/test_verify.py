@@ -492,10 +492,18 @@ def test_an_audit_of_no_id_fails_unless_allowed(tmp_path: Path) -> None:
 
 
 def test_cli_exit_codes_and_json_on_stdout(root: Path) -> None:
-    """A clean root exits 0 with one JSON object on stdout (logs on stderr); a changed row exits 1."""
+    """A clean root exits 0 with one JSON object on stdout and nothing on stderr (a command for people shows only
+    warnings there); a changed row exits 1."""
     clean = _tenure_verify("--data-root", str(root), "--json")
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert len(clean.stdout.splitlines()) == 1
+    assert len(clean.stdout.splitlines()) == 1 and clean.stderr == ""
+    merged = subprocess.run([sys.executable, "-m", "service", "verify", "--data-root", str(root), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, cwd=REPO,
+                            check=False)
+    assert json.loads(merged.stdout)["ok"] is True, "`verify --json 2>&1` must be exactly one JSON document"
+    logged = subprocess.run([sys.executable, "-m", "service", "--log-level", "info", "verify", "--data-root",
+                             str(root), "--json"], capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
+    assert '"event": "verified"' in logged.stderr, "--log-level given: its events are shown on stderr"
     body = json.loads(clean.stdout)
     assert body["ok"] is True and body["rows_compared"] == 60 and body["content_mismatches"] == 0
     assert {"ids_late", "late_rows", "late_repeats", "wrongly_late", "retry_batch", "retry_oldest_age_s",

@@ -8,7 +8,7 @@ from service.replica._config import ReplicaConfig, load_config
 from service.replica._faults import FAULT_POINTS, FaultFile, InjectedFault, arm
 from service.replica._four_letter import four_letter_word
 from service.replica._health import Health, HealthServer
-from service.replica._logs import configure_logging
+from service.replica._logs import configure_logging, log_to_file
 from service.replica._metrics import (
     BATCHES,
     COMMITS_FENCED,
@@ -66,6 +66,7 @@ __all__ = [
     "four_letter_word",
     "list_groups",
     "load_config",
+    "log_to_file",
     "pause_descendants",
     "pause_tree",
     "queue_path",
