@@ -1,15 +1,15 @@
-# The two set-up commands of the README: `make demo` (the main job) and `make test` (the whole suite).
-# Each creates the virtual environment it needs on first use.
+# The two set-up commands of the README: `make demo` (the main job) and `make test` (lint, the documentation site,
+# the whole suite). Each creates the virtual environment it needs on first use.
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint docs bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test,dev,drill]"
+	$(BIN)/pip install -q -e ".[test,dev,drill,docs]"
 	touch $@
 
 demo: $(BIN)/.installed
@@ -19,13 +19,18 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: lint
+# The documentation site (mkdocs.yml, docs/) into site/; --strict fails on any broken link or anchor.
+docs: $(BIN)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+test: lint docs
 	$(BIN)/pytest
 
 # Every benchmark (hours): JSON, markdown and plots under bench/results/<UTC date>/ (see bench/run.py); point the
-# README's bench:table blocks at the folder to commit, then `$(BIN)/python -m bench.report` refreshes its tables.
+# bench:table blocks of the performance pages (docs/performance/) at the folder to commit, then
+# `$(BIN)/python -m bench.report` refreshes their tables.
 bench: $(BIN)/.installed
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) .tenure .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tenure .pytest_cache .mypy_cache .ruff_cache site

@@ -48,7 +48,7 @@ TARGETED_CRITERIA = [TARGET_LEADS, OLD_TERM_CLEAN, STEPPED_ASIDE, NO_FAILURE, TA
 
 #: The four drills CI runs for real. They run the counter career (the same runner, election and fence as the
 #: product, committing every 0.1 s) so the four fit in about 90 s on 2 cores; TENURE_DRILL_CAREER=spark runs
-#: them with the product's Spark career (several minutes each here; see docs/readme/drill.md).
+#: them with the product's Spark career (several minutes each here; see docs/drills/index.md).
 CI_DRILLS = ["handover", "crash", "zombie", "partition"]
 #: The stuck-leader drills, in their group's order, and their run settings (the short timeline).
 STUCK_DRILLS = ["frozen-jvm", "hung-row-function", "frozen-next-in-line", "poison-batch"]

@@ -1,4 +1,5 @@
-"""The README's configuration table is the reference operators read: it must match ReplicaConfig exactly."""
+"""The configuration table of the docs (docs/operating/configuration.md) is the reference operators read: it must
+match ReplicaConfig exactly."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pydantic_core import PydanticUndefined
 
 from service.replica import ReplicaConfig
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "operating" / "configuration.md"
 
 
 def expected_table() -> list[str]:
@@ -27,8 +28,9 @@ def expected_table() -> list[str]:
 
 
 def test_configuration_table_matches_replica_config() -> None:
-    lines = README.read_text().splitlines()
+    lines = PAGE.read_text().splitlines()
     start = lines.index("| flag | variable | default | meaning |")
-    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
     expected = expected_table()
-    assert lines[start:end] == expected, "README configuration table is stale; replace it with:\n" + "\n".join(expected)
+    assert lines[start:end] == expected, (f"{PAGE.relative_to(PAGE.parents[2])}'s configuration table is stale; "
+                                          "replace it with:\n" + "\n".join(expected))
