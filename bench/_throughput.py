@@ -36,7 +36,10 @@ def _steady_rate(batches: list[dict[str, Any]]) -> dict[str, Any]:
     span = steady[-1]["committed_at"] - data[_SKIP_BATCHES - 1]["committed_at"]
     records = sum(b["written"] for b in steady)
     intervals = [b["committed_at"] - a["committed_at"] for a, b in zip(data[_SKIP_BATCHES - 1:], steady, strict=False)]
+    in_batch = [b["committed_at"] - b["started_at"] for b in steady if "started_at" in b]
     return {"records_per_s": round(records / span, 1) if span > 0 else None, "steady_records": records,
+            **({"in_batch_s": {k: (round(v, 3) if isinstance(v, float) else v)
+                               for k, v in percentiles(in_batch).items()}} if in_batch else {}),
             "steady_batches": len(steady), "batches": len(data), "contiguous": contiguous,
             "batch_interval_s": {k: (round(v, 3) if isinstance(v, float) else v)
                                  for k, v in percentiles(intervals).items()},
@@ -92,17 +95,27 @@ def _run_tenure(work: Path, source: Path, records: int) -> dict[str, Any]:
                        for c in timeline.snapshot()]
     finally:
         cluster.stop()
-    return {**_steady_rate(batches), "rate_over_time": _rate_over_time(batches),
-            "durable_s": _durable_seconds(cluster.topology.logs / "replica-1.log")}
+    steps = _batch_steps(cluster.topology.logs / "replica-1.log")
+    return {**_steady_rate(batches), "rate_over_time": _rate_over_time(batches), "steps_s": steps,
+            "durable_s": steps.get("durable_s", {}), "in_batch_s": steps.get("in_batch_s", {})}
 
 
-def _durable_seconds(log: Path) -> dict[str, Any]:
-    """p50/p99 of the seconds each batch spent making Spark's checkpoint writes durable (``durable_s`` of the
-    replica's ``batch_committed`` events: the fsyncs of ``CheckpointSync``)."""
-    seconds = [float(event["durable_s"]) for line in log.read_text(errors="replace").splitlines()
-               if line.startswith("{") and '"batch_committed"' in line
-               for event in [json.loads(line)] if "durable_s" in event]
-    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in percentiles(seconds).items()}
+_STEPS = ("durable_s", "read_s", "stage_s", "commit_s", "publish_s")
+"""The timed steps of a tenure batch, in order (``batch_committed``): the checkpoint fsyncs, reading and
+counting the batch, staging every output (fsynced), the fenced ZooKeeper commit, publishing (renames)."""
+
+
+def _batch_steps(log: Path) -> dict[str, dict[str, Any]]:
+    """p50/p99 of each step's seconds over the replica's steady batches (``batch_committed`` events after the
+    first ``_SKIP_BATCHES`` with data), and of the whole batch (``in_batch_s``: its time in ``foreachBatch``;
+    the steps leave out reading the commit record, marking files consumed and archiving them)."""
+    events = [event for line in log.read_text(errors="replace").splitlines()
+              if line.startswith("{") and '"batch_committed"' in line
+              for event in [json.loads(line)] if event.get("written")][_SKIP_BATCHES:]
+    seconds = {step: [float(e[step]) for e in events if step in e] for step in _STEPS}
+    seconds["in_batch_s"] = [float(e["batch_s"]) for e in events if "batch_s" in e]
+    return {step: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in percentiles(values).items()}
+            for step, values in seconds.items() if values}
 
 
 def run_throughput(ctx: BenchContext) -> Result:
@@ -138,8 +151,15 @@ def run_throughput(ctx: BenchContext) -> Result:
     result.table = [{"run": r["run"], "round": r["round"], "records/s": r["records_per_s"],
                      "steady batches": r.get("steady_batches"),
                      "batch interval p50 s": (r.get("batch_interval_s") or {}).get("p50"),
+                     "in foreachBatch p50 s": (r.get("in_batch_s") or {}).get("p50"),
                      "checkpoint fsyncs p50 / p99 s": (f"{r['durable_s'].get('p50')} / {r['durable_s'].get('p99')}"
                                                        if r.get("durable_s") else "")} for r in runs]
+
+    result.tables["tenure's steady batch, step by step: p50 / p99 s"] = [
+        {"round": r["round"], **{step.removesuffix("_s"): f"{r['steps_s'][step].get('p50')} / "
+                                 f"{r['steps_s'][step].get('p99')}"
+                                 for step in (*_STEPS, "in_batch_s") if step in r.get("steps_s", {})}}
+        for r in runs if r["run"] == "tenure"]
 
     def mean(kind: str) -> float | None:
         rates = [r["records_per_s"] for r in runs if r["run"] == kind and r["records_per_s"]]
@@ -164,6 +184,12 @@ def run_throughput(ctx: BenchContext) -> Result:
         "before (`CheckpointSync`), timed as `durable_s` in the replica's `batch_committed` events.",
         "tenure runs as one `tenure run --career spark` replica (the leader; no followers competing for the 2 "
         "cores); its batch times come from the commit records, the bare query's from `foreachBatch`.",
+        "In foreachBatch: the median steady batch's time inside the batch function (the bare query's "
+        "`foreachBatch` from start to its last write; tenure's `batch_s`, from its `batch_committed` events). The "
+        "rest of the batch interval is Spark's own: planning (the source's listing), the offset and commit logs, "
+        "the state store. The step table splits tenure's batch: `durable` (checkpoint fsyncs), `read` (reading "
+        "and counting), `stage` (every output written and fsynced), `commit` (the fenced ZooKeeper write), "
+        "`publish` (renames); the rest of `in_batch` is the commit-record read, marking and archiving.",
         "Plot: each batch's records over the time since the previous batch's commit, against the time since the "
         "run's first commit (`rate_over_time` in each run's figures).",
     ]

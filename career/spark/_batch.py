@@ -165,6 +165,7 @@ class BatchWriter:
     def _run(self, df: DataFrame, batch_id: int) -> tuple[str, dict[str, int], bool]:
         term, layout, config = self._term, self._layout, self._config
         ctx = term.ctx
+        started = time.monotonic()
         # 1. Cooperative stop and leadership, before anything runs (not even Spark's state store).
         if term.stop.is_set():
             raise HandingOverError(f"batch {batch_id} not started: epoch {term.epoch} is handing over")
@@ -270,12 +271,15 @@ class BatchWriter:
             term.order = (order["order"], new_marks)
         self._fault("after_commit")
         # 5. Publish (a new leader's inaugurate, or a re-run of this batch, finishes it after a crash).
+        publish_started = time.monotonic()
         finish_publish(layout, new_record)
+        publish_s = time.monotonic() - publish_started
         if retry:
             self._observer.retry_waiting(int(retry["retry_waiting"]))
         term.log.info("batch_committed", batch=batch_id, epoch=term.epoch, written=counts["written"],
                       durable_s=round(durable_s, 4), read_s=round(read_s, 3), stage_s=round(stage_s, 3),
-                      commit_s=round(commit_s, 3),
+                      commit_s=round(commit_s, 3), publish_s=round(publish_s, 3),
+                      batch_s=round(time.monotonic() - started, 3),
                       duplicate=counts["duplicate"], quarantined=counts["quarantined"], files=len(files),
                       **({"late": counts["late"]} if counts.get("late") else {}),
                       **({"retried": counts["retried"], "dead_lettered": counts["dead_lettered"],
