@@ -453,11 +453,12 @@ def test_a_failing_batch_raises_batch_failed_with_a_short_error_and_the_log_keep
     assert handover_s < 3.0, f"hand-over took {handover_s:.1f} s of a 3 s budget"
 
 
-def shift_checkpoint_clock(checkpoint: Path, ahead_ms: int, window_ms: int) -> int:
+def shift_checkpoint_clock(checkpoint: Path, ahead_ms: int, window_ms: int, *, offset_clock: bool = True) -> int:
     """Rewrite the newest offset-log and commit-log entries of ``checkpoint`` as a leader whose clock ran
-    ``ahead_ms`` ahead writes them: its batch timestamp, a watermark of that minus the dedup window, and (in the
-    queue source's offset) a group clock that far ahead. Each file is replaced, not edited, so the hard-linked
-    checkpoints of older terms keep theirs. Returns the batch."""
+    ``ahead_ms`` ahead writes them: its batch timestamp, a watermark of that minus the dedup window, and (with
+    ``offset_clock``, a group clock seeded by that leader) the queue source's offset clock that far ahead; without
+    it, as an ingestion-time leader (a release before the group clock) leaves them. Each file is replaced, not
+    edited, so the hard-linked checkpoints of older terms keep theirs. Returns the batch."""
     batch = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
     offsets = checkpoint / "offsets" / str(batch)
     lines = offsets.read_text().splitlines()
@@ -466,7 +467,7 @@ def shift_checkpoint_clock(checkpoint: Path, ahead_ms: int, window_ms: int) -> i
     meta["batchWatermarkMs"] = meta["batchTimestampMs"] - window_ms
     lines[1] = json.dumps(meta)
     source = json.loads(lines[2])
-    if "clock" in source:
+    if offset_clock and "clock" in source:
         source["clock"] += ahead_ms
         lines[2] = json.dumps(source)
     commit = checkpoint / "commits" / str(batch)
@@ -495,10 +496,12 @@ def drain_one_term(client: KazooClient, group: str, root: Path) -> Path:
 
 def _after_a_leader_ten_minutes_ahead(client: KazooClient, group: str, root: Path, *, files: int) -> Queue:
     """A first term drains ``files`` files; then its checkpoint is rewritten as a leader whose clock ran 10
-    minutes ahead writes it (batch timestamp and watermark 8-10 minutes past the true clock). Returns the queue."""
+    minutes ahead writes it with ingestion time as the event time (batch timestamp and watermark 8-10 minutes
+    past the true clock; the group clock in the offsets untouched). Returns the queue."""
     q = Queue(root)
     q.standard(files=files, per_file=5)
-    shift_checkpoint_clock(drain_one_term(client, group, root), ahead_ms=10 * 60_000, window_ms=2 * 60_000)
+    shift_checkpoint_clock(drain_one_term(client, group, root), ahead_ms=10 * 60_000, window_ms=2 * 60_000,
+                           offset_clock=False)
     return q
 
 
