@@ -200,6 +200,15 @@ def test_a_name_used_again_is_archived_beside_the_first_file(tmp_path: Path) -> 
     assert sorted(p.name for p in layout.archive.iterdir()) == ["a.jsonl", f"a~{stamp}.jsonl"]
     assert b'"a-1"' in (layout.archive / "a.jsonl").read_bytes()
     assert b'"a-2"' in (layout.archive / f"a~{stamp}.jsonl").read_bytes()
+    # A third file under the name, stamped in the same tick as the second (a coarse file-system clock).
+    hidden = layout.landing / ".a.jsonl"
+    hidden.write_bytes(line("a", 3) + b"\n")
+    os.utime(hidden, ns=(stamp, stamp))
+    hidden.rename(layout.landing / "a.jsonl")
+    assert archive_files(layout, ["a.jsonl"], now=4_000.0) == 1
+    assert sorted(p.name for p in layout.archive.iterdir()) == ["a.jsonl", f"a~{stamp}-2.jsonl", f"a~{stamp}.jsonl"]
+    assert b'"a-2"' in (layout.archive / f"a~{stamp}.jsonl").read_bytes(), "the second file is still there"
+    assert b'"a-3"' in (layout.archive / f"a~{stamp}-2.jsonl").read_bytes()
 
 
 # -- a real replica and a fast producer ---------------------------------------------------------------------------

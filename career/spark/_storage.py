@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import time
@@ -409,12 +410,13 @@ def archive_files(layout: Layout, names: Iterable[str], now: float) -> int:
 
 
 def _archive_target(archive: Path, name: str, mtime_ns: int) -> Path:
-    """Where the queue file ``name`` of ``mtime_ns`` is archived: under its name, unless that is taken."""
-    target = archive / name
-    if not target.exists():
-        return target
+    """Where the queue file ``name`` of ``mtime_ns`` is archived: under its name, unless that is taken, then
+    ``<stem>~<mtime_ns><suffix>``, then ``<stem>~<mtime_ns>-<n><suffix>`` (a name reused within one tick of a
+    coarse file-system clock): never over an archived file, which is the audit trail."""
     stem, dot, suffix = name.partition(".")
-    return archive / f"{stem}~{mtime_ns}{dot}{suffix}"
+    candidates = itertools.chain([name, f"{stem}~{mtime_ns}{dot}{suffix}"],
+                                 (f"{stem}~{mtime_ns}-{n}{dot}{suffix}" for n in itertools.count(2)))
+    return next(archive / c for c in candidates if not (archive / c).exists())
 
 
 def empty_landing_files(layout: Layout, min_age_s: float) -> list[str]:
