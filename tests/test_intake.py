@@ -211,6 +211,21 @@ def test_a_name_used_again_is_archived_beside_the_first_file(tmp_path: Path) -> 
     assert b'"a-3"' in (layout.archive / f"a~{stamp}-2.jsonl").read_bytes()
 
 
+def test_an_admitted_queue_file_that_is_gone_fails_its_batch_with_the_fix(tmp_path: Path) -> None:
+    """A file a batch's offset names but someone removed from landing/ fails the batch (never skipped: its
+    records would be lost) with one line that names the file and the fix; both readers of a file say so."""
+    from career.spark._intake import _Files, _Reader
+    from career.spark._pipeline import _read_queue_file
+
+    gone = tmp_path / "landing" / "p-1.jsonl"
+    reader = _Reader({"path": str(gone.parent), "marks": str(tmp_path / "consumed")})
+    with pytest.raises(FileNotFoundError, match=r"queue file .*p-1\.jsonl was admitted to this batch but is gone.*"
+                                                r"put it back"):
+        list(reader.read(_Files([str(gone)], None)))
+    with pytest.raises(FileNotFoundError, match=r"p-1\.jsonl was admitted to this batch but is gone"):
+        _read_queue_file(gone.as_uri())
+
+
 # -- a real replica and a fast producer ---------------------------------------------------------------------------
 
 
