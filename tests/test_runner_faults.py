@@ -26,9 +26,9 @@ from structlog.testing import capture_logs
 from career import BatchFailed, CareerContext, CareerObserver, HandoverRecord
 from career._counter import CounterCareer
 from election import (
+    CommitOutcomeUnknown,
     Elected,
     Election,
-    ElectionError,
     ElectionEvent,
     GroupPaths,
     Identity,
@@ -209,12 +209,12 @@ def harness(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[Callable[.
 @pytest.mark.parametrize(
     ("where", "fault"),
     [
-        ("write", ElectionError("injected: connection lost while writing; outcome unknown")),
+        ("write", CommitOutcomeUnknown("injected: connection lost while writing; outcome unknown")),
         ("read", ConnectionLoss()),
         ("read", KazooTimeoutError("injected: read timed out")),
         ("read", NotLeader("injected: suspended while inaugurating")),
     ],
-    ids=["write-ElectionError", "read-ConnectionLoss", "read-KazooTimeoutError", "read-NotLeader"],
+    ids=["write-CommitOutcomeUnknown", "read-ConnectionLoss", "read-KazooTimeoutError", "read-NotLeader"],
 )
 def test_zookeeper_failure_at_inauguration_rejoins_then_leads(harness: Callable[..., _Harness], where: str,
                                                               fault: BaseException) -> None:

@@ -26,6 +26,7 @@ from kazoo.exceptions import KazooException
 
 from career import BatchFailed, Career, CareerContext, FailedBatch, HandoverRecord, Outcome, call_within
 from election import (
+    CommitOutcomeUnknown,
     ConnectionChanged,
     DrainRequest,
     Elected,
@@ -443,11 +444,18 @@ class Runner:
             self._end_term(Outcome.REVOKED, "fenced")
             self._release_and_rejoin()
             return False
-        except ElectionError as exc:
-            # ZooKeeper, not the career, failed (e.g. a commit's outcome is unknown after a connection loss):
-            # end the term without a failure back-off; the next leader's inauguration recovers.
+        except CommitOutcomeUnknown as exc:
+            # A commit's reply was lost and could not be read back (from the control thread or from a batch):
+            # ZooKeeper, not the career, failed. End the term without a failure back-off; the next leader's
+            # inauguration recovers from what is stored.
             self._log.warning("commit_outcome_unknown", epoch=self._epoch, reason=str(exc))
             self._end_term(Outcome.REVOKED, "commit outcome unknown")
+            self._release_and_rejoin()
+            return False
+        except ElectionError as exc:
+            # Another ZooKeeper failure of the election (a record node deleted under us): the same end.
+            self._log.warning("execute_election_error", epoch=self._epoch, reason=str(exc))
+            self._end_term(Outcome.REVOKED, f"election error: {exc}")
             self._release_and_rejoin()
             return False
         except Unresponsive as exc:
