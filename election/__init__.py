@@ -33,7 +33,7 @@ What is not guaranteed:
 * The safe-until deadline is a local, best-effort pause: it assumes the local clock runs at about the rate
   of the servers'. A process paused between its check and the transaction is still stopped by the fence.
 * A commit whose reply is lost has an unknown outcome until the record is read back; ``Fence.commit``
-  tries once and otherwise raises ``ElectionError`` — re-read with ``read_commit()``.
+  tries once and otherwise raises ``CommitOutcomeUnknown`` (an ``ElectionError``) — re-read with ``read_commit()``.
 * Epochs rise only within one ensemble's life: wiping ZooKeeper's data directory restarts zxids.
 * Digest ACLs (``DigestCredential``) are applied when znodes are created; existing open znodes keep their ACL.
 
@@ -52,7 +52,15 @@ Example::
 from election._acl import DigestCredential
 from election._drain import DrainRequest, drain_requests
 from election._election import Election
-from election._errors import ConfigError, ElectionError, Fenced, NotLeader, TenureError, Unresponsive
+from election._errors import (
+    CommitOutcomeUnknown,
+    ConfigError,
+    ElectionError,
+    Fenced,
+    NotLeader,
+    TenureError,
+    Unresponsive,
+)
 from election._events import (
     ConnectionChanged,
     Elected,
@@ -75,6 +83,7 @@ __all__ = [
     "HISTORY_LIMIT",
     "TERM_ENDINGS",
     "TRANSITIONS",
+    "CommitOutcomeUnknown",
     "ConfigError",
     "ConnectionChanged",
     "Contender",

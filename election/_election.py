@@ -22,7 +22,7 @@ from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NoNodeError,
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from election._acl import DigestCredential
-from election._errors import ElectionError, Fenced, NotLeader
+from election._errors import ElectionError, NotLeader
 from election._events import (
     ConnectionChanged,
     Elected,
@@ -32,7 +32,7 @@ from election._events import (
     Revoked,
     Suspended,
 )
-from election._fence import CommitTally, Fence
+from election._fence import CommitTally, Fence, read_handover
 from election._history import TermHistory
 from election._identity import Identity
 from election._layout import GroupPaths
@@ -40,7 +40,6 @@ from election._line import Line, OwnNode, Place, Verdict
 from election._settings import ElectionSettings
 from election._states import LeadershipState, check_transition
 from election._status import Contender, group_status
-from election._transaction import OutcomeUnknownError, encode_record, fenced_set, parse_record, read_record
 
 __all__ = ["Election"]
 
@@ -336,35 +335,18 @@ class Election:
             return self._fence
 
     def read_handover(self) -> dict[str, Any] | None:
-        """The handover record at ``/tenure/<group>/handover`` (``None`` if none was written)."""
-        try:
-            raw, _ = self.client.get_async(self.paths.handover).get(timeout=self.op_timeout_s)
-        except NoNodeError:
-            return None
-        return parse_record(raw)
+        """The handover record at ``/tenure/<group>/handover`` (``None`` if none was written), read as the fence
+        reads it (``Fence.read_handover``); no leadership needed."""
+        return read_handover(self)
 
     def write_handover(self, record: dict[str, Any]) -> None:
-        """Write the handover record, fenced like a commit (own node checked in the same transaction).
+        """Write the handover record through the current term's fence (``Fence.write_handover``).
 
         Raises:
             NotLeader: not leading now. Fenced: own node gone, record moved, or a higher epoch stored there.
-            ElectionError: the reply was lost, so the outcome is unknown (re-read with ``read_handover``).
+            CommitOutcomeUnknown: the reply was lost, so the outcome is unknown (re-read with ``read_handover``).
         """
-        fence = self.fence()
-        with self._lock:
-            node_version = self._own.version if self._own is not None else 0
-        context = f"group {self.group}, epoch {fence.epoch}, node {fence.node}, handover"
-        stored, version = read_record(self.client, self.paths.handover, acl=self.acl, timeout_s=self.op_timeout_s,
-                                      context=context)
-        if stored is not None and int(stored.get("epoch", -1)) > fence.epoch:
-            raise Fenced(f"{context}: the stored handover has epoch {stored['epoch']}, higher than ours; fenced")
-        try:
-            fenced_set(self.client, node=fence.node, node_version=node_version, target=self.paths.handover,
-                       data=encode_record(record, fence.epoch), expected_version=version,
-                       timeout_s=self.op_timeout_s, context=context)
-        except OutcomeUnknownError as exc:
-            raise ElectionError(f"{context}: connection lost while writing; outcome unknown ({exc})") from exc
-        self.log.info("handover_written", epoch=fence.epoch, clean=record.get("clean"))
+        self.fence().write_handover(record)
 
     def contenders(self) -> list[Contender]:
         """All contenders in line order (leader first), read from ZooKeeper now."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "ElectionError", "Fenced", "NotLeader", "TenureError", "Unresponsive"]
+__all__ = ["CommitOutcomeUnknown", "ConfigError", "ElectionError", "Fenced", "NotLeader", "TenureError", "Unresponsive"]
 
 
 class TenureError(Exception):
@@ -19,6 +19,12 @@ class ConfigError(TenureError, ValueError):
 
 class ElectionError(TenureError):
     """The election could not proceed (for example ZooKeeper refused an operation we cannot retry)."""
+
+
+class CommitOutcomeUnknown(ElectionError):
+    """A fenced write (a commit, the handover record) was sent but its reply was lost, and reading the record
+    back did not tell whether it applied. The term cannot know what it wrote: it ends (without blaming the
+    career), and the next term's inauguration recovers from what is stored."""
 
 
 class NotLeader(TenureError):

@@ -1,4 +1,5 @@
-"""The fenced commit of one term, and the narrow view of a term (``Term``) it writes through."""
+"""The fenced writes of one term (the commit record, the handover record), and the narrow view of a term (``Term``)
+they write through."""
 
 from __future__ import annotations
 
@@ -7,15 +8,23 @@ from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 from kazoo.security import ACL
 from structlog.typing import FilteringBoundLogger
 
-from election._errors import ElectionError, Fenced, NotLeader
+from election._errors import CommitOutcomeUnknown, Fenced, NotLeader
 from election._layout import GroupPaths
 from election._states import LeadershipState
-from election._transaction import OutcomeUnknownError, encode_record, fenced_set, read_back, read_record
+from election._transaction import (
+    OutcomeUnknownError,
+    encode_record,
+    fenced_set,
+    parse_record,
+    read_back,
+    read_record,
+)
 
-__all__ = ["CommitTally", "Fence", "Term"]
+__all__ = ["CommitTally", "Fence", "Term", "read_handover"]
 
 _Outcome = Literal["attempted", "fenced", "refused"]
 
@@ -53,6 +62,16 @@ class Term(Protocol):
     def log(self) -> FilteringBoundLogger: ...
 
     def is_leader(self) -> bool: ...
+
+
+def read_handover(term: Term) -> dict[str, Any] | None:
+    """The handover record at ``/tenure/<group>/handover`` (``None`` if none was written); needs no leadership,
+    so ``Election.read_handover`` answers a follower too."""
+    try:
+        raw, _ = term.client.get_async(term.paths.handover).get(timeout=term.op_timeout_s)
+    except NoNodeError:
+        return None
+    return parse_record(raw)
 
 
 class CommitTally:
@@ -168,7 +187,7 @@ class Fence:
         Raises:
             NotLeader: suspended, past the safe-until deadline, or disconnected — nothing was sent.
             Fenced: the node is gone, the version moved, or a higher epoch is stored.
-            ElectionError: the reply was lost and the outcome could not be read back (re-read).
+            CommitOutcomeUnknown: the reply was lost and the outcome could not be read back (re-read).
         """
         self._count("attempted")
         context = self._context(expected_version)
@@ -198,7 +217,7 @@ class Fence:
         try:
             raw, version = read_back(term.client, term.paths.commit, timeout_s=term.op_timeout_s)
         except Exception as read_exc:
-            raise ElectionError(f"{context}: connection lost during the commit ({exc}) and the record could not "
+            raise CommitOutcomeUnknown(f"{context}: connection lost during the commit ({exc}) and the record could not "
                                 f"be read back ({type(read_exc).__name__}): outcome unknown; re-read with "
                                 "read_commit() once connected") from read_exc
         if version == expected_version + 1 and raw == data:
@@ -212,6 +231,32 @@ class Fence:
                       after="connection loss")
         raise Fenced(f"{context}: connection lost during the commit and the record moved to version "
                      f"{version} by someone else; fenced")
+
+    def read_handover(self) -> dict[str, Any] | None:
+        """The handover record at ``/tenure/<group>/handover`` (``None`` if none was written): a plain read."""
+        return read_handover(self._term)
+
+    def write_handover(self, record: dict[str, Any]) -> None:
+        """Write the handover record, fenced like a commit: one transaction checks this term's own node and
+        compare-and-sets the record (plus ``"epoch"``), after refusing a record a later term already wrote.
+
+        Raises:
+            Fenced: own node gone, record moved, or a higher epoch stored there.
+            CommitOutcomeUnknown: the reply was lost, so the outcome is unknown (re-read with ``read_handover``).
+        """
+        term = self._term
+        context = f"group {term.paths.group}, epoch {self._epoch}, node {self._node}, handover"
+        stored, version = read_record(term.client, term.paths.handover, acl=term.acl, timeout_s=term.op_timeout_s,
+                                      context=context)
+        if stored is not None and int(stored.get("epoch", -1)) > self._epoch:
+            raise Fenced(f"{context}: the stored handover has epoch {stored['epoch']}, higher than ours; fenced")
+        try:
+            fenced_set(term.client, node=self._node, node_version=self._node_version, target=term.paths.handover,
+                       data=encode_record(record, self._epoch), expected_version=version,
+                       timeout_s=term.op_timeout_s, context=context)
+        except OutcomeUnknownError as exc:
+            raise CommitOutcomeUnknown(f"{context}: connection lost while writing; outcome unknown ({exc})") from exc
+        term.log.info("handover_written", epoch=self._epoch, clean=record.get("clean"))
 
     def __repr__(self) -> str:
         return f"Fence(group={self._term.paths.group!r}, epoch={self._epoch}, node={self._node!r})"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from career.lifecycle import RunnerSettings
 from career.spark import SparkCareerConfig
 from election import ConfigError, GroupPaths
 from service.replica import ReplicaConfig, load_config
-from service.replica._runner_states import RunnerSettings
 
 ZK = "127.0.0.1:2181"
 

@@ -59,7 +59,8 @@ def _inside(module: str, package: str) -> bool:
 def test_the_graph_is_read() -> None:
     """The scan sees known edges (a scan that saw nothing would pass every check below)."""
     graph = _graph()
-    assert "service.replica._runner" in graph["service.replica._process"]
+    assert "service.replica._lifecycle" in graph["service.replica._process"]
+    assert "career.lifecycle._runner" in graph["career.lifecycle"]
     assert "election._errors" in graph["career.spark._hooks"]
 
 

@@ -9,7 +9,6 @@ thread would.
 from __future__ import annotations
 
 import json
-import signal
 import threading
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
@@ -25,10 +24,11 @@ from structlog.testing import capture_logs
 
 from career import BatchFailed, CareerContext, CareerObserver, HandoverRecord
 from career._counter import CounterCareer
+from career.lifecycle import Runner, RunnerSettings, RunnerState
 from election import (
+    CommitOutcomeUnknown,
     Elected,
     Election,
-    ElectionError,
     ElectionEvent,
     GroupPaths,
     Identity,
@@ -37,9 +37,8 @@ from election import (
     Unresponsive,
 )
 from service.replica import Metrics
+from service.replica._lifecycle import build_runner
 from service.replica._progress import Progress
-from service.replica._runner import Runner, _Signal
-from service.replica._runner_states import RunnerSettings, RunnerState
 from tests._replicas import wait_for
 
 SESSION_S = 3.0
@@ -144,7 +143,7 @@ class _Harness:
         return [(int(e), int(n)) for e, n in (line.split(",") for line in self.counter_log.read_text().splitlines())]
 
     def stop(self) -> object:
-        self.runner._post(_Signal(signal.SIGTERM))
+        self.runner.request_stop("SIGTERM")
         self.thread.join(SESSION_S + 10)
         assert not self.thread.is_alive(), "the runner did not stop"
         return self.outcome[0]
@@ -177,8 +176,8 @@ def harness(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[Callable[.
         counter_log = tmp_path / "counter.log"
         progress = Progress(metrics, liveness_timeout_s=30.0)
         career = _RecordingCounter(counter_log, progress)
-        runner = Runner(election_factory, career, metrics,
-                        RunnerSettings(replica_id="r1", handover_timeout_s=2.0, idle_backoff_s=0.02,
+        runner, _control = build_runner(election_factory, career, metrics,
+                                        RunnerSettings(replica_id="r1", handover_timeout_s=2.0, idle_backoff_s=0.02,
                                        failure_backoff_s=0.5, tick_s=0.05), progress=progress)
         outcome: list[object] = []
 
@@ -209,12 +208,12 @@ def harness(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[Callable[.
 @pytest.mark.parametrize(
     ("where", "fault"),
     [
-        ("write", ElectionError("injected: connection lost while writing; outcome unknown")),
+        ("write", CommitOutcomeUnknown("injected: connection lost while writing; outcome unknown")),
         ("read", ConnectionLoss()),
         ("read", KazooTimeoutError("injected: read timed out")),
         ("read", NotLeader("injected: suspended while inaugurating")),
     ],
-    ids=["write-ElectionError", "read-ConnectionLoss", "read-KazooTimeoutError", "read-NotLeader"],
+    ids=["write-CommitOutcomeUnknown", "read-ConnectionLoss", "read-KazooTimeoutError", "read-NotLeader"],
 )
 def test_zookeeper_failure_at_inauguration_rejoins_then_leads(harness: Callable[..., _Harness], where: str,
                                                               fault: BaseException) -> None:

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from career.lifecycle import StallReason
 from election import GroupPaths, read_history
 from service.ops._status import fetch_status, format_status_table
+from service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
 from service.replica._progress import ProgressView
-from service.replica._runner import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
-from service.replica._stall import StallReason
 from service.replica._watchdog import StallLimits, find_stall
 from tests._replicas import REPO, ReplicaSet, counter_exactly_once, counter_replica_set, wait_for
 
@@ -113,7 +113,7 @@ def test_a_full_event_queue_is_a_fail_stop(zk_hosts: str, zk_client: KazooClient
     long before the liveness timeout would."""
     fault = tmp_path / "fault"
     script = ("import sys\n"
-              "from service.replica import _runner\n"
+              "from career.lifecycle import _runner\n"
               "init = _runner.Runner.__init__\n"
               "def small_queue(self, *args, **kwargs):\n"
               "    init(self, *args, **{**kwargs, 'queue_size': 8})\n"

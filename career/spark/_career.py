@@ -39,7 +39,7 @@ from career.spark._storage import (
 )
 from career.spark._term import Term, TermClock, committed_batch, no_fault
 from career.spark._warmup import KeepWarm, warm_up
-from election._errors import ElectionError, Fenced, NotLeader, Unresponsive
+from election._errors import CommitOutcomeUnknown, ElectionError, Fenced, NotLeader, Unresponsive
 
 __all__ = ["SparkCareer"]
 
@@ -238,6 +238,7 @@ class SparkCareer:
 
         Raises:
             Fenced: a batch's commit was fenced (a newer leader exists): hand over.
+            CommitOutcomeUnknown: a batch's commit lost its reply and could not be read back: end the term.
             BatchFailed: a batch failed on its own (its error is chained): the attempt counts against it.
             SparkCareerError: the query died for another reason, such as ZooKeeper being unreachable from a
                 batch (the error is chained); what the fault hook raised in a batch is raised as is.
@@ -403,7 +404,9 @@ class SparkCareer:
             term.log.info("query_restarting", reason="leadership resumed", restarts=term.restarts)
             self._start_query(term)
             return False
-        if isinstance(error, Fenced) or (error is not None and error is term.injected):
+        if isinstance(error, (Fenced, CommitOutcomeUnknown)) or (error is not None and error is term.injected):
+            # A fenced commit, or one whose reply was lost, ends the term the same way from a batch as from the
+            # control thread: the runner catches both by name (neither is the career's failure).
             raise error
         query = term.query
         exc = self._jvm(query.exception) if query is not None else None

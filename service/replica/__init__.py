@@ -4,10 +4,12 @@ Imports nothing from ``service.ops``, ``service.local`` or ``service.drill``: a 
 operator tool and no local infrastructure.
 """
 
+from career.lifecycle import RunnerState, StallReason
 from service.replica._config import ReplicaConfig, load_config
 from service.replica._faults import FAULT_POINTS, FaultFile, InjectedFault, arm
 from service.replica._four_letter import four_letter_word
 from service.replica._health import Health, HealthServer
+from service.replica._lifecycle import EXIT_STALLED
 from service.replica._logs import configure_logging, log_to_file
 from service.replica._metrics import (
     BATCHES,
@@ -33,9 +35,6 @@ from service.replica._registry import (
     register_group,
     registered_groups,
 )
-from service.replica._runner import EXIT_STALLED
-from service.replica._runner_states import RunnerState
-from service.replica._stall import StallReason
 
 __all__ = [
     "BATCHES",

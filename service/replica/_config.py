@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from career.lifecycle import RunnerSettings
 from election import ConfigError, DigestCredential, ElectionSettings, GroupPaths
-from service.replica._runner_states import RunnerSettings
 
 if TYPE_CHECKING:
     from career.spark import SparkCareerConfig

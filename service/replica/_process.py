@@ -1,4 +1,4 @@
-"""Wires one replica together: ZooKeeper client, election, career, metrics and health, runner."""
+"""Wires one replica together: ZooKeeper client, election, career, metrics and health, the runner (``_lifecycle``)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from service.replica._config import ReplicaConfig
 from service.replica._faults import FaultFile
 from service.replica._four_letter import four_letter_word
 from service.replica._health import HealthServer
+from service.replica._lifecycle import build_runner, health_of
 from service.replica._metrics import Metrics
 from service.replica._progress import Progress
 from service.replica._registry import register_group, registered_groups
-from service.replica._runner import Runner
 
 __all__ = ["run_replica"]
 
@@ -177,11 +177,11 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
                         session_timeout_s=timing.session_timeout_s, safe_fraction=timing.safe_fraction,
                         op_timeout_s=timing.op_timeout_s, faults=_faults(config))
 
-    runner = Runner(election_factory, career, metrics, config.runner_settings(), progress=progress)
+    runner, control = build_runner(election_factory, career, metrics, config.runner_settings(), progress=progress)
 
-    runner.install_signal_handlers()
+    control.install_signal_handlers()
     metrics.zk_connected.set(1 if client.connected else 0)
-    server.start(runner.health)
+    server.start(lambda: health_of(runner))
     _log.info("replica_started", metrics_port=server.port, career=config.career, zk=config.zk)
     try:
         return runner.run()

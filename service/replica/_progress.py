@@ -52,7 +52,8 @@ class ProgressView:
 
 
 class Progress:
-    """The progress clock of one replica; also the career's observer, forwarding every call to ``metrics``.
+    """The progress clock of one replica (the runner's ``LoopProgress``); also the career's observer, forwarding
+    every call to ``metrics``.
 
     Example::
 
@@ -119,6 +120,11 @@ class Progress:
                 working_since=self._working_since, first_batch_done=self._first_batch_done,
                 waiting_since=self._waiting_since, last_progress=self._last_progress, in_flight=self._in_flight,
                 backlog_files=self._backlog_files)
+
+    def batch_in_flight(self) -> int | None:
+        """The batch running now, if any."""
+        with self._lock:
+            return self._in_flight
 
     def loop_age(self) -> float:
         """Seconds since the control loop last came round."""

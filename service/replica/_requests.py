@@ -1,42 +1,29 @@
 """The replica's side of operators' requests (``tenure drain``, ``tenure handover``): watch their znodes and tell
 the runner, which alone acts, from its control thread.
 
-kazoo's watches only post :class:`DrainChanged` and :class:`HandoverRequested` to the runner's queue. A watch
-fires once at once with the node's state, and again on every change, across reconnects.
+kazoo's watches only post ``DrainChanged`` and ``HandoverRequested`` (``career.lifecycle``) to the runner's queue.
+A watch fires once at once with the node's state, and again on every change, across reconnects.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
+from career.lifecycle import DrainChanged, HandoverRequested
 from election import DrainRequest, GroupPaths, HandoverRequest
 
-__all__ = ["DrainChanged", "HandoverRequested", "OperatorRequests"]
-
-
-@dataclass(frozen=True)
-class DrainChanged:
-    """The replica's drain node changed: ``request`` is None once undrained."""
-
-    request: DrainRequest | None
-
-
-@dataclass(frozen=True)
-class HandoverRequested:
-    """The group's handover request changed: ``request`` is None once it is gone (or unreadable)."""
-
-    request: HandoverRequest | None
+__all__ = ["OperatorRequests"]
 
 
 class OperatorRequests:
-    """Reads and watches this replica's drain node and the group's handover request."""
+    """Reads and watches this replica's drain node and the group's handover request (the runner's
+    ``RequestSource``)."""
 
     def __init__(self, client: KazooClient, paths: GroupPaths, replica_id: str,
                  post: Callable[[DrainChanged | HandoverRequested], None],

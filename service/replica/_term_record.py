@@ -14,20 +14,18 @@ from kazoo.exceptions import KazooException
 from structlog.typing import FilteringBoundLogger
 
 from career import HandoverRecord, Outcome
+from career.lifecycle import CANARY
 from election import Fence, TenureError, TermHistory, TermRecord
 from service.replica._metrics import Metrics
 
-__all__ = ["CANARY", "TermRecorder"]
-
-CANARY = "canary"
-"""The reason a canary handover gives (``--canary-handover-every-s``); its successor reports the gap it saw."""
+__all__ = ["TermRecorder"]
 
 _PROGRESS_EVERY_S = 30.0
 
 
 class TermRecorder:
-    """Keeps one replica's terms in the history; ``timeout_errors`` is what the ZooKeeper client raises on a
-    timeout (the handler's exception type)."""
+    """Keeps one replica's terms in the history (the runner's ``TermJournal``); ``timeout_errors`` is what the
+    ZooKeeper client raises on a timeout (the handler's exception type)."""
 
     def __init__(self, history: TermHistory, metrics: Metrics, replica_id: str, log: FilteringBoundLogger,
                  timeout_errors: tuple[type[BaseException], ...]) -> None:

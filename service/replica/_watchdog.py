@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import structlog
 
+from career.lifecycle import Stall, StallReason
 from service.replica._progress import Progress, ProgressView
-from service.replica._stall import Stall, StallReason
 
 __all__ = ["StallLimits", "Watchdog", "find_stall"]
 

@@ -1,6 +1,6 @@
 """The runner's states, the transitions between them, and its settings.
 
-The runner (``service/replica/_runner.py``) changes state only through :data:`TRANSITIONS`; a move outside it is
+The runner (``career/lifecycle/_runner.py``) changes state only through :data:`TRANSITIONS`; a move outside it is
 a bug and raises.
 """
 

@@ -1,0 +1,48 @@
+"""The handover-request policy: which operators' handover requests (``tenure handover``) a term honours."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from career.lifecycle._ports import RequestSource
+from career.lifecycle._states import RunnerState
+from election import Contender, HandoverRequest
+
+__all__ = ["HandoverRequests", "PendingHandover"]
+
+
+class PendingHandover(NamedTuple):
+    """Before a term begins: whether to step aside for the request's target, and the request it grants."""
+
+    step_aside: bool
+    granted: HandoverRequest | None
+
+
+_NONE = PendingHandover(False, None)
+
+
+class HandoverRequests:
+    """Decides, for one replica, whether a handover request applies to it."""
+
+    def __init__(self, requests: RequestSource, replica_id: str) -> None:
+        self._requests = requests
+        self._replica_id = replica_id
+
+    def honour(self, request: HandoverRequest, state: RunnerState, epoch: int | None) -> bool:
+        """A request made to this term, live, and not naming this replica: hand over (to the target, or the next
+        in line). Requests for other terms, or expired, are ignored."""
+        return (state in (RunnerState.LEADING, RunnerState.PAUSED) and request.epoch == epoch
+                and self._requests.live(request) and request.to != self._replica_id)
+
+    def before_term(self, epoch: int, contenders: Callable[[], list[Contender]], timeout_s: float) -> PendingHandover:
+        """Before a term of ``epoch`` begins, the live handover request made to an earlier term. Step aside when it
+        names another replica that is in the election; otherwise this term grants it (and deletes it once
+        inaugurated). ZooKeeper's errors pass through."""
+        request = self._requests.handover(timeout_s)
+        if request is None or request.epoch >= epoch or not self._requests.live(request):
+            return _NONE
+        if request.to in (None, self._replica_id):
+            return PendingHandover(False, request)
+        in_line = {c.identity.replica_id for c in contenders() if c.identity is not None}
+        return PendingHandover(request.to in in_line, None)

@@ -1,0 +1,188 @@
+"""The replica process's side of the runner (``career.lifecycle``): its ports implemented with Prometheus metrics,
+the progress watchdog, signals and the process tree, and ``build_runner`` that wires them.
+
+What is about the process stays here: a signal's graceful handover and its budget, the watchdog thread, killing
+the JVM and exiting with :data:`EXIT_STALLED` for a supervisor to restart the replica.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import asdict
+from types import FrameType
+
+import structlog
+
+from career import Career
+from career.lifecycle import RequestSource, Runner, RunnerEvent, RunnerSettings, RunnerState, StallReason, TermJournal
+from election import Election, ElectionEvent
+from service.replica._health import Health
+from service.replica._metrics import Metrics
+from service.replica._proctree import tree_pids
+from service.replica._progress import Progress
+from service.replica._requests import OperatorRequests
+from service.replica._term_record import TermRecorder
+from service.replica._watchdog import StallLimits, Watchdog
+
+__all__ = ["EXIT_HANDOVER_OVERRUN", "EXIT_STALLED", "ReplicaControl", "RunnerMetrics", "build_runner", "health_of"]
+
+_log = structlog.get_logger("tenure.runner")
+
+EXIT_HANDOVER_OVERRUN = 3
+EXIT_STALLED = 4
+"""The exit code of a replica that gave its lock up because its work stopped progressing (a supervisor restarts
+it: `tenure up`, compose's ``restart: on-failure``)."""
+#: Past the handover budget, time for the handover record and the node's release (two ZooKeeper writes).
+_HANDOVER_GRACE_S = 2.0
+
+
+class RunnerMetrics:
+    """The runner's ``RunnerObserver``: what it reports, as Prometheus metrics."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def role_changed(self, leading: bool, epoch: int | None) -> None:
+        self._metrics.is_leader.set(1 if leading else 0)
+        self._metrics.leader_epoch.set(epoch if leading and epoch is not None else 0)
+
+    def connection_changed(self, connected: bool) -> None:
+        self._metrics.zk_connected.set(1 if connected else 0)
+
+    def leader_changed(self) -> None:
+        self._metrics.leader_changes.inc()
+
+    def lease_headroom(self, seconds: float) -> None:
+        self._metrics.lease_headroom.set(seconds)
+
+    def inaugurated(self, seconds: float) -> None:
+        self._metrics.inauguration_seconds.observe(seconds)
+        self._metrics.leadership_changes.inc()
+
+    def term_ended(self) -> None:
+        self._metrics.lease_headroom.set(0)
+        self._metrics.leadership_changes.inc()
+
+    def handover_took(self, seconds: float) -> None:
+        self._metrics.handover_seconds.observe(seconds)
+
+    def career_failed(self) -> None:
+        self._metrics.career_failures.inc()
+
+    def stalled(self, reason: StallReason) -> None:
+        self._metrics.stalls.labels(reason.value).inc()
+
+
+def health_of(runner: Runner) -> Health:
+    """The runner's health snapshot, as the HTTP server serves it."""
+    return Health(**asdict(runner.health()))
+
+
+class ReplicaControl:
+    """The runner's ``ProcessControl``, and the process's signal handling.
+
+    SIGTERM and SIGINT ask the runner to hand over gracefully, within ``handover_timeout_s`` plus a grace; past
+    it the session is closed and the process exits with :data:`EXIT_HANDOVER_OVERRUN`. A second signal exits at
+    once; a signal while the career still warms up exits 0 (nothing to hand over). The progress watchdog runs
+    while the control loop does.
+    """
+
+    def __init__(self, progress: Progress, settings: RunnerSettings) -> None:
+        self._progress = progress
+        self._settings = settings
+        self._runner: Runner | None = None
+        self._watchdog: Watchdog | None = None
+        self._overrun: threading.Timer | None = None
+        self._signals = 0
+
+    def attach(self, runner: Runner) -> None:
+        self._runner = runner
+        self._watchdog = Watchdog(self._progress, StallLimits(self._settings.stall_timeout_s,
+                                                              self._settings.first_batch_allowance_s),
+                                  runner.give_up)
+
+    # -- ProcessControl ----------------------------------------------------------------------------------------
+
+    def loop_started(self) -> None:
+        assert self._watchdog is not None, "attach() the runner first"
+        self._watchdog.start()
+
+    def loop_ended(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        if self._overrun is not None:
+            self._overrun.cancel()
+
+    def exit_stalled(self) -> None:
+        _log.error("exiting_after_stall", exit_code=EXIT_STALLED)
+        self._kill_and_exit(EXIT_STALLED)
+
+    # -- signals -----------------------------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT hand over gracefully; a second one exits at once (main thread only)."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        runner = self._runner
+        assert runner is not None
+        self._signals += 1
+        name = signal.Signals(signum).name
+        if runner.state is RunnerState.STARTING:
+            # Still warming up, not in the election: nothing to hand over, and prepare() cannot be interrupted.
+            # Spark's JVM exits with us (its gateway watches our stdin).
+            _log.info("stopped_while_starting", signal=name)
+            os._exit(0)
+        if self._signals > 1:
+            _log.warning("second_signal_exit", signal=name)
+            os._exit(128 + signum)
+        # The budget covers finishing the execute() in flight and the whole handover. The career may spend all
+        # of handover_timeout_s waiting for its batch; the grace is for what follows it (record, release).
+        self._overrun = threading.Timer(self._settings.handover_timeout_s + _HANDOVER_GRACE_S, self._handover_overrun)
+        self._overrun.daemon = True
+        self._overrun.start()
+        runner.request_stop(name)
+
+    def _handover_overrun(self) -> None:
+        """The graceful handover ran past its budget: close the session so the successor hears now, not a session
+        timeout later, and exit (the supervisor's restart brings the replica back as a follower)."""
+        runner = self._runner
+        assert runner is not None
+        _log.error("handover_overrun", timeout_s=self._settings.handover_timeout_s, state=runner.state.value)
+        runner.close_session()
+        self._kill_and_exit(EXIT_HANDOVER_OVERRUN)
+
+    @staticmethod
+    def _kill_and_exit(code: int) -> None:
+        """SIGKILL the Spark JVM and its Python workers (children first; on a cluster the application's cores go
+        with the driver), and exit with ``code``."""
+        for pid in reversed(tree_pids(os.getpid())[1:]):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def build_runner(election_factory: Callable[[Callable[[ElectionEvent], None]], Election], career: Career,
+                 metrics: Metrics, settings: RunnerSettings, *, progress: Progress) -> tuple[Runner, ReplicaControl]:
+    """The runner of one replica, its ports implemented by this process (``control`` installs the signals)."""
+    control = ReplicaControl(progress, settings)
+
+    def requests(election: Election, post: Callable[[RunnerEvent], None]) -> RequestSource:
+        return OperatorRequests(election.client, election.paths, settings.replica_id, post)
+
+    def terms(election: Election) -> TermJournal:
+        log = _log.bind(replica_id=settings.replica_id, group=election.group)
+        return TermRecorder(election.history, metrics, settings.replica_id, log,
+                            (election.client.handler.timeout_exception,))
+
+    runner = Runner(election_factory, career, settings, observer=RunnerMetrics(metrics), progress=progress,
+                    process=control, requests=requests, terms=terms)
+    control.attach(runner)
+    return runner, control
