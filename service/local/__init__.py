@@ -5,8 +5,17 @@ from service.local._demo import run_demo
 from service.local._ensemble import Ensemble, EnsembleError, Server, die_with_parent, find_java, free_base_port
 from service.local._netns import NetNamespace, NetnsError, netns_unavailable
 from service.local._spark_cluster import SparkCluster, SparkClusterError, SparkDaemon, SparkWorker
-from service.local._topology import ReplicaLaunch, ReplicaProcess, ReplicaStatus, Topology, sample_key, scrape
+from service.local._topology import (
+    ReplicaLaunch,
+    ReplicaProcess,
+    ReplicaStatus,
+    Topology,
+    free_port,
+    sample_key,
+    scrape,
+)
 from service.local._up import run_up
+from service.local._wait import wait_for
 
 __all__ = [
     "Ensemble",
@@ -25,9 +34,11 @@ __all__ = [
     "die_with_parent",
     "find_java",
     "free_base_port",
+    "free_port",
     "netns_unavailable",
     "run_demo",
     "run_up",
     "sample_key",
     "scrape",
+    "wait_for",
 ]

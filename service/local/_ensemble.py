@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import ClassVar
 import structlog
 
 from election import TenureError
+from service.local._wait import watch_until_stopped
 from service.replica import four_letter_word
 
 __all__ = [
@@ -375,6 +377,25 @@ class Ensemble:
     def dead_servers(self) -> list[Server]:
         """Servers whose process has exited on its own (not reaped by ``kill``)."""
         return [s for s in self.servers if s.process is not None and s.process.poll() is not None]
+
+    def run_until_stopped(self, stop: threading.Event, on_serving: Callable[[str], None]) -> None:
+        """``tenure zk``: start, tell ``on_serving`` the connect string, log each server that dies on its own,
+        until ``stop`` is set; every server is stopped at the end, also when ``start`` fails.
+
+        Raises:
+            EnsembleError: the ensemble cannot start (after stopping what it launched).
+        """
+        try:
+            self.start()
+            on_serving(self.connect_string)
+            watch_until_stopped(stop, lambda: [s.name for s in self.dead_servers()], self._report_death)
+        finally:
+            self.stop()
+
+    def _report_death(self, name: str) -> None:
+        s = self.server(name)
+        _log.error("zk_server_died", server=s.name, port=s.client_port,
+                   exit_code=s.process.returncode if s.process else None, log=str(s.directory / "server.log"))
 
     def stop(self) -> None:
         """Stop every server (SIGTERM, then SIGKILL after a grace period) and reap them."""
