@@ -19,7 +19,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from bench._common import embedded_ensemble
-from service.cli import zk as zk_command
+from service.cli._local import zk as zk_command
 from service.drill._settings import DrillSettings
 from service.local import Ensemble, EnsembleError, Topology, find_java
 from service.replica import four_letter_word
