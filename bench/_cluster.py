@@ -19,8 +19,8 @@ from typing import Any, Protocol
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from bench._common import embedded_ensemble, process_tree_rss
-from service.local import Ensemble, EnsembleError, Topology, die_with_parent
+from bench._common import ENSEMBLE_ATTEMPTS, ENSEMBLE_START_S, process_tree_rss
+from service.local import Ensemble, EnsembleError, Topology, die_with_parent, running_ensemble
 
 __all__ = ["Cluster", "Commit", "CommitTimeline", "NaiveCluster", "TenureCluster", "producer_args"]
 
@@ -249,7 +249,8 @@ class NaiveCluster:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.data_root.mkdir(parents=True, exist_ok=True)
         self._ensemble = self._stack.enter_context(
-            embedded_ensemble(self.directory / "zk", tick_ms=ZK_TICK_MS))
+            running_ensemble(self.directory / "zk", tick_ms=ZK_TICK_MS, timeout_s=ENSEMBLE_START_S,
+                             attempts=ENSEMBLE_ATTEMPTS))
         for replica_id in self._ids:
             self._launch(replica_id)
         if self._rate:

@@ -36,11 +36,11 @@ from election import (
     Revoked,
     Unresponsive,
 )
+from service.local import wait_for
 from service.replica import Metrics
 from service.replica._progress import Progress
 from service.replica._runner import Runner, _Signal
 from service.replica._runner_states import RunnerSettings, RunnerState
-from tests._replicas import wait_for
 
 SESSION_S = 3.0
 

@@ -349,7 +349,7 @@ class Topology:
     def wait_for(self, predicate: Callable[[], object], timeout_s: float, what: str,
                  interval_s: float = 0.1) -> None:
         """Poll ``predicate`` until truthy; raise TimeoutError naming ``what`` at the deadline (``wait_for``)."""
-        wait_for(predicate, timeout_s, what, interval_s)
+        wait_for(predicate, timeout_s, what, interval_s)  # the drills' pace: 0.1 s unless told
 
     def wait_for_leader(self, timeout_s: float) -> ReplicaStatus:
         """Block until exactly one replica leads; return its status."""

@@ -5,19 +5,26 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 __all__ = ["wait_for", "watch_until_stopped"]
 
 
-def wait_for(predicate: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.1) -> None:
-    """Poll ``predicate`` every ``interval_s`` until truthy; raise ``TimeoutError`` naming ``what`` at the deadline.
+def wait_for(predicate: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.05) -> T:
+    """Poll ``predicate`` every ``interval_s`` until it returns something truthy, and return that; raise
+    ``TimeoutError`` naming ``what`` at the deadline.
 
     Example::
 
-        wait_for(lambda: ensemble.leader(), timeout_s=30, what="a ZooKeeper leader")
+        leader = wait_for(lambda: topology.leaders(), timeout_s=30, what="a leader")[0]
     """
     deadline = time.monotonic() + timeout_s
-    while not predicate():
+    while True:
+        value = predicate()
+        if value:
+            return value
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(interval_s)
