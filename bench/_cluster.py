@@ -20,6 +20,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from bench._common import ENSEMBLE_ATTEMPTS, ENSEMBLE_START_S, process_tree_rss
+from election import GroupPaths
 from service.local import Ensemble, EnsembleError, Topology, die_with_parent, running_ensemble
 
 __all__ = ["Cluster", "Commit", "CommitTimeline", "NaiveCluster", "TenureCluster", "producer_args"]
@@ -57,7 +58,7 @@ class CommitTimeline:
     """
 
     def __init__(self, hosts: str, group: str, interval_s: float = 0.02) -> None:
-        self.path = f"/tenure/{group}/commit"
+        self.path = GroupPaths(group).commit
         self.interval_s = interval_s
         self.commits: list[Commit] = []
         self._client = KazooClient(hosts=hosts, timeout=10.0)
