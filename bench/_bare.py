@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from career.spark._storage import Layout
+
 __all__ = ["main"]
 
 
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     spark = session(config, "bare")
     query = start_query(spark, config, checkpoint=args.data_root / "checkpoint-bare",
-                        table=args.data_root / "table", quarantine=args.data_root / "quarantine",
+                        table=Layout(args.data_root).table, quarantine=Layout(args.data_root).quarantine,
                         on_batch=on_batch)
     if args.ready_file is not None:
         args.ready_file.touch()

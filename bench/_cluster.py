@@ -19,8 +19,9 @@ from typing import Any, Protocol
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from bench._common import embedded_ensemble, process_tree_rss
-from service.local import Ensemble, EnsembleError, Topology, die_with_parent
+from bench._common import ENSEMBLE_ATTEMPTS, ENSEMBLE_START_S, process_tree_rss
+from election import GroupPaths
+from service.local import Ensemble, EnsembleError, Topology, die_with_parent, running_ensemble
 
 __all__ = ["Cluster", "Commit", "CommitTimeline", "NaiveCluster", "TenureCluster", "producer_args"]
 
@@ -57,7 +58,7 @@ class CommitTimeline:
     """
 
     def __init__(self, hosts: str, group: str, interval_s: float = 0.02) -> None:
-        self.path = f"/tenure/{group}/commit"
+        self.path = GroupPaths(group).commit
         self.interval_s = interval_s
         self.commits: list[Commit] = []
         self._client = KazooClient(hosts=hosts, timeout=10.0)
@@ -249,7 +250,8 @@ class NaiveCluster:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.data_root.mkdir(parents=True, exist_ok=True)
         self._ensemble = self._stack.enter_context(
-            embedded_ensemble(self.directory / "zk", tick_ms=ZK_TICK_MS))
+            running_ensemble(self.directory / "zk", tick_ms=ZK_TICK_MS, timeout_s=ENSEMBLE_START_S,
+                             attempts=ENSEMBLE_ATTEMPTS))
         for replica_id in self._ids:
             self._launch(replica_id)
         if self._rate:

@@ -9,18 +9,17 @@ import os
 import platform
 import re
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from service.local import Ensemble, EnsembleError, Server, free_base_port
-
 __all__ = [
+    "ENSEMBLE_ATTEMPTS",
+    "ENSEMBLE_START_S",
     "BenchContext",
     "Result",
     "Target",
-    "embedded_ensemble",
     "machine",
     "markdown_table",
     "percentiles",
@@ -172,44 +171,10 @@ def machine() -> dict[str, Any]:
             "kernel": platform.release()}
 
 
-class _BenchEnsemble(Ensemble):
-    """The embedded ensemble with ZooKeeper's per-address connection cap lifted (``maxClientCnxns=0``).
-
-    The herd benchmark opens one session per contender, up to 200, all from 127.0.0.1; ZooKeeper's default
-    cap of 60 connections per address per server would refuse most of them.
-    """
-
-    def __init__(self, *, max_client_cnxns: int | None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._max_client_cnxns = max_client_cnxns
-
-    def _write_config(self, s: Server) -> Path:
-        cfg = super()._write_config(s)
-        if self._max_client_cnxns is not None:
-            with cfg.open("a") as f:
-                f.write(f"maxClientCnxns={self._max_client_cnxns}\n")
-        return cfg
-
-
-@contextlib.contextmanager
-def embedded_ensemble(directory: Path, *, servers: int = 3, tick_ms: int = Ensemble.DEFAULT_TICK_MS,
-                      max_client_cnxns: int | None = None) -> Iterator[Ensemble]:
-    """A real ZooKeeper ensemble from the PySpark jars on free ports, stopped on exit."""
-    for attempt in range(1, 6):
-        ensemble = _BenchEnsemble(servers=servers, port=free_base_port(servers), directory=directory,
-                                  tick_ms=tick_ms, max_client_cnxns=max_client_cnxns)
-        try:
-            ensemble.start(timeout_s=180.0)  # a loaded 2-core machine has taken over 60 s here
-            break
-        except EnsembleError as exc:
-            ensemble.stop()
-            # Other work on this machine takes ports too: between the probe and the launch one may go.
-            if "already in use" not in str(exc) or attempt == 5:
-                raise
-    try:
-        yield ensemble
-    finally:
-        ensemble.stop()
+#: Starting the bench's ensemble: a loaded 2-core machine has taken over 60 s, and other work on this machine takes
+#: ports too (between the probe and the launch one may go), so ``running_ensemble`` gets this long and these tries.
+ENSEMBLE_START_S = 180.0
+ENSEMBLE_ATTEMPTS = 5
 
 
 def process_tree_rss(pid: int) -> int:

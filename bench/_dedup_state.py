@@ -22,6 +22,8 @@ from typing import Any
 
 from bench._common import BenchContext, Result, Target
 from bench._plots import add_plot, pyplot, save
+from career.queue import QueueLayout
+from career.spark._storage import Layout
 
 __all__ = ["main", "run_dedup_state"]
 
@@ -36,7 +38,7 @@ def _measure(sizes: list[int], out: Path) -> None:
     from service.ops import produce
 
     root = Path(tempfile.mkdtemp(prefix="tenure-dedup-state-"))
-    (root / "landing").mkdir()
+    QueueLayout(root).landing.mkdir()
     config = SparkCareerConfig(data_root=root, dedup_window="24 hours")  # nothing expires during the run
     spark = session(config, "dedup-state")
     batches: list[dict[str, Any]] = []
@@ -47,8 +49,8 @@ def _measure(sizes: list[int], out: Path) -> None:
             batches.append({"batch_id": batch["batch_id"], "written": batch["written"],
                             "seconds": batch["committed_at"] - batch["started_at"]})
 
-    query = start_query(spark, config, checkpoint=root / "checkpoint", table=root / "table",
-                        quarantine=root / "quarantine", on_batch=on_batch)
+    query = start_query(spark, config, checkpoint=Layout(root).checkpoint, table=Layout(root).table,
+                        quarantine=Layout(root).quarantine, on_batch=on_batch)
 
     def wait_for(total: int) -> None:
         deadline = time.monotonic() + 900

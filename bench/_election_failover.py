@@ -21,9 +21,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.protocol.states import EventType, WatchedEvent
@@ -31,7 +30,7 @@ from kazoo.protocol.states import EventType, WatchedEvent
 from bench._common import BenchContext, Result, Target, percentiles
 from election import GroupPaths, GroupStatus, group_status
 from service.drill import read_events
-from service.local import Ensemble, EnsembleError, Topology
+from service.local import Ensemble, EnsembleError, Topology, wait_for
 from service.replica import four_letter_word
 
 __all__ = ["run_election_failover"]
@@ -48,10 +47,8 @@ _ELECTED_TIMEOUT_S = 60.0  # far above any expiry: only a broken run waits this 
 # After the line is whole again: lets the restarted replica finish starting (its CPU would otherwise compete
 # with the failover measured next) and puts the kill at a random phase of the ticks and heartbeats.
 _SETTLE_S = 1.0
-_POLL_S = 0.05
 _PLOT = "election_failover.png"
 
-_T = TypeVar("_T")
 
 
 class _Deleted:
@@ -69,18 +66,6 @@ class _Deleted:
     def wait(self, timeout_s: float) -> float | None:
         self._event.wait(timeout_s)
         return self.at
-
-
-def _wait(predicate: Callable[[], _T | None], timeout_s: float, what: str) -> _T:
-    """Poll ``predicate`` until it returns something truthy (returned); TimeoutError naming ``what``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(_POLL_S)
 
 
 def _whole_line(client: KazooClient) -> GroupStatus | None:
@@ -116,7 +101,7 @@ def _elected_after(topology: Topology, replica_ids: list[str], since: float) -> 
 
 def _kill_leader(topology: Topology, client: KazooClient, tick_ms: int) -> dict[str, Any]:
     """Steps 2–5 for the current leader (the line is whole); one row of figures."""
-    status = _wait(lambda: _whole_line(client), _LINE_TIMEOUT_S, "3 replicas in the election")
+    status = wait_for(lambda: _whole_line(client), _LINE_TIMEOUT_S, "3 replicas in the election")
     assert status.leader is not None and status.leader.identity is not None, "a whole line has a leader"
     leader, node = status.leader.identity.replica_id, status.leader.node
     session_on = _session_server(topology.ensemble, status.leader.session_id)
@@ -129,7 +114,7 @@ def _kill_leader(topology: Topology, client: KazooClient, tick_ms: int) -> dict[
     topology.replica(leader).signal(signal.SIGKILL)
     topology.replica(leader).kill()  # reaps it (the signal is already sent)
     expired_at = deleted.wait(_ELECTED_TIMEOUT_S)
-    to, elected_at, epoch = _wait(lambda: _elected_after(topology, survivors, killed_at), _ELECTED_TIMEOUT_S,
+    to, elected_at, epoch = wait_for(lambda: _elected_after(topology, survivors, killed_at), _ELECTED_TIMEOUT_S,
                                   f"a successor of {leader} to log `elected`")
     topology.restart(leader)
     return {
@@ -170,7 +155,7 @@ def _run_block(directory: Path, tick_ms: int, kills: int, rows: list[dict[str, A
         for index in range(kills):
             if deadline is not None and time.monotonic() > deadline:
                 break
-            _wait(lambda: _whole_line(client), _START_TIMEOUT_S if index == 0 else _LINE_TIMEOUT_S,
+            wait_for(lambda: _whole_line(client), _START_TIMEOUT_S if index == 0 else _LINE_TIMEOUT_S,
                   "3 replicas in the election")
             time.sleep(_SETTLE_S)  # not a poll: see _SETTLE_S
             rows.append({"block": block, "kill": index + 1, **_kill_leader(topology, client, tick_ms)})

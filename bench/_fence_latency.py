@@ -7,9 +7,9 @@ import time
 
 from kazoo.client import KazooClient
 
-from bench._common import BenchContext, Result, Target, embedded_ensemble, percentiles
+from bench._common import ENSEMBLE_ATTEMPTS, ENSEMBLE_START_S, BenchContext, Result, Target, percentiles
 from election import Elected, Election, ElectionEvent, Identity
-from service.local import Ensemble
+from service.local import Ensemble, running_ensemble
 
 __all__ = ["run_fence_latency"]
 
@@ -33,7 +33,7 @@ def run_fence_latency(ctx: BenchContext) -> Result:
         params={"commits": n, "warmup": warmup, "zk_servers": 3, "zk_tick_ms": Ensemble.DEFAULT_TICK_MS,
                 "session_timeout_s": _SESSION_TIMEOUT_S},
     )
-    with embedded_ensemble(ctx.work / "zk") as ensemble:
+    with running_ensemble(ctx.work / "zk", timeout_s=ENSEMBLE_START_S, attempts=ENSEMBLE_ATTEMPTS) as ensemble:
         client = KazooClient(hosts=ensemble.connect_string, timeout=_SESSION_TIMEOUT_S)
         client.start(timeout=30)
         events: queue.Queue[ElectionEvent] = queue.Queue()

@@ -14,9 +14,9 @@ from kazoo.client import KazooClient
 from kazoo.protocol.states import WatchedEvent
 
 from bench._children_watch import ChildrenWatchElection
-from bench._common import BenchContext, Result, Target, embedded_ensemble
+from bench._common import ENSEMBLE_ATTEMPTS, ENSEMBLE_START_S, BenchContext, Result, Target
 from election import Election, Identity, LeadershipState
-from service.local import Ensemble
+from service.local import Ensemble, running_ensemble, wait_for
 from service.replica import four_letter_word
 
 __all__ = ["run_herd"]
@@ -78,14 +78,6 @@ def _triggered(ensemble: Ensemble) -> int:
     return total
 
 
-def _wait(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"herd: timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(0.05)
-
-
 @contextlib.contextmanager
 def _clients(ensemble: Ensemble, n: int) -> Iterator[list[KazooClient]]:
     clients: list[KazooClient] = []
@@ -134,11 +126,11 @@ def _tenure_change(ensemble: Ensemble, n: int, settle_s: float) -> _Change:
                 states = Counter(e.state for e in elections)
                 return states[LeadershipState.LEADING] == 1 and states[LeadershipState.FOLLOWING] == n - 1
 
-            _wait(settled, 60 + n, f"{n} tenure contenders to settle")
+            wait_for(settled, 60 + n, f"{n} tenure contenders to settle")
             leader = next(e for e in elections if e.state is LeadershipState.LEADING)
             assert leader.node is not None
             leader_node, leader_session = leader.node, _session(leader.client)
-            _wait(lambda: len(_watchers_by_path(ensemble).get(leader_node, [])) >= 2, 10,
+            wait_for(lambda: len(_watchers_by_path(ensemble).get(leader_node, [])) >= 2, 10,
                   "the successor's and the leader's watches on the leader's node")
             time.sleep(settle_s)
             watchers = _watchers_by_path(ensemble).get(leader_node, [])
@@ -146,7 +138,7 @@ def _tenure_change(ensemble: Ensemble, n: int, settle_s: float) -> _Change:
             fired = _triggered(ensemble)
             started = time.monotonic()
             leader.release(timeout_s=10)
-            _wait(lambda: sum(e.state is LeadershipState.LEADING for e in elections) == 1, 30, "a new leader")
+            wait_for(lambda: sum(e.state is LeadershipState.LEADING for e in elections) == 1, 30, "a new leader")
             new_leader_s = time.monotonic() - started
             time.sleep(settle_s)  # let any herd arrive
             fired = _triggered(ensemble) - fired
@@ -178,15 +170,15 @@ def _children_change(ensemble: Ensemble, n: int, settle_s: float) -> _Change:
             for contender in contenders:
                 contender.start()
             # Every contender's latest list must hold all n nodes: wait for the join-time churn to pass.
-            _wait(lambda: sum(c.leading.is_set() for c in contenders) == 1, 60, "one children-watch leader")
-            _wait(lambda: all(c.seen == n for c in contenders), 30, f"all {n} contenders to list {n} nodes")
+            wait_for(lambda: sum(c.leading.is_set() for c in contenders) == 1, 60, "one children-watch leader")
+            wait_for(lambda: all(c.seen == n for c in contenders), 30, f"all {n} contenders to list {n} nodes")
             time.sleep(settle_s)
             leader = next(c for c in contenders if c.leading.is_set())
             before = {id(c): c.deliveries for c in contenders}
             fired = _triggered(ensemble)
             started = time.monotonic()
             leader.release()
-            _wait(lambda: sum(c.leading.is_set() for c in contenders) == 1, 30, "a new children-watch leader")
+            wait_for(lambda: sum(c.leading.is_set() for c in contenders) == 1, 30, "a new children-watch leader")
             new_leader_s = time.monotonic() - started
             time.sleep(settle_s)
             fired = _triggered(ensemble) - fired
@@ -223,7 +215,8 @@ def run_herd(ctx: BenchContext) -> Result:
     )
     rows: list[dict[str, Any]] = []
     worst_tenure = 0
-    with embedded_ensemble(ctx.work / "zk", max_client_cnxns=0) as ensemble:
+    with running_ensemble(ctx.work / "zk", max_client_cnxns=0, timeout_s=ENSEMBLE_START_S,
+                          attempts=ENSEMBLE_ATTEMPTS) as ensemble:
         for index, n in enumerate(sizes):
             # Alternate which recipe goes first, so neither always meets a freshly started ensemble.
             order: list[tuple[str, Callable[[Ensemble, int, float], _Change]]] = [

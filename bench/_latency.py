@@ -22,6 +22,8 @@ from typing import Any
 from bench._cluster import CommitTimeline, TenureCluster
 from bench._common import BenchContext, Result, Target, percentiles
 from bench._plots import add_plot, latency_plot
+from career.queue import QueueLayout
+from career.spark._storage import Layout
 from service.ops import produce
 
 __all__ = ["run_latency"]
@@ -42,8 +44,8 @@ class _Watcher:
     """Polls ``landing/`` (each queue file's mtime) and ``table/`` (when each batch's first part file appears)."""
 
     def __init__(self, data_root: Path) -> None:
-        self.landing = data_root / "landing"
-        self.table = data_root / "table"
+        self.landing = QueueLayout(data_root).landing
+        self.table = Layout(data_root).table
         self.landed: dict[str, float] = {}
         self.visible: dict[int, float] = {}
         self._stop = threading.Event()
@@ -84,8 +86,8 @@ def _prefill(data_root: Path, load: str) -> set[str]:
     """Feed ``rate × window`` ids at once, so the measured batches pay for the dedup state a steady load keeps
     (Spark scans all of it every batch); returns the names of those files, which the figures leave out."""
     def names() -> set[str]:  # the consumer may archive a file before this lists it
-        return {p.name for folder in ("landing", "archive") if (data_root / folder).is_dir()
-                for p in (data_root / folder).rglob("*.jsonl")}
+        queue = QueueLayout(data_root)
+        return {p.name for folder in (queue.landing, queue.archive) if folder.is_dir() for p in folder.rglob("*.jsonl")}
 
     before = names()
     # 1 000 keys are named k000…k999, never the steady load's k00…k99: their marks do not make it late.
@@ -125,7 +127,7 @@ def _producer(data_root: Path, records: int, load: str) -> threading.Thread:
 
 def _run_bare(work: Path, records: int, load: str, skip: int) -> dict[str, Any]:
     data_root = work / "data"
-    (data_root / "landing").mkdir(parents=True)
+    QueueLayout(data_root).landing.mkdir(parents=True)
     out, ready = work / "batches.json", work / "ready"
     with (work / "bare.log").open("ab") as log, _Watcher(data_root) as watcher:
         process = subprocess.Popen([sys.executable, "-m", "bench._bare", "--data-root", str(data_root),
@@ -188,7 +190,7 @@ def _run_tenure(work: Path, records: int, load: str, skip: int) -> dict[str, Any
             while any(c.batch_id not in watcher.visible for c in commits) and time.monotonic() < deadline:
                 time.sleep(_POLL_S)
             landed, visible = dict(watcher.landed), dict(watcher.visible)
-        triggered = _offset_times(sorted((cluster.data_root / "checkpoint").glob("epoch=*")))
+        triggered = _offset_times(sorted(Layout(cluster.data_root).checkpoint.glob("epoch=*")))
     finally:
         cluster.stop()
     ids = [c.batch_id for c in commits]

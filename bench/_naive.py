@@ -22,6 +22,9 @@ from types import FrameType
 
 from kazoo.client import KazooClient
 
+from career.spark._storage import Layout
+from election import GroupPaths
+
 __all__ = ["main"]
 
 
@@ -39,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     client = KazooClient(hosts=args.zk, timeout=args.session_timeout_s)
     client.start(timeout=30)
     election = client.Election(f"/tenure-naive/{args.group}/election", identifier=args.replica_id)
-    commit_path = f"/tenure/{args.group}/commit"
+    commit_path = GroupPaths(args.group).commit
     client.ensure_path(commit_path)
 
     def on_term(_signum: int, _frame: FrameType | None) -> None:
@@ -65,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             client.set(commit_path, json.dumps(record, sort_keys=True).encode())  # unfenced: any writer wins
 
         query = start_query(spark, config, checkpoint=args.data_root / "checkpoint-naive",
-                            table=args.data_root / "table", quarantine=args.data_root / "quarantine",
+                            table=Layout(args.data_root).table, quarantine=Layout(args.data_root).quarantine,
                             on_batch=on_batch, epoch=epoch)
         while not stop.is_set() and query.isActive:
             stop.wait(0.2)

@@ -37,6 +37,7 @@ from bench._handover import _run_recipes, stats
 from bench._plots import add_plot, change_bars, pyplot, save, segment_legend
 from bench._split import SEGMENTS, median_segments, seconds_to
 from bench._throughput import _fill_landing, _run_bare, _steady_rate
+from career.queue import QueueLayout
 from service.local import SparkCluster, Topology, free_base_port
 from service.ops import produce, verify
 
@@ -101,7 +102,7 @@ class _Replicas(TenureCluster):
         if producer is not None and producer.poll() is None:
             producer.terminate()
             producer.wait(30)
-        landing = self.data_root / "landing"
+        landing = QueueLayout(self.data_root).landing
         deadline = time.monotonic() + _DRAIN_TIMEOUT_S
         while any(r.alive for r in self.topology) and time.monotonic() < deadline:
             if not any(not p.name.startswith((".", "_")) for p in landing.iterdir()):
@@ -213,7 +214,8 @@ def _throughput(ctx: BenchContext, result: Result, load: _LoadSampler) -> list[d
             work.mkdir(parents=True)
             began = time.time()
             try:
-                figures = (_bare_rate if kind == "bare" else _tenure_rate)(work, source / "landing", records, workers)
+                run_one = _bare_rate if kind == "bare" else _tenure_rate
+                figures = run_one(work, QueueLayout(source).landing, records, workers)
             except Exception as exc:
                 figures = {"records_per_s": None, "error": f"{type(exc).__name__}: {exc}"}
                 result.error = f"throughput {kind} {workers}w round {index + 1}: {figures['error']}"

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 from pyspark.sql.streaming.query import StreamingQuery
 
+from career.queue import QueueLayout
 from career.spark import SparkCareerConfig, build_session
 from career.spark._pipeline import (
     KIND_BAD,
@@ -45,7 +46,7 @@ def start_query(spark: SparkSession, config: SparkCareerConfig, *, checkpoint: P
     """Start the bare query over ``<data_root>/landing``; ``on_batch`` gets each batch's figures after its write."""
     options = {"maxFilesPerTrigger": str(config.max_files_per_trigger)} if config.max_files_per_trigger else {}
     stream = classified_stream(
-        spark, source_format=config.source_format, path=str(Path(config.data_root, "landing").resolve()),
+        spark, source_format=config.source_format, path=str(QueueLayout(Path(config.data_root)).landing.resolve()),
         options=options, schema=config.source_schema, max_line_bytes=config.max_line_bytes,
         dedup_window=config.dedup_window, source_file_expr=config.source_file_expr, line_expr=config.line_expr)
 

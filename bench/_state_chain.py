@@ -25,6 +25,8 @@ from typing import Any
 
 from bench._common import BenchContext, Result
 from bench._plots import add_plot, pyplot, save
+from career.queue import QueueLayout
+from career.spark._storage import Layout
 
 __all__ = ["POLICIES", "main", "run_state_chain"]
 
@@ -57,7 +59,7 @@ def _measure(changelog: str, maintenance: str, state_ids: int, rounds: int, roun
     from service.ops import produce
 
     root = Path(tempfile.mkdtemp(prefix="tenure-state-chain-"))
-    (root / "landing").mkdir()
+    QueueLayout(root).landing.mkdir()
     conf = {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": changelog,
             "spark.sql.streaming.stateStore.maintenanceInterval": maintenance}
     config = SparkCareerConfig(data_root=root, dedup_window="24 hours", spark_conf=conf)  # nothing expires
@@ -73,8 +75,8 @@ def _measure(changelog: str, maintenance: str, state_ids: int, rounds: int, roun
 
     def start() -> Any:
         query_no[0] += 1
-        return start_query(spark, config, checkpoint=root / "checkpoint", table=root / "table",
-                           quarantine=root / "quarantine", on_batch=on_batch)
+        return start_query(spark, config, checkpoint=Layout(root).checkpoint, table=Layout(root).table,
+                           quarantine=Layout(root).quarantine, on_batch=on_batch)
 
     fed, seed = 0, 0
 
@@ -100,7 +102,7 @@ def _measure(changelog: str, maintenance: str, state_ids: int, rounds: int, roun
             steady = [b["seconds"] for b in batches[mark:] if b["written"]]
             time.sleep(1.0)  # let a due maintenance run finish its upload, as a leader's last second would
             query.stop()
-            newest, snapshot = _versions(root / "checkpoint" / "state")
+            newest, snapshot = _versions(Layout(root).checkpoint / "state")
             query = start()
             mark = len(batches)
             feed(_LIGHT_FILES * 1000, rate=1000, batch_records=1000, flush_interval_s=1.0)

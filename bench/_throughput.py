@@ -15,6 +15,7 @@ from typing import Any
 from bench._cluster import CommitTimeline, TenureCluster
 from bench._common import BenchContext, Result, Target, percentiles
 from bench._plots import add_plot, rate_plot
+from career.queue import QueueLayout
 from service.ops import produce
 
 __all__ = ["run_throughput"]
@@ -57,7 +58,7 @@ def _rate_over_time(batches: list[dict[str, Any]]) -> list[list[float]]:
 
 def _fill_landing(source: Path, data_root: Path) -> None:
     """Hard-link the produced files into a fresh landing folder (same names and mtimes, no copy)."""
-    landing = data_root / "landing"
+    landing = QueueLayout(data_root).landing
     landing.mkdir(parents=True, exist_ok=True)
     for path in sorted(source.iterdir()):
         os.link(path, landing / path.name)
@@ -146,7 +147,7 @@ def run_throughput(ctx: BenchContext) -> Result:
         for kind in order:
             work = ctx.work / f"{kind}-{index}"
             work.mkdir(parents=True)
-            figures = (_run_bare if kind == "bare" else _run_tenure)(work, source / "landing", records)
+            figures = (_run_bare if kind == "bare" else _run_tenure)(work, QueueLayout(source).landing, records)
             runs.append({"run": kind, "round": index + 1, **figures})
     result.table = [{"run": r["run"], "round": r["round"], "records/s": r["records_per_s"],
                      "steady batches": r.get("steady_batches"),

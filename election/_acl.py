@@ -35,6 +35,18 @@ class DigestCredential:
         if not self.password:
             raise ConfigError("DigestCredential.password='' is empty: digest ACLs need a password; set one")
 
+    @classmethod
+    def parse(cls, text: str) -> DigestCredential:
+        """The credential written ``user:password`` (``--zk-auth``, ``TENURE_ZK_AUTH``), parsed in one place.
+
+        Raises:
+            ConfigError: no ``:``, an empty user or password (the message never shows the password).
+        """
+        user, colon, password = text.partition(":")
+        if not colon:
+            raise ConfigError("must be user:password")
+        return cls(user, password)
+
     def auth_data(self) -> list[tuple[str, str]]:
         """The ``auth_data`` argument for ``KazooClient`` (digest scheme, ``user:password``)."""
         return [("digest", f"{self.user}:{self.password}")]

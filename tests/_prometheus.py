@@ -5,27 +5,24 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 __all__ = [
     "PrometheusError",
     "alerts",
-    "free_port",
     "prometheus_binary",
     "query",
     "running_prometheus",
     "start_prometheus",
     "stop_prometheus",
     "wait_ready",
-    "wait_until",
 ]
 
 T = TypeVar("T")
@@ -41,14 +38,6 @@ class PrometheusError(RuntimeError):
 def prometheus_binary() -> str | None:
     """Returns the path of the `prometheus` server binary, or None when it is not installed."""
     return shutil.which("prometheus")
-
-
-def free_port() -> int:
-    """Returns a TCP port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def start_prometheus(config_text: str, workdir: Path, port: int) -> subprocess.Popen[bytes]:
@@ -181,19 +170,3 @@ def alerts(port: int) -> list[dict[str, Any]]:
     data = _api(port, "/api/v1/alerts")
     active: list[dict[str, Any]] = data["alerts"]
     return active
-
-
-def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.2) -> T:
-    """Polls `probe` until it returns something other than None, and returns that.
-
-    Raises:
-        TimeoutError: `timeout_s` passed; the message names `what` was awaited.
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = probe()
-        if found is not None:
-            return found
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what}: not seen within {timeout_s} s")
-        time.sleep(interval_s)

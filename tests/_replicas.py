@@ -4,31 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from service.drill import read_events
-from service.local import ReplicaProcess
-from tests.conftest import free_port
+from service.local import ReplicaProcess, free_port
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
-
-
-def wait_for(predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.05) -> T:
-    """Poll ``predicate`` until it returns something truthy, or fail naming ``what`` after the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(interval_s)
 
 
 def http_get(url: str, timeout_s: float = 2.0) -> tuple[int, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import uuid
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from service.local import Ensemble, free_base_port
+from service.local import Ensemble, free_base_port, start_ensemble
 
 # Spark's Python workers must run this interpreter (with pyarrow), not whatever python3 PATH finds first.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -29,27 +28,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 ZK_TICK_MS = Ensemble.DEFAULT_TICK_MS
 
 
-def free_port() -> int:
-    """A loopback TCP port nobody holds right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def free_zk_base_port(servers: int = 3) -> int:
     """A client port range free for an ensemble of ``servers`` (see ``Ensemble`` for the layout)."""
     return free_base_port(servers)
-
-
-def start_ensemble(directory: Path, servers: int = 3) -> Ensemble:
-    """Start a real ensemble from the PySpark jars on free ports (the caller stops it)."""
-    ensemble = Ensemble(servers=servers, port=free_zk_base_port(servers), directory=directory, tick_ms=ZK_TICK_MS)
-    try:
-        ensemble.start()
-    except BaseException:
-        ensemble.stop()
-        raise
-    return ensemble
 
 
 def _docker_available() -> bool:
@@ -86,7 +67,7 @@ def zk_ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield docker_zk
         docker_zk.stop()
         return
-    ensemble = start_ensemble(tmp_path_factory.mktemp("zk"))
+    ensemble = start_ensemble(tmp_path_factory.mktemp("zk"), tick_ms=ZK_TICK_MS)
     yield ensemble
     ensemble.stop()
 
@@ -136,7 +117,7 @@ def spark() -> Iterator[Any]:
 @pytest.fixture()
 def private_ensemble(tmp_path: Path) -> Iterator[Ensemble]:
     """A 3-server ensemble of the test's own, for tests that stop or kill ZooKeeper servers."""
-    ensemble = start_ensemble(tmp_path / "zk")
+    ensemble = start_ensemble(tmp_path / "zk", tick_ms=ZK_TICK_MS)
     yield ensemble
     ensemble.stop()
 

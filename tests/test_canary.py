@@ -8,7 +8,8 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from election import read_history
-from tests._replicas import ReplicaSet, counter_exactly_once, tenure, wait_for
+from service.local import wait_for
+from tests._replicas import ReplicaSet, counter_exactly_once, tenure
 
 
 def test_canaries_hand_over_on_schedule_and_report_their_gap(counter_replicas: ReplicaSet, zk_client: KazooClient,

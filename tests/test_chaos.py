@@ -15,8 +15,7 @@ from service.drill import DrillError
 from service.drill._chaos import FaultOutcome
 from service.drill._chaos_plan import CAREER_POINTS, FAULT_KINDS, ChaosSettings, plan_faults
 from service.drill._chaos_run import AuditSummary, ChaosResult, judge_chaos, render_chaos
-from service.local import ReplicaProcess
-from tests._replicas import wait_for
+from service.local import ReplicaProcess, wait_for
 
 
 @pytest.mark.parametrize(("seed", "count", "window_s", "career"),

@@ -21,14 +21,8 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from tests._prometheus import (
-    alerts,
-    free_port,
-    prometheus_binary,
-    query,
-    running_prometheus,
-    wait_until,
-)
+from service.local import free_port, wait_for
+from tests._prometheus import alerts, prometheus_binary, query, running_prometheus
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -783,13 +777,14 @@ def test_prometheus_sees_the_leader_and_no_leader_goes_pending(live: tuple[int, 
     leader.set(1)
     # Before the first scrape the rule sees absent(tenure_is_leader) and goes pending; it must clear once the
     # leader is scraped and the rule evaluated again.
-    wait_until(
+    wait_for(
         lambda: True if _sum_of_leaders(port) == 1.0 and _no_leader_alert(port) is None else None,
         20,
         "sum(tenure_is_leader) == 1 and no TenureNoLeader alert",
+        interval_s=0.2,
     )
     leader.set(0)
-    alert = wait_until(lambda: _no_leader_alert(port), 20, "TenureNoLeader pending")
+    alert = wait_for(lambda: _no_leader_alert(port), 20, "TenureNoLeader pending", interval_s=0.2)
     assert alert["state"] == "pending"
     assert alert["labels"]["severity"] == "critical"
     leader.set(1)

@@ -10,7 +10,8 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from election import DrainRequest, GroupPaths, group_status, read_history
-from tests._replicas import ReplicaSet, counter_exactly_once, tenure, wait_for
+from service.local import wait_for
+from tests._replicas import ReplicaSet, counter_exactly_once, tenure
 
 
 def _in_election(zk_client: KazooClient, group: str) -> list[str]:

@@ -35,7 +35,7 @@ from election import (
     group_status,
 )
 from election._transaction import fenced_set
-from tests._replicas import wait_for
+from service.local import wait_for
 
 T = TypeVar("T")
 SESSION_TIMEOUT_S = 3.0  # short sessions keep expiry tests quick (the test ensemble allows 2–60 s)

@@ -16,9 +16,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from election import Elected, Fenced, Following, LeadershipState, NotLeader, Resumed, Revoked, Suspended, group_status
-from service.local import Ensemble
+from service.local import Ensemble, start_ensemble
 from service.replica import four_letter_word
-from tests.conftest import start_ensemble
 from tests.test_election import SESSION_TIMEOUT_S, contenders, wait_until
 
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from election import Elected, ElectionError, Following
+from service.local import free_port
 from service.ops import fetch_status, format_status_table, show_status
-from tests.conftest import free_port
 from tests.test_election import contenders
 
 

@@ -18,12 +18,11 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from bench._common import embedded_ensemble
-from service.cli import zk as zk_command
+from service.cli._local import zk as zk_command
 from service.drill._settings import DrillSettings
-from service.local import Ensemble, EnsembleError, Topology, find_java
+from service.local import Ensemble, EnsembleError, Topology, find_java, running_ensemble, wait_for
 from service.replica import four_letter_word
-from tests._replicas import descendants, wait_for
+from tests._replicas import descendants
 from tests.conftest import ZK_TICK_MS, free_zk_base_port
 
 TENURE = [sys.executable, "-m", "service"]
@@ -89,7 +88,7 @@ def test_default_tick_is_short(tmp_path: Path) -> None:
                      id="drill"),
         pytest.param(lambda _d: DrillSettings.make(career="counter", records=None, short=True).zk_tick_ms,
                      id="drill-short"),
-        pytest.param(lambda _d: inspect.signature(embedded_ensemble).parameters["tick_ms"].default, id="bench"),
+        pytest.param(lambda _d: inspect.signature(running_ensemble).parameters["tick_ms"].default, id="bench"),
         pytest.param(lambda _d: ZK_TICK_MS, id="tests"),
     ],
 )

@@ -22,10 +22,10 @@ from career.spark import SparkCareer
 from career.spark._marks import ConsumptionMarks
 from career.spark._storage import Layout
 from election import ConfigError, DigestCredential, ElectionError
+from service.local import free_port, wait_for
 from service.ops import connected, queue_lag, remove_group, show_status, verify
 from service.replica import GroupError, list_groups, queue_path, register_group, registered_groups
-from tests._replicas import REPO, Replica, wait_for
-from tests.conftest import free_port
+from tests._replicas import REPO, Replica
 from tests.test_spark_career import MAX_LINE, Queue, Recorder, leadership, make_config, run_until
 
 NOW = 1_800_000_000.0  # the group clock the marks archive on (any value: retention is not under test here)

@@ -10,8 +10,9 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from election import GroupPaths, HandoverRequest, group_status, read_history
+from service.local import wait_for
 from service.replica._requests import OperatorRequests
-from tests._replicas import Replica, ReplicaSet, counter_exactly_once, tenure, wait_for
+from tests._replicas import Replica, ReplicaSet, counter_exactly_once, tenure
 
 
 def _line(zk_client: KazooClient, group: str) -> list[str]:

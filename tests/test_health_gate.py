@@ -15,7 +15,8 @@ from kazoo.client import KazooClient
 
 from career._health import storage_problem
 from election import group_status
-from tests._replicas import ReplicaSet, wait_for
+from service.local import wait_for
+from tests._replicas import ReplicaSet
 
 
 @pytest.fixture()

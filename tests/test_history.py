@@ -10,8 +10,9 @@ import pytest
 from kazoo.client import KazooClient
 
 from election import HISTORY_LIMIT, Election, Fenced, GroupPaths, Identity, TermHistory, read_history
+from service.local import wait_for
 from service.ops import format_history
-from tests._replicas import ReplicaSet, tenure, wait_for
+from tests._replicas import ReplicaSet, tenure
 
 
 def _terms(zk_client: KazooClient, group: str) -> list[dict[str, object]]:

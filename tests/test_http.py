@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+from service.local import wait_for
 from service.replica import Health, HealthServer
-from tests._replicas import wait_for
 
 
 def _handlers_done() -> bool:

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from service.local import ReplicaProcess
+from service.local import ReplicaProcess, free_port, wait_for
 from service.ops import verify
 from service.ops._produce._atomic import fsync_dir, write_hidden_then_rename
 from tests._powerloss import PowerLossFS, powerloss_fs
-from tests._replicas import REPO, descendants, wait_for
-from tests.conftest import free_port
+from tests._replicas import REPO, descendants
 
 pytestmark = pytest.mark.timeout(900)
 

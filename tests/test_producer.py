@@ -20,6 +20,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from career.queue import classify_line
+from service.local import wait_for
 from service.ops._produce import (
     BAD_CLASSES,
     Producer,
@@ -45,14 +46,6 @@ def _visible(landing: Path) -> list[Path]:
 
 def _all_lines(root: Path) -> list[bytes]:
     return [line for path in iter_queue_files(root) for line in path.read_bytes().split(b"\n")[:-1]]
-
-
-def _wait_for(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(0.01)
 
 
 # -- write_lines ---------------------------------------------------------------------------------------------
@@ -109,7 +102,7 @@ def test_interval_flush_without_further_sends(tmp_path: Path) -> None:
     producer = Producer(tmp_path, flush_interval_s=0.05, on_ack=lambda p, n: acks.append((p, n)))
     try:
         producer.send(_record(1))
-        _wait_for(lambda: producer.acked == 1)
+        wait_for(lambda: producer.acked == 1, 5.0, "the flusher to write the record", interval_s=0.01)
         assert acks[0][0].exists() and acks[0][1] == 1
     finally:
         producer.close()

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from tests._replicas import REPO, Replica, ReplicaSet, wait_for
-from tests.conftest import free_port
+from service.local import free_port, wait_for
+from tests._replicas import REPO, Replica, ReplicaSet
 
 SESSION_S = 3.0
 HANDOVER_S = 2.0

@@ -36,10 +36,10 @@ from election import (
     Revoked,
     Unresponsive,
 )
+from service.local import wait_for
 from service.replica import Metrics
 from service.replica._lifecycle import build_runner
 from service.replica._progress import Progress
-from tests._replicas import wait_for
 
 SESSION_S = 3.0
 

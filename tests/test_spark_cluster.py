@@ -18,8 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from service.local import SparkCluster, SparkClusterError, SparkWorker, free_base_port
-from tests._replicas import descendants, wait_for
+from service.local import SparkCluster, SparkClusterError, SparkWorker, free_base_port, wait_for
+from tests._replicas import descendants
 
 TENURE = [sys.executable, "-m", "service"]
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1"}

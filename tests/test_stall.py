@@ -18,11 +18,12 @@ from kazoo.client import KazooClient
 
 from career.lifecycle import StallReason
 from election import GroupPaths, read_history
+from service.local import wait_for
 from service.ops._status import fetch_status, format_status_table
 from service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
 from service.replica._progress import ProgressView
 from service.replica._watchdog import StallLimits, find_stall
-from tests._replicas import REPO, ReplicaSet, counter_exactly_once, counter_replica_set, wait_for
+from tests._replicas import REPO, ReplicaSet, counter_exactly_once, counter_replica_set
 
 LIMITS = StallLimits(stall_timeout_s=120.0, first_batch_allowance_s=60.0)
 

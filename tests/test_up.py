@@ -18,10 +18,9 @@ from typing import Any
 
 import pytest
 
-from service.local import Topology
-from tests._prometheus import alerts, prometheus_binary, query, running_prometheus, wait_until
-from tests._replicas import REPO, descendants, wait_for
-from tests.conftest import free_port
+from service.local import Topology, free_port, wait_for
+from tests._prometheus import alerts, prometheus_binary, query, running_prometheus
+from tests._replicas import REPO, descendants
 
 ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
 
@@ -156,7 +155,7 @@ scrape_configs:
                 result = query(port, "sum(tenure_is_leader)")
                 return True if result and float(result[0]["value"][1]) == 1.0 else None
 
-            wait_until(one_leader_seen, 30, "Prometheus to see exactly one leader")
+            wait_for(one_leader_seen, 30, "Prometheus to see exactly one leader", interval_s=0.2)
             for replica in topology.replicas:
                 replica.stop(10)
 
@@ -164,7 +163,7 @@ scrape_configs:
                 return next((a for a in alerts(port) if a["labels"]["alertname"] == "TenureNoLeader"), None)
 
             started = time.monotonic()
-            alert = wait_until(no_leader_alert, 30, "TenureNoLeader to go pending")
+            alert = wait_for(no_leader_alert, 30, "TenureNoLeader to go pending", interval_s=0.2)
             assert alert["state"] == "pending", f"after {time.monotonic() - started:.1f} s"
     finally:
         topology.stop()

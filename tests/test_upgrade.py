@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from service.local import ReplicaProcess
+from service.local import ReplicaProcess, free_port, wait_for
 from service.ops import verify
-from tests._replicas import REPO, wait_for
-from tests.conftest import free_port
+from tests._replicas import REPO
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -3,10 +3,11 @@
 from service.drill._chaos_run import run_chaos
 from service.drill._monitor import read_events
 from service.drill._run import run_drills
-from service.drill._settings import DrillError
+from service.drill._settings import DrillError, check_arguments
 
 __all__ = [
     "DrillError",
+    "check_arguments",
     "read_events",
     "run_chaos",
     "run_drills",

@@ -65,7 +65,7 @@ __all__ = [
 # Event names are bare strings where they are logged (no constant to import): kept here, in one place, under the
 # module that emits each, so a renamed event is found by grepping for it.
 
-# service/replica/_runner.py (logger ``tenure.runner``)
+# career/lifecycle/_runner.py (logger ``tenure.runner``)
 RUNNER_LOGGER: Final = "tenure.runner"
 RUNNER_STARTING: Final = "runner_starting"
 RUNNER_STATE: Final = "runner_state"  # fields old, new (RunnerState values), epoch
@@ -96,7 +96,7 @@ BATCH_FAILED: Final = "batch_failed"
 # service/replica/_faults.py
 FAULT_INJECTED: Final = "fault_injected"
 
-#: ``runner_state``'s values the drill reads (service/replica/_runner.py ``RunnerState``)
+#: ``runner_state``'s values the drill reads (career/lifecycle/_states.py ``RunnerState``)
 FOLLOWING: Final = RunnerState.FOLLOWING.value
 LEADING: Final = RunnerState.LEADING.value
 #: the runner states of a term: leading, or leading but paused

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from career.lifecycle import HEALTH_EVERY_S
 from election import TenureError
 from service.local import Ensemble
 
@@ -22,6 +25,7 @@ __all__ = [
     "DrillError",
     "DrillSettings",
     "career_unavailable",
+    "check_arguments",
     "worker_loss_budget_s",
 ]
 
@@ -51,9 +55,9 @@ SPARK_WORKER_TIMEOUT_S = 60.0
 #: the successor (no leader commits sooner than its batch takes), and these seconds for the rest: recording the
 #: stall, closing the session, the successor's inauguration on warm standby and its first batch's extra cost.
 STUCK_SLACK_S = 5.0
-#: How often a replica asks its career whether it can work (``service/replica/_runner.py``, ``_HEALTH_EVERY_S``):
-#: a follower whose JVM froze leaves the election's line within this plus the probe timeout.
-HEALTH_CHECK_EVERY_S = 2.0
+#: How often a replica asks its career whether it can work: a follower whose JVM froze leaves the election's line
+#: within this plus the probe timeout.
+HEALTH_CHECK_EVERY_S = HEALTH_EVERY_S
 
 
 class DrillError(TenureError):
@@ -178,3 +182,24 @@ def career_unavailable(career: str) -> str | None:
     if not hasattr(module, "SparkCareer"):
         return "career.spark does not export SparkCareer yet: use --career counter"
     return None
+
+
+def check_arguments(scenarios: Sequence[str], *, faults: int | None, seed: int | None, spark_workers: int,
+                    plot: bool) -> None:
+    """The rules between ``tenure drill``'s arguments, checked before anything starts.
+
+    Raises:
+        DrillError: chaos with other scenarios or on a Spark cluster, ``--faults``/``--seed`` without chaos,
+            ``--plot`` without matplotlib; the message says the fix.
+    """
+    if plot and importlib.util.find_spec("matplotlib") is None:
+        raise DrillError("--plot needs matplotlib, which a replica's install leaves out: "
+                         "pip install 'tenure[drill]' (or drop --plot)")
+    if "chaos" in scenarios:
+        if len(scenarios) > 1:
+            raise DrillError("chaos runs alone: `tenure drill chaos --faults K …`, other scenarios separately")
+        if spark_workers:
+            raise DrillError("chaos runs without --spark-cluster: its partitions put replicas in network "
+                             "namespaces, out of reach of the cluster on loopback")
+    elif faults is not None or seed is not None:
+        raise DrillError("--faults and --seed are options of `tenure drill chaos` only")

@@ -2,11 +2,29 @@
 network namespaces, and the commands built on them (``tenure zk``, ``tenure up``, ``tenure demo``)."""
 
 from service.local._demo import run_demo
-from service.local._ensemble import Ensemble, EnsembleError, Server, die_with_parent, find_java, free_base_port
+from service.local._ensemble import (
+    Ensemble,
+    EnsembleError,
+    Server,
+    die_with_parent,
+    find_java,
+    free_base_port,
+    running_ensemble,
+    start_ensemble,
+)
 from service.local._netns import NetNamespace, NetnsError, netns_unavailable
 from service.local._spark_cluster import SparkCluster, SparkClusterError, SparkDaemon, SparkWorker
-from service.local._topology import ReplicaLaunch, ReplicaProcess, ReplicaStatus, Topology, sample_key, scrape
+from service.local._topology import (
+    ReplicaLaunch,
+    ReplicaProcess,
+    ReplicaStatus,
+    Topology,
+    free_port,
+    sample_key,
+    scrape,
+)
 from service.local._up import run_up
+from service.local._wait import wait_for
 
 __all__ = [
     "Ensemble",
@@ -25,9 +43,13 @@ __all__ = [
     "die_with_parent",
     "find_java",
     "free_base_port",
+    "free_port",
     "netns_unavailable",
     "run_demo",
     "run_up",
+    "running_ensemble",
     "sample_key",
     "scrape",
+    "start_ensemble",
+    "wait_for",
 ]

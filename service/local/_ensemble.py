@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import os
@@ -11,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from typing import ClassVar
 import structlog
 
 from election import TenureError
+from service.local._wait import watch_until_stopped
 from service.replica import four_letter_word
 
 __all__ = [
@@ -30,6 +33,8 @@ __all__ = [
     "find_java",
     "find_zk_classpath",
     "free_base_port",
+    "running_ensemble",
+    "start_ensemble",
 ]
 
 _log = structlog.get_logger("tenure.zk")
@@ -199,7 +204,7 @@ class Ensemble:
     DEFAULT_TICK_MS: ClassVar[int] = 200
 
     def __init__(self, *, servers: int = 3, port: int = 2181, directory: Path, tick_ms: int = DEFAULT_TICK_MS,
-                 heap_mb: int = 256, client_address: str = "127.0.0.1") -> None:
+                 heap_mb: int = 256, client_address: str = "127.0.0.1", max_client_cnxns: int | None = None) -> None:
         if tick_ms <= 0:
             raise EnsembleError(f"tick_ms={tick_ms} must be positive: ZooKeeper's tickTime is in milliseconds "
                                 f"(default {self.DEFAULT_TICK_MS})")
@@ -210,6 +215,9 @@ class Ensemble:
                                 f"{65535 - _ELECTION_OFFSET - servers}")
         self.tick_ms = tick_ms
         self.heap_mb = heap_mb
+        # ZooKeeper caps connections per address and server (60); 0 lifts the cap, for a benchmark that opens one
+        # session per contender, all from 127.0.0.1.
+        self.max_client_cnxns = max_client_cnxns
         self.directory = Path(directory)
         self.servers = [
             Server(i, port + i - 1, port + _QUORUM_OFFSET + i - 1, port + _ELECTION_OFFSET + i - 1,
@@ -284,6 +292,8 @@ class Ensemble:
             "autopurge.purgeInterval=1",
             "preAllocSize=4096",
         ]
+        if self.max_client_cnxns is not None:
+            lines.append(f"maxClientCnxns={self.max_client_cnxns}")
         if len(self.servers) > 1:
             (data / "myid").write_text(f"{s.server_id}\n")
             lines += [f"server.{o.server_id}=127.0.0.1:{o.quorum_port}:{o.election_port}" for o in self.servers]
@@ -376,6 +386,25 @@ class Ensemble:
         """Servers whose process has exited on its own (not reaped by ``kill``)."""
         return [s for s in self.servers if s.process is not None and s.process.poll() is not None]
 
+    def run_until_stopped(self, stop: threading.Event, on_serving: Callable[[str], None]) -> None:
+        """``tenure zk``: start, tell ``on_serving`` the connect string, log each server that dies on its own,
+        until ``stop`` is set; every server is stopped at the end, also when ``start`` fails.
+
+        Raises:
+            EnsembleError: the ensemble cannot start (after stopping what it launched).
+        """
+        try:
+            self.start()
+            on_serving(self.connect_string)
+            watch_until_stopped(stop, lambda: [s.name for s in self.dead_servers()], self._report_death)
+        finally:
+            self.stop()
+
+    def _report_death(self, name: str) -> None:
+        s = self.server(name)
+        _log.error("zk_server_died", server=s.name, port=s.client_port,
+                   exit_code=s.process.returncode if s.process else None, log=str(s.directory / "server.log"))
+
     def stop(self) -> None:
         """Stop every server (SIGTERM, then SIGKILL after a grace period) and reap them."""
         for s in self.servers:
@@ -390,3 +419,49 @@ class Ensemble:
                 s.process.kill()
                 s.process.wait()
         _log.info("ensemble_stopped", connect=self.connect_string)
+
+
+def start_ensemble(directory: Path, *, servers: int = 3, tick_ms: int = Ensemble.DEFAULT_TICK_MS,
+                   max_client_cnxns: int | None = None, timeout_s: float = 60.0, attempts: int = 1) -> Ensemble:
+    """Start an ensemble on free ports (``free_base_port``); the caller stops it (or use ``running_ensemble``).
+
+    Args:
+        attempts: tries, each on a fresh port range, when a port is taken between the probe and the launch
+            (other work on this machine takes ports too).
+
+    Raises:
+        EnsembleError: it cannot start (what it launched is stopped again).
+    """
+    for attempt in range(1, attempts + 1):
+        ensemble = Ensemble(servers=servers, port=free_base_port(servers), directory=directory, tick_ms=tick_ms,
+                            max_client_cnxns=max_client_cnxns)
+        try:
+            ensemble.start(timeout_s=timeout_s)
+            return ensemble
+        except EnsembleError as exc:
+            ensemble.stop()
+            if "already in use" not in str(exc) or attempt == attempts:
+                raise
+        except BaseException:
+            ensemble.stop()
+            raise
+    raise EnsembleError(f"attempts={attempts} must be at least 1")
+
+
+@contextlib.contextmanager
+def running_ensemble(directory: Path, *, servers: int = 3, tick_ms: int = Ensemble.DEFAULT_TICK_MS,
+                     max_client_cnxns: int | None = None, timeout_s: float = 60.0,
+                     attempts: int = 1) -> Iterator[Ensemble]:
+    """``start_ensemble`` as a context: the ensemble serves inside the block and is stopped at its end.
+
+    Example::
+
+        with running_ensemble(tmp_path / "zk", servers=1) as ensemble:
+            client = KazooClient(hosts=ensemble.connect_string)
+    """
+    ensemble = start_ensemble(directory, servers=servers, tick_ms=tick_ms, max_client_cnxns=max_client_cnxns,
+                              timeout_s=timeout_s, attempts=attempts)
+    try:
+        yield ensemble
+    finally:
+        ensemble.stop()

@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +23,7 @@ import structlog
 
 from election import TenureError
 from service.local._ensemble import EnsembleError, _port_free, die_with_parent, find_java
+from service.local._wait import watch_until_stopped
 
 __all__ = ["SparkCluster", "SparkClusterError", "SparkDaemon", "SparkWorker"]
 
@@ -471,6 +473,25 @@ class SparkCluster:
             self.wait_workers(timeout_s=timeout_s)
             _log.info("spark_master_recovered", master=self.master_url, workers=self.alive_workers(),
                       seconds=round(time.monotonic() - started, 1))
+
+    def run_until_stopped(self, stop: threading.Event, on_serving: Callable[[str], None]) -> None:
+        """``tenure spark``: start, tell ``on_serving`` the master's URL, log each process that dies on its own,
+        until ``stop`` is set; the cluster is stopped at the end.
+
+        Raises:
+            SparkClusterError: the cluster cannot start (``start`` has stopped what it launched).
+        """
+        try:
+            self.start()
+            on_serving(self.master_url)
+            watch_until_stopped(stop, self.dead, self._report_death)
+        finally:
+            self.stop()
+
+    def _report_death(self, name: str) -> None:
+        d = self.master if name == "master" else self.worker(name)
+        _log.error("spark_process_died", process=name, port=d.port,
+                   exit_code=d.process.returncode if d.process else None, log=str(d.log))
 
     def stop(self) -> None:
         """Stop every worker with its executors, then the master: SIGTERM, SIGKILL after a grace period, reaped.

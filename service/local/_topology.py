@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.local._ensemble import Ensemble, die_with_parent, free_base_port
 from service.local._spark_cluster import SparkCluster
+from service.local._wait import wait_for
 from service.replica import (
     BATCHES,
     IS_LEADER,
@@ -348,12 +348,8 @@ class Topology:
 
     def wait_for(self, predicate: Callable[[], object], timeout_s: float, what: str,
                  interval_s: float = 0.1) -> None:
-        """Poll ``predicate`` until truthy; raise TimeoutError naming ``what`` at the deadline."""
-        deadline = time.monotonic() + timeout_s
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
-            time.sleep(interval_s)
+        """Poll ``predicate`` until truthy; raise TimeoutError naming ``what`` at the deadline (``wait_for``)."""
+        wait_for(predicate, timeout_s, what, interval_s)  # the drills' pace: 0.1 s unless told
 
     def wait_for_leader(self, timeout_s: float) -> ReplicaStatus:
         """Block until exactly one replica leads; return its status."""

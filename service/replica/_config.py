@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import socket
 import tomllib
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from career.lifecycle import RunnerSettings
 from election import ConfigError, DigestCredential, ElectionSettings, GroupPaths
+from service.replica._faults import FaultFile
 
 if TYPE_CHECKING:
     from career.spark import SparkCareerConfig
@@ -166,10 +168,7 @@ class ReplicaConfig(BaseModel):
     @classmethod
     def _auth_format(cls, value: str | None) -> str | None:
         if value is not None:
-            user, colon, password = value.partition(":")
-            if not colon:
-                raise ValueError("must be user:password")
-            DigestCredential(user, password)  # the election's rules for a digest credential
+            DigestCredential.parse(value)  # the election's rules for a digest credential
         return value
 
     @model_validator(mode="after")
@@ -188,6 +187,16 @@ class ReplicaConfig(BaseModel):
                              f"{self.session_timeout_s:g}: lower handover_timeout_s or raise session_timeout_s, "
                              "or a stuck leader outlives its lease")
         return self
+
+    @functools.cached_property
+    def credential(self) -> DigestCredential | None:
+        """``zk_auth`` parsed, once (validated above): the client's auth data and the ACL of every node made."""
+        return DigestCredential.parse(self.zk_auth) if self.zk_auth else None
+
+    @functools.cached_property
+    def faults(self) -> FaultFile | None:
+        """The one fault file of this replica (tests and drills), shared by its election and its career."""
+        return FaultFile(self.fault_file) if self.fault_file is not None else None
 
     def election_settings(self) -> ElectionSettings:
         """The election's timing: every ZooKeeper call bounded by the safe-until window, so a commit stuck on a

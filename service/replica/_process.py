@@ -16,9 +16,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import CollectorRegistry
 
 from career import Career, CareerObserver, CounterCareer
-from election import ConfigError, DigestCredential, Election, ElectionEvent, Identity
+from election import ConfigError, Election, ElectionEvent, Identity
 from service.replica._config import ReplicaConfig
-from service.replica._faults import FaultFile
 from service.replica._four_letter import four_letter_word
 from service.replica._health import HealthServer
 from service.replica._lifecycle import build_runner, health_of
@@ -54,15 +53,8 @@ def _check_session_timeout(hosts: str, session_timeout_s: float) -> None:
     _log.warning("session_timeout_unchecked", reason="no server answered the conf four-letter word")
 
 
-def _credential(config: ReplicaConfig) -> DigestCredential | None:
-    if not config.zk_auth:
-        return None
-    user, _, password = config.zk_auth.partition(":")
-    return DigestCredential(user, password)
-
-
 def _connect(config: ReplicaConfig) -> KazooClient:
-    credential = _credential(config)
+    credential = config.credential
     client = KazooClient(
         hosts=config.zk,
         timeout=config.session_timeout_s,
@@ -90,17 +82,13 @@ def _register_group(config: ReplicaConfig, client: KazooClient) -> None:
     """Register the group as a consumer of its queue (idempotent)."""
     queue_dir = config.queue_dir or config.data_root
     queue_dir.mkdir(parents=True, exist_ok=True)
-    credential = _credential(config)
+    credential = config.credential
     try:
         register_group(client, queue_dir, config.group, config.data_root,
                        acl=credential.acls() if credential else None)
     except KazooException as exc:
         raise ConfigError(f"group={config.group!r} cannot be registered on queue_dir={str(queue_dir)!r} in "
                           f"ZooKeeper ({exc!r}): check --zk-auth and the ACLs of /tenure/_queues") from exc
-
-
-def _faults(config: ReplicaConfig) -> FaultFile | None:
-    return FaultFile(config.fault_file) if config.fault_file is not None else None
 
 
 def _make_career(config: ReplicaConfig, observer: CareerObserver,
@@ -122,7 +110,7 @@ def _make_career(config: ReplicaConfig, observer: CareerObserver,
 
     try:
         return SparkCareer(config.spark_career_config(), observer, replica_id=config.replica_id, group=config.group,
-                           registered_groups=registered, faults=_faults(config))
+                           registered_groups=registered, faults=config.faults)
     except (ValueError, HookError) as exc:  # what only the career can check: the dedup interval, the hooks
         raise ConfigError(str(exc)) from exc
 
@@ -169,13 +157,12 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
         metrics_url=f"http://{advertised}:{server.port}/metrics",
         started_at=time.time(),
     )
-    credential = _credential(config)
+    timing = config.election_settings()
 
     def election_factory(on_event: Callable[[ElectionEvent], None]) -> Election:
-        timing = config.election_settings()
-        return Election(client, group=config.group, identity=identity, on_event=on_event, credential=credential,
-                        session_timeout_s=timing.session_timeout_s, safe_fraction=timing.safe_fraction,
-                        op_timeout_s=timing.op_timeout_s, faults=_faults(config))
+        return Election(client, group=config.group, identity=identity, on_event=on_event,
+                        credential=config.credential, session_timeout_s=timing.session_timeout_s,
+                        safe_fraction=timing.safe_fraction, op_timeout_s=timing.op_timeout_s, faults=config.faults)
 
     runner, control = build_runner(election_factory, career, metrics, config.runner_settings(), progress=progress)
 

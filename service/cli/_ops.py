@@ -1,0 +1,232 @@
+"""Operators' commands against a running deployment: ``tenure status``, ``history``, ``verify``, ``produce``,
+``handover``, ``drain``/``undrain`` and ``groups``."""
+
+from __future__ import annotations
+
+import functools
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+from career.queue import DEFAULT_MAX_LINE_BYTES
+from election import TenureError
+from service import ops
+from service.cli._root import ZkTarget, fail, zk_target
+
+__all__ = ["drain_command", "groups", "handover", "history", "produce", "status", "undrain_command", "verify"]
+
+
+@click.command()
+@click.option("--data-root", type=click.Path(path_type=Path), required=True, envvar="TENURE_DATA_ROOT")
+@click.option("--records", type=click.IntRange(min=0), default=10000, show_default=True,
+              help="Distinct good records to write (duplicates and bad lines come on top).")
+@click.option("--keys", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Lines per second (default: as fast as the disk allows).")
+@click.option("--duplicates", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Probability, after each record, of repeating an earlier one.")
+@click.option("--bad", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Probability, after each record, of a bad line (each class in turn).")
+@click.option("--seed", type=int, default=None, help="Makes ids, keys, seqs and payloads reproducible.")
+@click.option("--max-line-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_LINE_BYTES, show_default=True,
+              envvar="TENURE_MAX_LINE_BYTES", help="Size of the injected oversized lines; match the pipeline.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def produce(data_root: Path, records: int, keys: int, rate: float | None, duplicates: float, bad: float,
+            seed: int | None, max_line_bytes: int, as_json: bool) -> None:
+    """Write records into DATA_ROOT/landing/ as atomically renamed, fsynced JSON Lines files."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())
+    try:
+        summary = ops.produce(data_root, records=records, keys=keys, rate=rate, duplicates=duplicates,
+                             bad=bad, seed=seed, stop=stop, max_line_bytes=max_line_bytes)
+    except TenureError as exc:
+        fail(exc)
+    click.echo(summary.to_json() if as_json else summary.render())
+    sys.exit(130 if summary.interrupted else 0)
+
+
+@click.command()
+@click.option("--data-root", type=click.Path(path_type=Path), required=True, envvar="TENURE_DATA_ROOT")
+@click.option("--max-line-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_LINE_BYTES, show_default=True,
+              envvar="TENURE_MAX_LINE_BYTES", help="The pipeline's line size limit.")
+@click.option("--queue-dir", type=click.Path(path_type=Path), default=None, envvar="TENURE_QUEUE_DIR",
+              help="The shared queue (landing/, archive/) the group reads, if not the data root.")
+@click.option("--allow-empty", is_flag=True, help="Pass when the queue holds no valid id (by default that fails: "
+              "nothing was audited).")
+@click.option("--ignore-field", "ignore_fields", multiple=True, type=click.Choice(["ts", "payload"]),
+              help="Do not compare this field of written rows with the queue (repeatable): for a row function "
+                   "or transform that rewrites it.")
+# verify's --group is the audit's own (it names the group whose marks the audit reads, with or without --zk),
+# so it stays here, between the options it is listed among, rather than in zk_target.
+@click.option("--group", default=None, envvar="TENURE_GROUP",
+              help="The consumer group whose consumption marks tell a queue file read from one not read yet "
+                   "[default: the only group with marks in the queue, else default].")
+@click.option("--allow-waiting", is_flag=True, help="Pass while records wait in queue files the group has not "
+              "read yet: for an audit of a live system (lost records still fail).")
+@zk_target(required=False, group=False, zk_envvar=None,
+           zk_help="ZooKeeper connect string: also fail on output above the group's committed batch (needs --group; "
+                   "not read from TENURE_ZK, so the check is asked for explicitly).")
+@click.option("--max-retry-age-s", type=click.FloatRange(min=0), default=None,
+              help="Fail when a record has been held for retry longer than this since its first failure.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, allow_empty: bool,
+           ignore_fields: tuple[str, ...], group: str | None, allow_waiting: bool, target: ZkTarget | None,
+           max_retry_age_s: float | None, as_json: bool) -> None:
+    """Audit exactly-once, content and per-key order: exit 1 on any violation or an empty queue, 2 on a bad path
+    or flag."""
+    fields = [f for f in ops.CONTENT_FIELDS if f not in ignore_fields]
+    audit = functools.partial(ops.verify, data_root, max_line_bytes=max_line_bytes, queue_dir=queue_dir,
+                              allow_empty=allow_empty, content_fields=fields, group=group,
+                              allow_waiting=allow_waiting, max_retry_age_s=max_retry_age_s)
+    try:
+        ops.check_data_root(data_root, queue_dir)
+        if target is None:
+            report = audit()
+        elif group is None:
+            raise TenureError("--zk needs --group: name the group whose committed batch verify should check")
+        else:
+            with target.connected(read_only=True) as client:
+                ops.read_committed_batch(client, group)  # a wrong group fails now, not after the audit
+                # Read again once the output is read: a batch published during the audit is then covered.
+                report = audit(committed_batch=lambda: ops.read_committed_batch(client, group))
+    except TenureError as exc:
+        fail(exc)
+    click.echo(report.to_json() if as_json else report.render())
+    sys.exit(0 if report.ok else 1)
+
+
+@click.command()
+@zk_target()
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(target: ZkTarget, as_json: bool) -> None:
+    """Show the group's leader, epoch, contenders in line, last commit, and the groups on its queue with their lag."""
+    try:
+        ops.show_status(target.hosts, target.group_name, as_json=as_json, auth_data=target.auth_data)
+    except TenureError as exc:
+        fail(exc)
+
+
+@click.command()
+@zk_target(zk_help="ZooKeeper connect string.")
+@click.option("--last", type=click.IntRange(min=1), default=None, help="Only the last N terms.")
+@click.option("--json", "as_json", is_flag=True, help="Print the terms as JSON.")
+def history(target: ZkTarget, last: int | None, as_json: bool) -> None:
+    """The group's last terms (up to 100): epoch, leader, when, how long, how it ended, first commit, gap, counts."""
+    try:
+        ops.show_history(target.hosts, target.group_name, as_json=as_json, last=last, auth_data=target.auth_data)
+    except TenureError as exc:
+        fail(exc)
+
+
+@click.command()
+@zk_target(writes=True)
+@click.option("--to", "to", default=None, help="The replica to lead next: in the election and ready "
+              "(default: whoever is next in line).")
+@click.option("--wait", "wait", is_flag=True, help="Return once the new leader has committed; print the gap.")
+@click.option("--timeout-s", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="The request expires after this long (and --wait gives up).")
+def handover(target: ZkTarget, to: str | None, wait: bool, timeout_s: float) -> None:
+    """Ask the leader to hand over cleanly, to --to REPLICA or the next in line; it rejoins at the back."""
+    group = target.group_name
+    try:
+        with target.connected() as client:
+            request = ops.request_handover(client, group, to=to, timeout_s=timeout_s, acl=target.acl)
+            click.echo(f"handover of epoch {request.epoch} to {to or 'the next in line'} requested")
+            done = ops.wait_handover(client, group, request, timeout_s=timeout_s) if wait else None
+    except TenureError as exc:
+        fail(exc)
+    if not wait:
+        return
+    if done is None:
+        click.echo(f"no new leader committed within {timeout_s:g} s: see `tenure status` and the leader's log",
+                   err=True)
+        sys.exit(1)
+    gap = "unknown" if done.gap_s is None else f"{done.gap_s:.2f} s"
+    was = f" after {done.old.replica_id}'s last" if done.old else ""
+    click.echo(f"{done.new.replica_id} leads (epoch {done.new.epoch}); its first commit came {gap}{was}")
+
+
+@click.command(name="drain")
+@click.argument("replica")
+@zk_target(writes=True)
+@click.option("--reason", default="", help="Why, for `tenure status` and the replica's /readyz.")
+@click.option("--force", is_flag=True, help="Drain even the last replica in the election (no leader after).")
+@click.option("--wait-s", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="How long to wait for the replica to leave the election (0: do not wait).")
+def drain_command(replica: str, target: ZkTarget, reason: str, force: bool, wait_s: float) -> None:
+    """Take REPLICA out of the election for maintenance: it hands over first if it leads, stays warm, keeps
+    serving /metrics and /livez, and reports not ready on /readyz until `tenure undrain`."""
+    group = target.group_name
+    try:
+        with target.connected() as client:
+            ops.drain(client, group, replica, reason=reason, force=force, acl=target.acl)
+            left = wait_s == 0 or ops.wait_in_election(client, group, replica, in_election=False, timeout_s=wait_s)
+    except TenureError as exc:
+        fail(exc)
+    if not left:
+        click.echo(f"{replica} is drained but still in the election after {wait_s:g} s: is it running?", err=True)
+        sys.exit(1)
+    why = f" ({reason})" if reason else ""
+    click.echo(f"{replica} drained{why}" + ("" if wait_s == 0 else ": out of the election"))
+
+
+@click.command(name="undrain")
+@click.argument("replica")
+@zk_target(writes=True)
+@click.option("--wait-s", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="How long to wait for the replica to join the election again (0: do not wait).")
+def undrain_command(replica: str, target: ZkTarget, wait_s: float) -> None:
+    """Let a drained REPLICA join the election again, at the back of the line."""
+    group = target.group_name
+    try:
+        with target.connected() as client:
+            ops.undrain(client, group, replica)
+            joined = wait_s == 0 or ops.wait_in_election(client, group, replica, in_election=True, timeout_s=wait_s)
+    except TenureError as exc:
+        fail(exc)
+    if not joined:
+        click.echo(f"{replica} is undrained but not in the election after {wait_s:g} s: is it running?", err=True)
+        sys.exit(1)
+    click.echo(f"{replica} undrained" + ("" if wait_s == 0 else ": back in the election"))
+
+
+@click.group()
+def groups() -> None:
+    """Consumer groups sharing one queue: list them with their lag, or remove one."""
+
+
+_queue_dir_option = click.option(
+    "--queue-dir", type=click.Path(path_type=Path), required=True, envvar="TENURE_QUEUE_DIR",
+    help="The shared queue folder, as the replicas see it (a single group's: its data root).")
+
+
+@groups.command("list")
+@zk_target(group=False, writes=True, after_zk=(_queue_dir_option,))
+@click.option("--json", "as_json", is_flag=True, help="Print the groups as JSON.")
+def groups_list(target: ZkTarget, queue_dir: Path, as_json: bool) -> None:
+    """List the groups on the queue with their data roots and lag (landing files not yet consumed)."""
+    try:
+        with target.connected() as client:
+            report = ops.queue_report(client, queue_dir)
+    except TenureError as exc:
+        fail(exc)
+    click.echo(json.dumps(report, indent=2, sort_keys=True) if as_json else ops.format_groups(report), nl=as_json)
+
+
+@groups.command("remove")
+@click.argument("group")
+@zk_target(group=False, writes=True, after_zk=(_queue_dir_option,))
+@click.option("--force", is_flag=True, help="Remove it even though replicas of the group still run.")
+def groups_remove(group: str, target: ZkTarget, queue_dir: Path, force: bool) -> None:
+    """Unregister GROUP from the queue and delete its consumption marks, releasing what it held back."""
+    try:
+        with target.connected() as client:
+            entry, marks = ops.remove_group(client, queue_dir, group, force=force)
+    except TenureError as exc:
+        fail(exc)
+    click.echo(f"removed group {group} from queue {queue_dir} (data root {entry.data_root}; {marks} marks "
+               "deleted): the other groups' leaders archive what it held back")
