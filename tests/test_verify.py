@@ -989,7 +989,7 @@ def _as_delta(root: Path, *, skip: tuple[int, ...] = (), epoch: int = 1, togethe
     from deltalake.transaction import CommitProperties, Transaction
 
     from career.output import APP_ID, publish_batch
-    from career.output import _add as add_action  # noqa: PLC2701 (the same add action the publish writes)
+    from career.output import _add as add_action
 
     for name in ("table", "quarantine"):
         folder = root / name
