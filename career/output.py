@@ -55,6 +55,7 @@ __all__ = [
     "batch_versions",
     "check_batch_schema",
     "covered_batch",
+    "covers",
     "is_delta_table",
     "publish_batch",
     "snapshot_files",
@@ -120,6 +121,11 @@ def covered_batch(folder: Path) -> int | None:
         return None
 
 
+def covers(transaction_version: int | None, batch_id: int) -> bool:
+    """Whether a table whose transaction version is ``transaction_version`` has batch ``batch_id``."""
+    return transaction_version is not None and transaction_version >= batch_id
+
+
 def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str,
                   before_commit: Callable[[], None] = lambda: None) -> int | None:
     """Add batch ``batch_id``'s published part files in ``folder`` to its Delta table as one version.
@@ -141,7 +147,7 @@ def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str,
         if (made := _create(folder, batch_id, epoch=epoch, replica_id=replica_id)) is not None:
             return made
     table = DeltaTable(str(folder))
-    if (table.transaction_version(APP_ID) or -1) >= batch_id:
+    if covers(table.transaction_version(APP_ID), batch_id):
         return None
     if _evolve(table, files):
         table = DeltaTable(str(folder))
@@ -152,7 +158,7 @@ def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str,
         table.create_write_transaction([_add(p) for p in files], mode="append", schema=table.schema(),
                                        commit_properties=properties, post_commithook_properties=_HOOKS)
     except CommitFailedError:
-        if (covered_batch(folder) or -1) >= batch_id:  # lost the race to a replica finishing the same batch
+        if covers(covered_batch(folder), batch_id):  # lost the race to a replica finishing the same batch
             return None
         raise
     version = DeltaTable(str(folder)).version()

@@ -65,7 +65,8 @@ def test_publishing_a_covered_batch_again_adds_no_version(tmp_path: Path) -> Non
     """A re-run, a successor's roll-forward or a stale leader finishing its own batch: skipped, never twice."""
     table = tmp_path / "table"
     _part(table, 0, 3)
-    publish_batch(table, 0, epoch=7, replica_id="r1")
+    assert publish_batch(table, 0, epoch=7, replica_id="r1") == 0
+    assert publish_batch(table, 0, epoch=7, replica_id="r2") is None, "batch 0: a transaction version of 0 covers it"
     _part(table, 1, 2)
     assert publish_batch(table, 1, epoch=7, replica_id="r1") == 1
     assert publish_batch(table, 1, epoch=7, replica_id="r2") is None

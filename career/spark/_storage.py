@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from career._durable import fsync, sync_dirs
-from career.output import covered_batch, publish_batch
+from career.output import covered_batch, covers, publish_batch
 from career.queue import QueueLayout, is_hidden, is_queue_file
 
 __all__ = [
@@ -321,7 +321,7 @@ def is_published(layout: Layout, record: Mapping[str, Any]) -> bool:
     if any(layout.resolve(path).exists() for path in staged.values()):
         return False
     batch_id = int(record["batch_id"])
-    return all((covered_batch(output) or -1) >= batch_id
+    return all(covers(covered_batch(output), batch_id)
                for name, output in layout.delta_outputs().items() if name in staged)
 
 
