@@ -976,3 +976,73 @@ def test_cli_checks_the_output_against_the_groups_commit_record(root: Path, zk_c
     unknown = _tenure_verify("--data-root", str(root), "--zk", zk_hosts, "--group", f"{zk_group}-typo")
     assert unknown.returncode == 2 and unknown.stdout == ""
     assert "has no committed batch in ZooKeeper" in unknown.stderr and "check --group" in unknown.stderr
+
+
+# -- the Delta tables: every version one committed batch, no file outside a version ---------------------------
+
+
+def _as_delta(root: Path, *, skip: tuple[int, ...] = (), epoch: int = 1, together: tuple[int, ...] = ()) -> None:
+    """Rename the synthetic output to the published names and add each batch to its folder's Delta table as
+    ``finish_publish`` does; batches in ``skip`` stay out of the table, batches in ``together`` share one version
+    (the last one's), as no correct publish would."""
+    from deltalake import DeltaTable
+    from deltalake.transaction import CommitProperties, Transaction
+
+    from career.output import APP_ID, publish_batch
+    from career.output import _add as add_action
+
+    for name in ("table", "quarantine"):
+        folder = root / name
+        batches = sorted(int(p.name.split("=")[1]) for p in folder.glob("batch=*"))
+        for batch in batches:
+            for part in sorted((folder / f"batch={batch}").glob("part-*.parquet")):
+                part.rename(folder / f"batch-{batch:012d}-{part.name}")
+            (folder / f"batch={batch}").rmdir()
+        for batch in batches:
+            if batch in skip or batch in together[:-1]:
+                continue
+            if batch == (together[-1] if together else None):
+                files = sorted(p for b in together for p in folder.glob(f"batch-{b:012d}-*.parquet"))
+                DeltaTable(str(folder)).create_write_transaction(
+                    [add_action(p) for p in files], mode="append", schema=DeltaTable(str(folder)).schema(),
+                    commit_properties=CommitProperties(custom_metadata={"tenure.batch": str(batch),
+                                                                        "tenure.epoch": str(epoch)},
+                                                       app_transactions=[Transaction(APP_ID, batch)]))
+                continue
+            publish_batch(folder, batch, epoch=epoch, replica_id="r1")
+
+
+def test_delta_outputs_are_audited_version_by_version(root: Path) -> None:
+    _as_delta(root)
+    report = verify(root)
+    assert report.ok, report.render()
+    assert report.delta_tables == 2
+    assert report.delta_versions == len(list((root / "table").glob("batch-*-part-00000.parquet"))) + len(
+        list((root / "quarantine").glob("batch-*.parquet")))
+    assert "Delta tables / versions" in report.render()
+
+
+def test_a_published_file_outside_every_delta_version_fails(root: Path) -> None:
+    """A publish cut short between its renames and its Delta commit, never finished: a Delta reader misses it."""
+    _as_delta(root, skip=(3,))
+    report = verify(root)
+    assert not report.ok
+    assert report.files_outside_delta_versions >= 1
+    assert any("batch-000000000003-" in f for f in report.examples["files_outside_delta_versions"])
+    assert "files outside a Delta version" in report.summary_line()
+
+
+def test_a_delta_version_holding_two_batches_fails(root: Path) -> None:
+    _as_delta(root, together=(2, 3))
+    report = verify(root)
+    assert not report.ok and report.delta_versions_not_one_batch >= 1
+    reasons = {v["reason"] for v in report.examples["delta_versions_not_one_batch"]}
+    assert "its files are not the batch's" in reasons
+
+
+def test_a_delta_version_naming_another_epoch_than_its_rows_fails(root: Path) -> None:
+    _as_delta(root, epoch=5)  # the rows carry epoch 1
+    report = verify(root)
+    assert not report.ok
+    reasons = {v["reason"] for v in report.examples["delta_versions_not_one_batch"]}
+    assert reasons == {"its epoch is not the one the batch's rows carry"}

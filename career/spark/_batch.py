@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 
 from career._protocol import CareerObserver
+from career.output import check_batch_schema
 from career.spark._config import SparkCareerConfig
 from career.spark._errors import HandingOverError, SparkCareerError
 from career.spark._hooks import Hooks
@@ -79,7 +80,9 @@ class BatchWriter:
     4. Fenced commit of a record naming the staged folders, the files read and the marks, at the version read
        in 2.
     5. Publish: move the staged part files into ``table/``, ``quarantine/``, ``retry/``, ``dead-letter/`` and
-       ``order/`` (idempotent renames), and fsync the folders.
+       ``order/`` (idempotent renames), and fsync the folders; then add the batch's files in ``table/``,
+       ``quarantine/`` and ``dead-letter/`` to each one's Delta table as one version that carries the batch as
+       Delta's transaction version (``career.output.publish_batch``), and fsync the log.
     6. Return: Spark then commits the batch to this term's checkpoint.
 
     The fault hook is called at ``after_checkpoint`` (2, before marking), ``after_stage`` (end of 3),
@@ -97,6 +100,12 @@ class BatchWriter:
     - The commit (4) is the fence: one ZooKeeper transaction that fails once the term's election node is gone.
     - Publishing (5, or 2's roll-forward) moves only what a committed record names; renames are idempotent, so
       a stale term and its successor racing on the same batch produce the same files.
+    - The Delta commit (end of 5) adds only the files of a batch ZooKeeper says is committed, so a version is
+      never a batch that did not commit. It is skipped when the table's transaction version already covers the
+      batch (a successor rolled it forward and went on); a stale term that checked before its successor
+      committed loses on Delta's transaction conflict (``ConcurrentTransaction`` on the same application id),
+      re-reads and stops. So each committed batch becomes one version, once, and versions follow batch order:
+      a successor rolls the last committed batch forward, Delta version included, before its first batch.
     - Spark's checkpoint commit (6), and any batch the stale query plans, land in the term's own checkpoint
       folder, which no later term reads.
     - Consumption marks (2, and housekeeping) are written only after this term's checkpoint has the batch and
@@ -272,7 +281,7 @@ class BatchWriter:
         self._fault("after_commit")
         # 5. Publish (a new leader's inaugurate, or a re-run of this batch, finishes it after a crash).
         publish_started = time.monotonic()
-        finish_publish(layout, new_record)
+        finish_publish(layout, new_record, self._fault)
         publish_s = time.monotonic() - publish_started
         if retry:
             self._observer.retry_waiting(int(retry["retry_waiting"]))
@@ -333,7 +342,7 @@ class BatchWriter:
             term.last_committed = batch_id
             term.last_record = new_record
         self._fault("after_commit")
-        finish_publish(layout, new_record)
+        finish_publish(layout, new_record, self._fault)
         term.log.warning("batch_set_aside", batch=batch_id, epoch=term.epoch, files=len(files), records=lines,
                          attempts=failed.attempts, error=failed.error)
         self._fault("after_publish")
@@ -437,6 +446,8 @@ class BatchWriter:
         path = layout.staging(layout.table, term.epoch, batch_id)
         with_batch(rows, epoch=term.epoch, batch_id=batch_id).write.mode("overwrite").parquet(str(path))
         staged["table"] = layout.relative(path)
+        # A column whose type the transform changed could never join the Delta table: fail before the commit.
+        check_batch_schema(layout.table, path.glob("part-*.parquet"))
 
     @staticmethod
     def _stats(df: DataFrame) -> tuple[dict[str, int], list[str], dict[str, tuple[int, int]]]:

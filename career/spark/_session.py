@@ -23,6 +23,9 @@ SESSION_CONF: dict[str, str] = {
     # batch id the consumer sees then carries data worth a commit.
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
+    # The outputs are Delta tables (career.output): a timestamp a transform adds is written as Delta's
+    # microsecond timestamp, not Spark's legacy INT96, which Delta has no type for.
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 """Runtime settings of the consumer's session; the caller's ``shuffle_partitions`` and extra conf come on top."""
 

@@ -7,13 +7,15 @@ import itertools
 import os
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from career._durable import fsync, sync_dirs
+from career.output import covered_batch, covers, publish_batch
 from career.queue import QueueLayout, is_hidden, is_queue_file
 
 __all__ = [
@@ -52,26 +54,6 @@ def _epoch_of(name: str) -> int | None:
         return int(name[len(_EPOCH_PREFIX):])
     except ValueError:
         return None
-
-
-def fsync(path: Path, *, directory: bool = False) -> None:
-    """Make ``path`` durable: a file's content and metadata, or a folder's entries."""
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def sync_dirs(folder: Path) -> None:
-    """Make ``folder``'s entries durable, and its own entry in each folder above it up to ``/``: a folder created
-    since (``mkdir(parents=True)``) would otherwise vanish in a power loss with everything in it."""
-    current = folder.absolute()
-    while True:
-        fsync(current, directory=True)
-        if current.parent == current:
-            return
-        current = current.parent
 
 
 class CheckpointSync:
@@ -193,6 +175,10 @@ class Layout:
         """The folders a commit record's ``staged`` entries publish into, by entry name."""
         return {"table": self.table, "quarantine": self.quarantine, "retry": self.retry,
                 "dead_letter": self.dead_letter, "order": self.order, "set_aside": self.set_aside}
+
+    def delta_outputs(self) -> dict[str, Path]:
+        """The outputs that are Delta tables (``career.output``), by the commit record's ``staged`` entry name."""
+        return {"table": self.table, "quarantine": self.quarantine, "dead_letter": self.dead_letter}
 
     def staging(self, output: Path, epoch: int, batch_id: int) -> Path:
         """``<output>/_staging/epoch=<e>/batch=<B>``."""
@@ -329,13 +315,25 @@ def _prune_empty(folder: Path) -> None:
 
 
 def is_published(layout: Layout, record: Mapping[str, Any]) -> bool:
-    """A committed batch is published once its staging folders are gone (the state lives in the files)."""
+    """A committed batch is published once its staging folders are gone and each Delta output it wrote to has a
+    version for it (the state lives in the files and the Delta logs)."""
     staged = record.get("staged") or {}
-    return not any(layout.resolve(path).exists() for path in staged.values())
+    if any(layout.resolve(path).exists() for path in staged.values()):
+        return False
+    batch_id = int(record["batch_id"])
+    return all(covers(covered_batch(output), batch_id)
+               for name, output in layout.delta_outputs().items() if name in staged)
 
 
-def finish_publish(layout: Layout, record: Mapping[str, Any]) -> int:
-    """Publish (or finish publishing) the committed batch ``record`` describes; returns files moved now."""
+def finish_publish(layout: Layout, record: Mapping[str, Any], fault: Callable[[str], None] = lambda _point: None
+                   ) -> int:
+    """Publish (or finish publishing) the committed batch ``record`` describes; returns files moved now.
+
+    Two steps, each idempotent (any replica may finish them, in any interleaving with another): rename the
+    staged part files into their output folders, then add them to each Delta output's table as one version
+    (``career.output.publish_batch``), which names the epoch and replica that committed the batch. ``fault`` is
+    the fault hook, called at ``after_rename`` and ``inside_delta_commit``.
+    """
     batch_id = int(record["batch_id"])
     staged = record.get("staged") or {}
     moved = 0
@@ -346,6 +344,14 @@ def finish_publish(layout: Layout, record: Mapping[str, Any]) -> int:
             if count:
                 sync_dirs(output)  # the renames survive a power loss before Spark's commit
             moved += count
+    fault("after_rename")
+    for name, output in layout.delta_outputs().items():
+        if name in staged:
+            version = publish_batch(output, batch_id, epoch=int(record["epoch"]),
+                                    replica_id=str(record.get("replica_id") or ""),
+                                    before_commit=lambda: fault("inside_delta_commit"))
+            if version is not None:
+                _log.info("delta_version_added", output=name, batch=batch_id, version=version)
     for name in ("retry", "order"):
         if name in staged:
             _drop_older_snapshots(layout.outputs()[name], batch_id)

@@ -23,6 +23,7 @@ from kazoo.exceptions import NoNodeError
 from career.queue import DEFAULT_MAX_LINE_BYTES
 from election import GroupPaths
 from service.ops._verify._content import CONTENT_FIELDS, EXAMPLES, QueueContent
+from service.ops._verify._delta import audit_delta
 from service.ops._verify._files import VerifyError, read_consumption
 from service.ops._verify._late import PublishedSeqs, check_late
 from service.ops._verify._report import VerifyReport
@@ -127,6 +128,8 @@ def verify(
     committed = committed_batch() if callable(committed_batch) else committed_batch
     two_epochs, above = _check_commits({"table": table.batch_epochs, "quarantine": quarantine.batch_epochs,
                                         "dead-letter": retry.batch_epochs}, committed)
+    delta = audit_delta(root, {"table": table.batch_epochs, "quarantine": quarantine.batch_epochs,
+                               "dead-letter": retry.batch_epochs})
     late = check_late(quarantine.late, PublishedSeqs(table.late_seqs + retry.dead_seqs), content, table.content)
     set_aside = scan_set_aside(root / "set-aside", max_line_bytes)
 
@@ -175,6 +178,9 @@ def verify(
         "batches_with_two_epochs": two_epochs[:EXAMPLES],
         "batches_above_commit": above[:EXAMPLES],
         "retry_too_old": retry.too_old_examples,
+        "files_outside_delta_versions": delta.outside[:EXAMPLES],
+        "files_missing_from_delta_tables": delta.missing[:EXAMPLES],
+        "delta_versions_not_one_batch": delta.bad_versions[:EXAMPLES],
         **late.examples,
     }
     report = VerifyReport(
@@ -226,6 +232,11 @@ def verify(
         batches_above_commit=len(above),
         max_retry_age_s=max_retry_age_s,
         retry_too_old=len(retry.too_old),
+        delta_tables=delta.tables,
+        delta_versions=delta.versions,
+        files_outside_delta_versions=len(delta.outside),
+        files_missing_from_delta_tables=len(delta.missing),
+        delta_versions_not_one_batch=len(delta.bad_versions),
     )
     _log.info("verified", ok=report.ok, ids_in=report.ids_in, written=report.ids_written, lost=report.lost,
               waiting=report.waiting, waiting_files=report.waiting_files,

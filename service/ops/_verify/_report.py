@@ -91,6 +91,18 @@ class VerifyReport:
     """The longest a record may be held for retry (None: not checked)."""
     retry_too_old: int = 0
     """Ids held for retry longer than ``max_retry_age_s`` since their first failure."""
+    delta_tables: int = 0
+    """Outputs (``table/``, ``quarantine/``, ``dead-letter/``) audited as Delta tables (a folder without a Delta
+    log is audited as plain Parquet only)."""
+    delta_versions: int = 0
+    """Versions that add files, across the Delta outputs (each must be one committed batch)."""
+    files_outside_delta_versions: int = 0
+    """Published part files that no version of their table names: a Delta reader does not see them."""
+    files_missing_from_delta_tables: int = 0
+    """Files the newest version of a table names that are not in its folder: a Delta reader fails on them."""
+    delta_versions_not_one_batch: int = 0
+    """Versions that are not one committed batch: two batches' files, a batch twice, batches out of order, or
+    an epoch other than the one the batch's rows carry."""
 
     @property
     def duplicated(self) -> int:
@@ -101,6 +113,12 @@ class VerifyReport:
     def unexpected(self) -> int:
         """Written ids absent from the queue plus quarantine rows naming no bad line of the queue."""
         return self.unexpected_ids + self.unexpected_quarantined
+
+    @property
+    def delta_problems(self) -> int:
+        """Files outside a Delta version, files a version names that are gone, versions not one batch."""
+        return (self.files_outside_delta_versions + self.files_missing_from_delta_tables
+                + self.delta_versions_not_one_batch)
 
     @property
     def unaccounted(self) -> int:
@@ -116,11 +134,12 @@ class VerifyReport:
     def ok(self) -> bool:
         """True iff nothing is lost, waiting (unless ``allow_waiting``), duplicated, unexpected, unquarantined,
         out of order, different from its queue line, wrongly late, published by two terms, above the committed
-        batch or held for retry too long, and there was something to audit (or ``allow_empty``)."""
+        batch or held for retry too long, every Delta version is one committed batch and no published file is
+        outside one, and there was something to audit (or ``allow_empty``)."""
         excused = self.waiting_bad_lines if self.allow_waiting else 0
         return (self.lost == self.duplicated == self.inversions == self.unexpected == self.content_mismatches
                 == self.wrongly_late == self.batches_with_two_epochs == self.batches_above_commit
-                == self.retry_too_old == 0 and self.unquarantined == excused
+                == self.retry_too_old == self.delta_problems == 0 and self.unquarantined == excused
                 and (self.allow_waiting or self.waiting == 0) and (self.allow_empty or not self.empty))
 
     def summary_line(self) -> str:
@@ -139,7 +158,10 @@ class VerifyReport:
             (self.content_mismatches, "content mismatches"), (self.wrongly_late, "wrongly late"),
             (self.batches_with_two_epochs, "batches published by two epochs"),
             (self.batches_above_commit, "batches above the committed one"),
-            (self.retry_too_old, "held for retry too long")) if n)
+            (self.retry_too_old, "held for retry too long"),
+            (self.files_outside_delta_versions, "files outside a Delta version"),
+            (self.files_missing_from_delta_tables, "files a Delta version names missing"),
+            (self.delta_versions_not_one_batch, "Delta versions not one batch")) if n)
         unread = ""
         if self.waiting_files:
             n = self.waiting_bad_lines
@@ -188,6 +210,11 @@ class VerifyReport:
             ("batches published by two epochs", str(self.batches_with_two_epochs)),
             ("batches above the committed one", above),
             ("ids held for retry too long", too_old),
+            ("Delta tables / versions", f"{self.delta_tables} / {self.delta_versions}"
+             + ("" if self.delta_tables else " (no Delta log: plain Parquet)")),
+            ("Delta: files outside / missing", f"{self.files_outside_delta_versions} / "
+             f"{self.files_missing_from_delta_tables}"),
+            ("Delta versions not one batch", str(self.delta_versions_not_one_batch)),
             ("reason mismatches (info)", str(self.reason_mismatches)),
             ("seconds", f"{self.seconds:.2f}"),
         ]

@@ -1,0 +1,306 @@
+"""The output's contract: ``table/``, ``quarantine/`` and ``dead-letter/`` are Delta Lake tables of whole batches.
+
+A batch's part files are renamed into the output folder after its fenced ZooKeeper commit (the source of truth)
+and then added to the folder's Delta table in **one** Delta commit (:func:`publish_batch`), so a Delta reader
+sees whole batches only, in batch order, and each version names the batch, the epoch that committed it and the
+replica. Every output is created append-only (``delta.appendOnly``): tenure never removes or rewrites a file.
+
+Idempotent, so any replica can finish a batch's publish: a successor rolling a committed batch forward, or a
+stale leader resuming in the middle of its own. The version carries Delta's application transaction
+(``txn``: :data:`APP_ID`, version = the batch id); a batch the table's transaction version already covers is
+skipped, and a commit that loses a race on the same application id (``ConcurrentTransaction``) re-reads the
+table and stops when the winner covered the batch. delta-rs skips nothing by itself: the check comes first, as
+in Spark's Delta sink.
+
+A table is created at the first batch that adds files to it, with every published file already in the folder
+(batches up to that one): a data root written before the outputs were Delta tables becomes one in place, in one
+version, without rewriting a file.
+
+Pure Python (``deltalake``, ``pyarrow``), no Spark, so ``tenure verify`` and ``tenure history`` read it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, Field, Schema
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import (
+    AddAction,
+    CommitProperties,
+    PostCommitHookProperties,
+    Transaction,
+    create_table_with_add_actions,
+)
+
+from career._durable import fsync, sync_dirs
+from career.queue import is_hidden
+
+__all__ = [
+    "APP_ID",
+    "DELTA_LOG",
+    "TABLE_CONFIGURATION",
+    "BatchVersion",
+    "OutputSchemaError",
+    "batch_of",
+    "batch_versions",
+    "check_batch_schema",
+    "covered_batch",
+    "covers",
+    "is_delta_table",
+    "publish_batch",
+    "snapshot_files",
+]
+
+APP_ID = "tenure"
+"""The application id of the Delta transaction each version carries; its version is the batch id."""
+
+DELTA_LOG = "_delta_log"
+
+TABLE_CONFIGURATION: dict[str, str | None] = {
+    "delta.appendOnly": "true",
+    # A checkpoint every 100 versions keeps a reader's log replay short; log entries older than 30 days are
+    # removed when a checkpoint is written, which bounds time travel to 30 days (the data files stay).
+    "delta.checkpointInterval": "100",
+    "delta.logRetentionDuration": "interval 30 days",
+    "delta.enableExpiredLogCleanup": "true",
+}
+"""The properties every output table is created with (README, "Reading the output")."""
+
+#: Commit-info keys of a version (``custom_metadata``), read back by ``verify`` and ``history``.
+_BATCH, _EPOCH, _REPLICA, _ADOPTED = "tenure.batch", "tenure.epoch", "tenure.replica", "tenure.adopted_batches"
+_PART = re.compile(r"batch-(\d{12})-.+\.parquet")
+
+
+class OutputSchemaError(DeltaError):
+    """A batch's files cannot join the table: a column changed type (raised before the batch commits)."""
+
+
+@dataclass(frozen=True)
+class BatchVersion:
+    """One version of an output table: the batch it added (and, for a table adopted in place, the batches
+    ``first..batch`` it took in at once), the epoch that committed it and that epoch's replica."""
+
+    version: int
+    batch: int | None
+    epoch: int | None
+    replica: str | None
+    first: int | None = None
+
+    @property
+    def adopted(self) -> bool:
+        return self.first is not None
+
+
+def batch_of(name: str) -> int | None:
+    """The batch id in a published part file's name (``batch-<B, 12 digits>-….parquet``), else None."""
+    match = _PART.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def is_delta_table(folder: Path) -> bool:
+    return (folder / DELTA_LOG).is_dir()
+
+
+def covered_batch(folder: Path) -> int | None:
+    """The highest batch the table at ``folder`` has a version for (its transaction version), or None."""
+    if not is_delta_table(folder):
+        return None
+    try:
+        return DeltaTable(str(folder)).transaction_version(APP_ID)
+    except TableNotFoundError:  # the log folder exists, its first commit does not yet
+        return None
+
+
+def covers(transaction_version: int | None, batch_id: int) -> bool:
+    """Whether a table whose transaction version is ``transaction_version`` has batch ``batch_id``."""
+    return transaction_version is not None and transaction_version >= batch_id
+
+
+def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str,
+                  before_commit: Callable[[], None] = lambda: None) -> int | None:
+    """Add batch ``batch_id``'s published part files in ``folder`` to its Delta table as one version.
+
+    Call after the batch's fenced commit and its publish renames. Returns the version made, or None when there
+    was nothing to do: the table already covers the batch (another replica finished it) or the batch put no
+    file here. The new log entry is fsynced before returning. ``before_commit`` is called once the table has
+    been read and its transaction version checked, just before the version is written (a fault hook).
+
+    Raises:
+        OutputSchemaError: a column of the batch's files has another type than the table's.
+        DeltaError: the table could not be read or written (the batch's publish is retried by its re-run).
+    """
+    files = _batch_files(folder, batch_id)
+    if not files:
+        return None
+    if not _has_commit(folder):
+        before_commit()
+        if (made := _create(folder, batch_id, epoch=epoch, replica_id=replica_id)) is not None:
+            return made
+    table = DeltaTable(str(folder))
+    if covers(table.transaction_version(APP_ID), batch_id):
+        return None
+    if _evolve(table, files):
+        table = DeltaTable(str(folder))
+    before_commit()
+    properties = CommitProperties(custom_metadata=_metadata(batch_id, epoch, replica_id),
+                                  app_transactions=[Transaction(APP_ID, batch_id)])
+    try:
+        table.create_write_transaction([_add(p) for p in files], mode="append", schema=table.schema(),
+                                       commit_properties=properties, post_commithook_properties=_HOOKS)
+    except CommitFailedError:
+        if covers(covered_batch(folder), batch_id):  # lost the race to a replica finishing the same batch
+            return None
+        raise
+    version = DeltaTable(str(folder)).version()
+    _sync_log(folder, version)
+    return version
+
+
+def snapshot_files(folder: Path) -> set[str]:
+    """The names of the data files in the table's newest version (the files a Delta reader sees)."""
+    actions = DeltaTable(str(folder)).get_add_actions(flatten=True)
+    return {posixpath_name(p) for p in pa.table(actions).column("path").to_pylist()}
+
+
+def batch_versions(folder: Path) -> list[BatchVersion]:
+    """Every version in the table's log still kept (oldest first), with the batch, epoch and replica its
+    commit info names (None for a version tenure did not write, e.g. a column added to the schema)."""
+    found = []
+    for entry in DeltaTable(str(folder)).history():
+        found.append(BatchVersion(
+            version=int(entry["version"]),
+            batch=_int(entry.get(_BATCH)),
+            epoch=_int(entry.get(_EPOCH)),
+            replica=entry.get(_REPLICA),
+            first=_int(entry.get(_ADOPTED, "").split("..")[0]) if entry.get(_ADOPTED) else None,
+        ))
+    return sorted(found, key=lambda v: v.version)
+
+
+def posixpath_name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+_HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=True)
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if value not in (None, "") else None
+
+
+def _metadata(batch_id: int, epoch: int, replica_id: str) -> dict[str, Any]:
+    return {_BATCH: str(batch_id), _EPOCH: str(epoch), _REPLICA: replica_id}
+
+
+def _batch_files(folder: Path, batch_id: int) -> list[Path]:
+    prefix = f"batch-{batch_id:012d}-"
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    return sorted(folder / n for n in names if n.startswith(prefix) and n.endswith(".parquet"))
+
+
+def _published_files(folder: Path, up_to: int) -> list[Path]:
+    return sorted(folder / n for n in os.listdir(folder)
+                  if not is_hidden(n) and (b := batch_of(n)) is not None and b <= up_to)
+
+
+def _has_commit(folder: Path) -> bool:
+    try:
+        return any(n.endswith(".json") for n in os.listdir(folder / DELTA_LOG))
+    except FileNotFoundError:
+        return False
+
+
+def _add(path: Path) -> AddAction:
+    stat = path.stat()
+    stats = {"numRecords": pq.read_metadata(path).num_rows}
+    return AddAction(path.name, stat.st_size, {}, stat.st_mtime_ns // 1_000_000, True, json.dumps(stats))
+
+
+def _create(folder: Path, batch_id: int, *, epoch: int, replica_id: str) -> int | None:
+    """Create the table with every published file of batches up to ``batch_id`` (the first batch's files, or a
+    data root adopted in place); None when another replica created it first."""
+    files = _published_files(folder, batch_id)
+    schema = pa.unify_schemas([pq.read_schema(p) for p in files], promote_options="permissive")
+    metadata = _metadata(batch_id, epoch, replica_id)
+    first = min(b for p in files if (b := batch_of(p.name)) is not None)
+    if first != batch_id:
+        metadata[_ADOPTED] = f"{first}..{batch_id}"
+    try:
+        create_table_with_add_actions(
+            str(folder), Schema.from_arrow(_plain(schema)), [_add(p) for p in files], mode="error",
+            configuration=TABLE_CONFIGURATION,
+            commit_properties=CommitProperties(custom_metadata=metadata,
+                                               app_transactions=[Transaction(APP_ID, batch_id)]))
+    except DeltaError:
+        if _has_commit(folder):  # created meanwhile by another replica: the caller goes on as for any table
+            return None
+        raise
+    _sync_log(folder, 0)
+    sync_dirs(folder)
+    return 0
+
+
+def _plain(schema: pa.Schema) -> pa.Schema:
+    """The schema without Spark's per-file metadata (which differs between files and means nothing to Delta)."""
+    return pa.schema([f.remove_metadata() for f in schema])
+
+
+def check_batch_schema(folder: Path, files: Iterable[Path]) -> None:
+    """Refuse a staged batch whose files change a column's type in the table at ``folder`` (called before the
+    batch's commit, so a changed transform fails its batch instead of leaving a committed batch unpublishable).
+
+    Raises:
+        OutputSchemaError: the column, both types and the fix.
+    """
+    if _has_commit(folder):
+        _new_columns(DeltaTable(str(folder)), files)
+
+
+def _new_columns(table: DeltaTable, files: Iterable[Path]) -> list[pa.Field]:
+    """The columns the files bring that the table lacks; raises on a column whose type changed."""
+    current = {f.name: f for f in pa.schema(table.schema().to_arrow())}
+    new: dict[str, pa.Field] = {}
+    for path in files:
+        for field in _plain(pq.read_schema(path)):
+            known = current.get(field.name)
+            if known is None:
+                new.setdefault(field.name, field.with_nullable(True))
+            elif known.type != field.type:
+                raise OutputSchemaError(
+                    f"{path.name}: column {field.name!r} is {field.type} but the Delta table at {table.table_uri} "
+                    f"has {known.type}: keep the column's type in your transform (a new column is fine), or move "
+                    "the output folder aside to start a new table")
+    return list(new.values())
+
+
+def _evolve(table: DeltaTable, files: Iterable[Path]) -> bool:
+    """Add to the table's schema the columns the batch's files bring (a changed transform: one version of its
+    own, before the batch's). Returns whether the schema changed."""
+    new = _new_columns(table, files)
+    if new:
+        table.alter.add_columns([Field.from_arrow(f) for f in new])
+    return bool(new)
+
+
+def _sync_log(folder: Path, version: int) -> None:
+    """fsync the version's log entry and the log folder (and a checkpoint the commit wrote): a reader after a
+    power loss finds every version the publish reported, or the batch is published again from ZooKeeper."""
+    log = folder / DELTA_LOG
+    fsync(log / f"{version:020d}.json")
+    for extra in ("_last_checkpoint", f"{version:020d}.checkpoint.parquet"):
+        with contextlib.suppress(FileNotFoundError):
+            fsync(log / extra)
+    fsync(log, directory=True)

@@ -1,0 +1,162 @@
+"""The output's contract (``career.output``): each batch one Delta version, idempotent whoever finishes it.
+
+Pure: Parquet files written with pyarrow as the publish renames leave them, the Delta log written and read with
+delta-rs. The Spark career's use of it, under paused leaders, is in ``tests/test_delta_output.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from career.output import (
+    APP_ID,
+    OutputSchemaError,
+    batch_versions,
+    covered_batch,
+    publish_batch,
+    snapshot_files,
+)
+
+
+def _part(folder: Path, batch: int, rows: int, part: int = 0, extra: dict[str, pa.Array] | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    columns: dict[str, pa.Array] = {
+        "id": pa.array([f"{batch}-{part}-{i}" for i in range(rows)]),
+        "_epoch": pa.array([7] * rows, pa.int64()),
+        "_batch": pa.array([batch] * rows, pa.int64()),
+        **(extra or {}),
+    }
+    path = folder / f"batch-{batch:012d}-part-{part:05d}.parquet"
+    pq.write_table(pa.table(columns), path)
+    return path
+
+
+def _ids(folder: Path) -> list[str]:
+    """What a Delta reader sees: the newest snapshot's files, read with pyarrow."""
+    tables = [pq.read_table(folder / name) for name in sorted(snapshot_files(folder))]
+    return sorted(i for t in tables for i in t.column("id").to_pylist())
+
+
+def test_each_batch_is_one_version_carrying_its_batch_epoch_and_transaction(tmp_path: Path) -> None:
+    table = tmp_path / "table"
+    _part(table, 0, 3)
+    assert publish_batch(table, 0, epoch=7, replica_id="r1") == 0
+    _part(table, 1, 2, part=0)
+    _part(table, 1, 2, part=1)
+    assert publish_batch(table, 1, epoch=9, replica_id="r2") == 1
+    assert covered_batch(table) == 1 == DeltaTable(str(table)).transaction_version(APP_ID)
+    assert [(v.version, v.batch, v.epoch, v.replica, v.adopted) for v in batch_versions(table)] == [
+        (0, 0, 7, "r1", False), (1, 1, 9, "r2", False)]
+    assert len(_ids(table)) == 7
+    config = DeltaTable(str(table)).metadata().configuration
+    assert config["delta.appendOnly"] == "true"
+    stats = DeltaTable(str(table)).get_add_actions(flatten=True)
+    assert sorted(pa.table(stats).column("num_records").to_pylist()) == [2, 2, 3]
+
+
+def test_publishing_a_covered_batch_again_adds_no_version(tmp_path: Path) -> None:
+    """A re-run, a successor's roll-forward or a stale leader finishing its own batch: skipped, never twice."""
+    table = tmp_path / "table"
+    _part(table, 0, 3)
+    assert publish_batch(table, 0, epoch=7, replica_id="r1") == 0
+    assert publish_batch(table, 0, epoch=7, replica_id="r2") is None, "batch 0: a transaction version of 0 covers it"
+    _part(table, 1, 2)
+    assert publish_batch(table, 1, epoch=7, replica_id="r1") == 1
+    assert publish_batch(table, 1, epoch=7, replica_id="r2") is None
+    assert publish_batch(table, 0, epoch=7, replica_id="r2") is None, "an older batch is covered too"
+    assert DeltaTable(str(table)).version() == 1
+    assert len(_ids(table)) == 5
+
+
+def test_a_batch_without_files_here_makes_no_version(tmp_path: Path) -> None:
+    table = tmp_path / "quarantine"
+    assert publish_batch(table, 0, epoch=7, replica_id="r1") is None
+    assert not (table / "_delta_log").exists()
+    _part(table, 3, 1)
+    assert publish_batch(table, 3, epoch=7, replica_id="r1") == 0
+    assert publish_batch(table, 4, epoch=7, replica_id="r1") is None
+    assert [v.batch for v in batch_versions(table)] == [3]
+
+
+def test_two_replicas_racing_on_one_batch_make_one_version(tmp_path: Path) -> None:
+    """Both read the table before either commits (a stale leader resumed inside its Delta commit, and the
+    successor rolling the same batch forward): Delta's transaction conflict refuses the second, which then sees
+    the batch covered and stops."""
+    table = tmp_path / "table"
+    _part(table, 0, 3)
+    publish_batch(table, 0, epoch=7, replica_id="r1")
+    _part(table, 1, 4)
+    barrier = threading.Barrier(2)
+    results: list[int | None] = []
+    errors: list[BaseException] = []
+    original = DeltaTable.create_write_transaction
+
+    def slow(self: DeltaTable, *args: object, **kwargs: object) -> None:
+        barrier.wait(timeout=10)  # both have read the table at version 0 and checked the transaction
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    def publish(replica: str) -> None:
+        try:
+            results.append(publish_batch(table, 1, epoch=7, replica_id=replica))
+        except BaseException as exc:
+            errors.append(exc)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DeltaTable, "create_write_transaction", slow)
+        threads = [threading.Thread(target=publish, args=(r,)) for r in ("r1", "r2")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    assert not errors, errors
+    assert sorted(results, key=lambda v: -1 if v is None else v) == [None, 1]
+    assert DeltaTable(str(table)).version() == 1
+    assert len(_ids(table)) == 7
+
+
+def test_a_data_root_from_before_is_adopted_in_one_version_without_rewriting_a_file(tmp_path: Path) -> None:
+    table = tmp_path / "table"
+    old = [_part(table, b, 2) for b in range(5)]
+    stamps = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in old}
+    (table / "_staging").mkdir()  # a staging folder and Spark's side files are not data
+    (table / ".batch-000000000009-part-00000.parquet.crc").write_bytes(b"x")
+    _part(table, 5, 3)
+    assert publish_batch(table, 5, epoch=11, replica_id="r1") == 0
+    (version,) = batch_versions(table)
+    assert (version.first, version.batch, version.epoch, version.adopted) == (0, 5, 11, True)
+    assert len(_ids(table)) == 13
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in old} == stamps
+
+
+def test_a_new_column_is_added_before_its_batch_and_a_changed_type_is_refused(tmp_path: Path) -> None:
+    table = tmp_path / "table"
+    _part(table, 0, 2)
+    publish_batch(table, 0, epoch=7, replica_id="r1")
+    _part(table, 1, 2, extra={"score": pa.array([1.5, 2.5])})
+    assert publish_batch(table, 1, epoch=7, replica_id="r1") == 2
+    versions = batch_versions(table)
+    assert [(v.version, v.batch) for v in versions] == [(0, 0), (1, None), (2, 1)]
+    assert "score" in pa.schema(DeltaTable(str(table)).schema().to_arrow()).names
+    _part(table, 2, 2, extra={"score": pa.array(["high", "low"])})
+    with pytest.raises(OutputSchemaError, match=r"column 'score' is string but the Delta table .* has double"):
+        publish_batch(table, 2, epoch=7, replica_id="r1")
+    assert covered_batch(table) == 1
+
+
+def test_the_log_entry_is_durable_and_readable_by_a_plain_json_reader(tmp_path: Path) -> None:
+    """A version's commit info holds the batch, epoch and replica: what any engine's history shows."""
+    table = tmp_path / "table"
+    _part(table, 0, 1)
+    publish_batch(table, 0, epoch=7, replica_id="r1")
+    lines = [json.loads(x) for x in (table / "_delta_log" / f"{0:020d}.json").read_text().splitlines()]
+    info = next(x["commitInfo"] for x in lines if "commitInfo" in x)
+    txn = next(x["txn"] for x in lines if "txn" in x)
+    assert (info["tenure.batch"], info["tenure.epoch"], info["tenure.replica"]) == ("0", "7", "r1")
+    assert (txn["appId"], txn["version"]) == (APP_ID, 0)
