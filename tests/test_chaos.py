@@ -53,7 +53,7 @@ def test_ci_seed_plan() -> None:
     """The plan tests/test_drill.py's chaos run relies on."""
     settings = ChaosSettings.make(career="spark", records=3000, faults=3, seed=12, short=True)
     assert [f.label for f in plan_faults(12, 3, settings.window_s, career="spark")] == \
-        ["inject after_publish kill", "pause", "zk-restart (leader)"]
+        ["inject inside_delta_commit pause", "pause", "zk-restart (leader)"]
     assert settings.drill.produce_s > settings.window_s  # the producer outlasts the last planned fault
 
 

@@ -617,7 +617,7 @@ def test_chaos_drill_spark_short(tmp_path: Path) -> None:
     failed = [f"{c['name']}: {c['detail']}" for c in doc["criteria"] if not c["passed"]]
     assert code == 0, f"chaos failed: {failed}\n{report}"
     assert doc["seed"] == CI_CHAOS_SEED and [f["label"] for f in doc["faults"]] == \
-        ["inject after_publish kill", "pause", "zk-restart (leader)"]
+        ["inject inside_delta_commit pause", "pause", "zk-restart (leader)"]
     assert all(f["status"] == "recovered" and f["recovery_s"] is not None for f in doc["faults"]), doc["faults"]
     audit = doc["audit"]
     assert audit["ok"] and audit["ids_in"] == 3000 and audit["lost"] == audit["duplicated"] == audit["inversions"] == 0
