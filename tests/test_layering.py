@@ -18,17 +18,19 @@ PACKAGES = ("election", "career", "service")
 
 #: importer package prefix → package prefixes it must never import.
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "election": ("career", "service", "pyspark"),
-    "career": ("service",),
-    "service.replica": ("service.ops", "service.local", "service.drill", "service.cli"),
-    "service.ops": ("service.local", "service.drill", "service.cli"),
-    "service.local": ("service.drill", "service.cli"),
-    "service.drill": ("service.cli",),
+    "tenure.election": ("tenure.career", "tenure.service", "pyspark"),
+    "tenure.career": ("tenure.service",),
+    "tenure.service.replica": ("tenure.service.ops", "tenure.service.local", "tenure.service.drill",
+                               "tenure.service.cli"),
+    "tenure.service.ops": ("tenure.service.local", "tenure.service.drill", "tenure.service.cli"),
+    "tenure.service.local": ("tenure.service.drill", "tenure.service.cli"),
+    "tenure.service.drill": ("tenure.service.cli",),
 }
 
 
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
+    """The installed name of a room's file: ``service/replica/_runner.py`` is ``tenure.service.replica._runner``."""
+    parts = ("tenure", *path.relative_to(REPO).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -59,9 +61,9 @@ def _inside(module: str, package: str) -> bool:
 def test_the_graph_is_read() -> None:
     """The scan sees known edges (a scan that saw nothing would pass every check below)."""
     graph = _graph()
-    assert "service.replica._lifecycle" in graph["service.replica._process"]
-    assert "career.lifecycle._runner" in graph["career.lifecycle"]
-    assert "election._errors" in graph["career.spark._hooks"]
+    assert "tenure.service.replica._lifecycle" in graph["tenure.service.replica._process"]
+    assert "tenure.career.lifecycle._runner" in graph["tenure.career.lifecycle"]
+    assert "tenure.election._errors" in graph["tenure.career.spark._hooks"]
 
 
 @pytest.mark.parametrize("importer", sorted(FORBIDDEN))
@@ -69,7 +71,7 @@ def test_no_import_against_the_layers(importer: str) -> None:
     graph = _graph()
     wrong = sorted(f"{module} imports {target}" for module, targets in graph.items() if _inside(module, importer)
                    for target in targets for banned in FORBIDDEN[importer] if _inside(target, banned))
-    if importer == "election":
+    if importer == "tenure.election":
         wrong += sorted(f"{p.relative_to(REPO)} imports pyspark" for p in (REPO / "election").rglob("*.py")
                         if any(_inside(t, "pyspark") for t in _imports(p)))
     assert not wrong, "\n".join(wrong)
@@ -99,6 +101,16 @@ def test_no_module_cycle() -> None:
         if start not in seen and visit(start, [start]):
             break
     assert not cycle, " -> ".join(cycle)
+
+
+def test_every_import_goes_through_the_one_installed_name() -> None:
+    """The wheel installs ``tenure`` alone: ``import service`` works in the repository, where the room folders
+    sit on the path, and fails once installed, so no module, test or bench may import a room by its bare name."""
+    sources = [p for top in (*PACKAGES, "tenure", "tests", "bench") for p in (REPO / top).rglob("*.py")]
+    assert len(sources) > 150
+    bare = sorted(f"{p.relative_to(REPO)} imports {name}" for p in sources for name in _imports(p)
+                  if name.split(".")[0] in PACKAGES)
+    assert not bare, "\n".join(bare)
 
 
 def test_architecture_names_only_files_that_exist() -> None:

@@ -1,5 +1,0 @@
-"""``python -m service`` is ``tenure``."""
-
-from service.cli import main
-
-main()

@@ -1,0 +1,5 @@
+"""``python -m tenure`` is the ``tenure`` command."""
+
+from tenure.service.cli import main
+
+main()
