@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out),
-                            str(REPO)], capture_output=True, text=True, timeout=240)
+                            str(REPO)], capture_output=True, text=True, timeout=240, check=False)
     assert built.returncode == 0, built.stderr[-3000:]
     (found,) = out.glob("tenure-*.whl")
     return found
@@ -57,16 +57,16 @@ def test_installed_into_a_clean_environment_it_adds_tenure_alone_and_runs(wheel:
     # PYTHONPATH entry does not activate); run from an empty folder, so nothing of the repository is on the path.
     deps = os.pathsep.join([sysconfig.get_path("purelib"), *site.getsitepackages()])
     env = {**os.environ, "PYTHONPATH": deps}
-    ran = subprocess.run([str(python), "-m", "tenure", "--help"], cwd=tmp_path, env=env,
+    ran = subprocess.run([str(python), "-m", "tenure", "--help"], cwd=tmp_path, env=env, check=False,
                          capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert "tenure" in ran.stdout and "verify" in ran.stdout
     imported = subprocess.run([str(python), "-c", "import tenure.career.spark, tenure.service.replica; "
                                "print(tenure.service.replica.__file__)"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert imported.returncode == 0, imported.stderr[-2000:]
     assert imported.stdout.startswith(str(purelib)), imported.stdout
     for bare in ("service", "career", "election"):
-        missing = subprocess.run([str(python), "-c", f"import {bare}"], cwd=tmp_path, env=env,
+        missing = subprocess.run([str(python), "-c", f"import {bare}"], cwd=tmp_path, env=env, check=False,
                                  capture_output=True, text=True, timeout=60)
         assert missing.returncode != 0 and "ModuleNotFoundError" in missing.stderr, bare
