@@ -44,11 +44,14 @@ def test_installed_into_a_clean_environment_it_adds_tenure_alone_and_runs(wheel:
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
+    # Nothing of this interpreter's paths: a PYTHONPATH naming the repository (with its tenure.egg-info) would
+    # tell pip that tenure is installed already.
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                  capture_output=True, text=True, check=True).stdout.strip())
+                                  env=clean, capture_output=True, text=True, check=True).stdout.strip())
     before = set(os.listdir(purelib))
     subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", str(wheel)],
-                   check=True, capture_output=True, timeout=120)
+                   env=clean, check=True, capture_output=True, timeout=120)
     added = set(os.listdir(purelib)) - before
     assert {a for a in added if not a.endswith(".dist-info")} == {"tenure"}, sorted(added)
     assert (env_dir / "bin" / "tenure").exists()
@@ -56,7 +59,7 @@ def test_installed_into_a_clean_environment_it_adds_tenure_alone_and_runs(wheel:
     # The dependencies come from this interpreter's environment (its own tenure is an editable install, which a
     # PYTHONPATH entry does not activate); run from an empty folder, so nothing of the repository is on the path.
     deps = os.pathsep.join([sysconfig.get_path("purelib"), *site.getsitepackages()])
-    env = {**os.environ, "PYTHONPATH": deps}
+    env = {**clean, "PYTHONPATH": deps}
     ran = subprocess.run([str(python), "-m", "tenure", "--help"], cwd=tmp_path, env=env, check=False,
                          capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr[-2000:]
