@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from career.spark._storage import Layout
+from tenure.career.spark._storage import Layout
 
 __all__ = ["main"]
 
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from bench._query import session, start_query
-    from career.spark import SparkCareerConfig
+    from tenure.career.spark import SparkCareerConfig
 
     config = SparkCareerConfig(data_root=args.data_root)  # the career's defaults: same flow control and trigger
     batches: list[dict[str, Any]] = []

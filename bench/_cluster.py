@@ -20,8 +20,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from bench._common import ENSEMBLE_ATTEMPTS, ENSEMBLE_START_S, process_tree_rss
-from election import GroupPaths
-from service.local import Ensemble, EnsembleError, Topology, die_with_parent, running_ensemble
+from tenure.election import GroupPaths
+from tenure.service.local import Ensemble, EnsembleError, Topology, die_with_parent, running_ensemble
 
 __all__ = ["Cluster", "Commit", "CommitTimeline", "NaiveCluster", "TenureCluster", "producer_args"]
 
@@ -154,7 +154,7 @@ def _http_ok(port: int, path: str) -> bool:
 
 
 class TenureCluster:
-    """``service.local._topology.Topology`` with the Spark career, 3 replicas, warm or cold standby, plus a producer."""
+    """``tenure.service.local.Topology`` with the Spark career, 3 replicas, warm or cold standby, plus a producer."""
 
     def __init__(self, directory: Path, *, standby: str, rate: float, replicas: int = 3) -> None:
         self.label = f"tenure-{standby}"
@@ -257,7 +257,7 @@ class NaiveCluster:
         if self._rate:
             with (self.logs / "producer.log").open("ab") as log:
                 self._producer = subprocess.Popen(
-                    [sys.executable, "-m", "service", "produce", "--data-root", str(self.data_root),
+                    [sys.executable, "-m", "tenure", "produce", "--data-root", str(self.data_root),
                      *producer_args(self._rate)], stdout=log, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, start_new_session=True,
                     preexec_fn=die_with_parent(signal.SIGTERM))  # noqa: PLW1509 - only prctl

@@ -22,8 +22,8 @@ from typing import Any
 
 from bench._common import BenchContext, Result, Target
 from bench._plots import add_plot, pyplot, save
-from career.queue import QueueLayout
-from career.spark._storage import Layout
+from tenure.career.queue import QueueLayout
+from tenure.career.spark._storage import Layout
 
 __all__ = ["main", "run_dedup_state"]
 
@@ -34,8 +34,8 @@ _BURST_FILE = 50_000
 
 def _measure(sizes: list[int], out: Path) -> None:
     from bench._query import session, start_query
-    from career.spark import SparkCareerConfig
-    from service.ops import produce
+    from tenure.career.spark import SparkCareerConfig
+    from tenure.service.ops import produce
 
     root = Path(tempfile.mkdtemp(prefix="tenure-dedup-state-"))
     QueueLayout(root).landing.mkdir()

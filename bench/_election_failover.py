@@ -1,7 +1,7 @@
 """Crash failover at the election level: SIGKILL the leader, time until its successor is elected, at the
 embedded ensemble's default tickTime and at the old 2000 ms, side by side in one run.
 
-Each block is its own topology (``service.local.Topology``): an embedded 3-server ensemble at one tick and 3
+Each block is its own topology (``tenure.service.local.Topology``): an embedded 3-server ensemble at one tick and 3
 replicas of ``tenure run --career counter`` with a 4 s session timeout; no Spark. Per kill:
 
 1. Wait until all 3 replicas are in the election (3 nodes, 3 replica ids, a leader), then a short settle.
@@ -28,10 +28,10 @@ from kazoo.client import KazooClient
 from kazoo.protocol.states import EventType, WatchedEvent
 
 from bench._common import BenchContext, Result, Target, percentiles
-from election import GroupPaths, GroupStatus, group_status
-from service.drill import read_events
-from service.local import Ensemble, EnsembleError, Topology, wait_for
-from service.replica import four_letter_word
+from tenure.election import GroupPaths, GroupStatus, group_status
+from tenure.service.drill import read_events
+from tenure.service.local import Ensemble, EnsembleError, Topology, wait_for
+from tenure.service.replica import four_letter_word
 
 __all__ = ["run_election_failover"]
 

@@ -8,8 +8,8 @@ import time
 from kazoo.client import KazooClient
 
 from bench._common import ENSEMBLE_ATTEMPTS, ENSEMBLE_START_S, BenchContext, Result, Target, percentiles
-from election import Elected, Election, ElectionEvent, Identity
-from service.local import Ensemble, running_ensemble
+from tenure.election import Elected, Election, ElectionEvent, Identity
+from tenure.service.local import Ensemble, running_ensemble
 
 __all__ = ["run_fence_latency"]
 

@@ -22,9 +22,9 @@ from typing import Any
 from bench._cluster import CommitTimeline, TenureCluster
 from bench._common import BenchContext, Result, Target, percentiles
 from bench._plots import add_plot, latency_plot
-from career.queue import QueueLayout
-from career.spark._storage import Layout
-from service.ops import produce
+from tenure.career.queue import QueueLayout
+from tenure.career.spark._storage import Layout
+from tenure.service.ops import produce
 
 __all__ = ["run_latency"]
 

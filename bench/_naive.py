@@ -22,8 +22,8 @@ from types import FrameType
 
 from kazoo.client import KazooClient
 
-from career.spark._storage import Layout
-from election import GroupPaths
+from tenure.career.spark._storage import Layout
+from tenure.election import GroupPaths
 
 __all__ = ["main"]
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     def lead() -> None:
         # Imported here, as a user's leader callback would: nothing of Spark exists until election.
         from bench._query import session, start_query
-        from career.spark import SparkCareerConfig
+        from tenure.career.spark import SparkCareerConfig
 
         elected_at = time.time()
         epoch = int(elected_at * 1000)

@@ -37,9 +37,9 @@ from bench._handover import _run_recipes, stats
 from bench._plots import add_plot, change_bars, pyplot, save, segment_legend
 from bench._split import SEGMENTS, median_segments, seconds_to
 from bench._throughput import _fill_landing, _run_bare, _steady_rate
-from career.queue import QueueLayout
-from service.local import SparkCluster, Topology, free_base_port
-from service.ops import produce, verify
+from tenure.career.queue import QueueLayout
+from tenure.service.local import SparkCluster, Topology, free_base_port
+from tenure.service.ops import produce, verify
 
 __all__ = ["main", "run_cluster"]
 
@@ -424,7 +424,7 @@ def run_cluster(ctx: BenchContext) -> Result:
         "Executor times come from the workers' "
         "work folders (launch: the folder's mtime; registered with the driver and first task assigned: the "
         "executor's log, whole seconds + 0.5), in seconds after the successor's election.",
-        "Exactly once: `service.ops.verify` on every tenure data root (throughput runs; each handover topology "
+        "Exactly once: `tenure.service.ops.verify` on every tenure data root (throughput runs; each handover topology "
         "after its producer stops and the leader drains `landing/`).",
     ]
     return result
@@ -472,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", required=True)
     args, rest = parser.parse_known_args(argv)
     from bench._bare import main as bare
-    from career.spark import SparkCareerConfig, build_session
+    from tenure.career.spark import SparkCareerConfig, build_session
 
     defaults = SparkCareerConfig(data_root=Path("."))
     # Started here on the master, with the career's settings: bench._bare's own build_session then reuses it.

@@ -1,7 +1,7 @@
 """The consumer's Structured Streaming query without tenure's lifecycle: what the baselines run.
 
 The same pipeline functions as ``career/spark`` (classify → deduplicate → order by key and seq → Parquet), the
-same session settings (``career.spark.build_session``) and the same flow control, but no election, no fence,
+same session settings (``tenure.career.spark.build_session``) and the same flow control, but no election, no fence,
 no staging or publish: each batch appends its Parquet straight into ``table/``. The naive baseline and the
 bare throughput run both use it, so a difference against tenure is the lifecycle's, not the query's.
 """
@@ -17,9 +17,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 from pyspark.sql.streaming.query import StreamingQuery
 
-from career.queue import QueueLayout
-from career.spark import SparkCareerConfig, build_session
-from career.spark._pipeline import (
+from tenure.career.queue import QueueLayout
+from tenure.career.spark import SparkCareerConfig, build_session
+from tenure.career.spark._pipeline import (
     KIND_BAD,
     KIND_FILE,
     KIND_ROW,

@@ -25,8 +25,8 @@ from typing import Any
 
 from bench._common import BenchContext, Result
 from bench._plots import add_plot, pyplot, save
-from career.queue import QueueLayout
-from career.spark._storage import Layout
+from tenure.career.queue import QueueLayout
+from tenure.career.spark._storage import Layout
 
 __all__ = ["POLICIES", "main", "run_state_chain"]
 
@@ -55,8 +55,8 @@ def _versions(state: Path) -> tuple[int | None, int | None]:
 
 def _measure(changelog: str, maintenance: str, state_ids: int, rounds: int, round_files: int, out: Path) -> None:
     from bench._query import session, start_query
-    from career.spark import SparkCareerConfig
-    from service.ops import produce
+    from tenure.career.spark import SparkCareerConfig
+    from tenure.service.ops import produce
 
     root = Path(tempfile.mkdtemp(prefix="tenure-state-chain-"))
     QueueLayout(root).landing.mkdir()

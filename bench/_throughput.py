@@ -15,8 +15,8 @@ from typing import Any
 from bench._cluster import CommitTimeline, TenureCluster
 from bench._common import BenchContext, Result, Target, percentiles
 from bench._plots import add_plot, rate_plot
-from career.queue import QueueLayout
-from service.ops import produce
+from tenure.career.queue import QueueLayout
+from tenure.service.ops import produce
 
 __all__ = ["run_throughput"]
 
@@ -176,7 +176,7 @@ def run_throughput(ctx: BenchContext) -> Result:
         title=f"Throughput per batch: tenure's leader vs the bare query (steady state: after batch {_SKIP_BATCHES})"))
     result.notes += [
         "Both read the same files (hard links of one produced set), use the same pipeline functions "
-        "(`career/spark/_pipeline.py`) and the same session settings (`career.spark.build_session`). The bare "
+        "(`career/spark/_pipeline.py`) and the same session settings (`tenure.career.spark.build_session`). The bare "
         "query (`bench/_bare.py`, `bench/_query.py`) appends Parquet straight into `table/`; tenure stages, "
         "commits through the fence, publishes (renames) and archives consumed files.",
         "tenure reads the queue with its own source (`career/spark/_intake.py`: files in (modification time, name) "

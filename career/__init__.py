@@ -1,13 +1,13 @@
 """The leadership lifecycle: inaugurate, execute again and again, hand over; and the careers that live it.
 
-The Spark consumer is ``career.spark`` (imported on its own, as it loads Spark); the queue's contract is
-``career.queue``; ``CounterCareer`` is a small career for tests and drills.
+The Spark consumer is ``tenure.career.spark`` (imported on its own, as it loads Spark); the queue's contract is
+``tenure.career.queue``; ``CounterCareer`` is a small career for tests and drills.
 """
 
-from career._counter import CounterCareer
-from career._deadline import Probe, call_within
-from career._health import StorageHealth
-from career._protocol import (
+from tenure.career._counter import CounterCareer
+from tenure.career._deadline import Probe, call_within
+from tenure.career._health import StorageHealth
+from tenure.career._protocol import (
     BatchFailed,
     Career,
     CareerContext,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import structlog
 
-from career._health import StorageHealth
-from career._protocol import CareerContext, CareerObserver, Outcome
-from election import Fenced
+from tenure.career._health import StorageHealth
+from tenure.career._protocol import CareerContext, CareerObserver, Outcome
+from tenure.election import Fenced
 
 __all__ = ["CounterCareer"]
 

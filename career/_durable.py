@@ -1,6 +1,6 @@
 """fsync for files and the folders that hold them: what a step relies on after a power loss must be on disk.
 
-Pure Python, so both the Spark career's storage and the output's Delta log (``career.output``) use it.
+Pure Python, so both the Spark career's storage and the output's Delta log (``tenure.career.output``) use it.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ import socket
 from collections.abc import Iterable
 from pathlib import Path
 
-from career._deadline import Probe
-from election._errors import Unresponsive
+from tenure.career._deadline import Probe
+from tenure.election._errors import Unresponsive
 
 __all__ = ["StorageHealth", "storage_problem"]
 

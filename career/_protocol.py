@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from election._errors import TenureError
+from tenure.election._errors import TenureError
 
 __all__ = ["BatchFailed", "Career", "CareerContext", "CareerObserver", "FailedBatch", "Fence", "HandoverRecord",
            "Outcome"]

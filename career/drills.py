@@ -1,7 +1,7 @@
 """User code that misbehaves on purpose, for the stuck-leader drills and their tests.
 
-``tenure drill stuck-leader`` runs replicas with ``--row-function career.drills:hang_when_told`` and
-``--transform career.drills:fail_on_poison_pill``: harmless until told otherwise, so a drill can make one
+``tenure drill stuck-leader`` runs replicas with ``--row-function tenure.career.drills:hang_when_told`` and
+``--transform tenure.career.drills:fail_on_poison_pill``: harmless until told otherwise, so a drill can make one
 replica's row function hang, or one batch fail on every leader, while the others stay healthy.
 """
 

@@ -1,6 +1,7 @@
 """Example pipeline code: a ``transform`` and a ``row_function`` to start from (docs/concepts/your-pipeline.md).
 
-Run them with ``tenure run --transform career.examples:enrich --row-function career.examples:reject_poison``.
+Run them with ``tenure run --transform tenure.career.examples:enrich
+--row-function tenure.career.examples:reject_poison``.
 Your own module must be importable by the replica and by Spark's Python workers (installed, or on PYTHONPATH).
 """
 

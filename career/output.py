@@ -42,8 +42,8 @@ from deltalake.transaction import (
     create_table_with_add_actions,
 )
 
-from career._durable import fsync, sync_dirs
-from career.queue import is_hidden
+from tenure.career._durable import fsync, sync_dirs
+from tenure.career.queue import is_hidden
 
 __all__ = [
     "APP_ID",

@@ -39,7 +39,7 @@ What is not guaranteed:
 
 Example::
 
-    from election import DigestCredential, Election, Elected, Identity
+    from tenure.election import DigestCredential, Election, Elected, Identity
 
     election = Election(client, group="orders", identity=Identity.local("r1"), on_event=queue.put)
     election.start()
@@ -49,10 +49,10 @@ Example::
     fence.commit({"batch": 7, "published": "table/batch=7"}, expected_version=version)
 """
 
-from election._acl import DigestCredential
-from election._drain import DrainRequest, drain_requests
-from election._election import Election
-from election._errors import (
+from tenure.election._acl import DigestCredential
+from tenure.election._drain import DrainRequest, drain_requests
+from tenure.election._election import Election
+from tenure.election._errors import (
     CommitOutcomeUnknown,
     ConfigError,
     ElectionError,
@@ -61,7 +61,7 @@ from election._errors import (
     TenureError,
     Unresponsive,
 )
-from election._events import (
+from tenure.election._events import (
     ConnectionChanged,
     Elected,
     ElectionEvent,
@@ -70,14 +70,14 @@ from election._events import (
     Revoked,
     Suspended,
 )
-from election._fence import Fence
-from election._handover_request import HandoverRequest, read_handover_request
-from election._history import HISTORY_LIMIT, TERM_ENDINGS, TermHistory, TermRecord, read_history
-from election._identity import Identity
-from election._layout import GroupPaths
-from election._settings import ElectionSettings
-from election._states import TRANSITIONS, IllegalTransitionError, LeadershipState, check_transition
-from election._status import Contender, GroupStatus, group_status
+from tenure.election._fence import Fence
+from tenure.election._handover_request import HandoverRequest, read_handover_request
+from tenure.election._history import HISTORY_LIMIT, TERM_ENDINGS, TermHistory, TermRecord, read_history
+from tenure.election._identity import Identity
+from tenure.election._layout import GroupPaths
+from tenure.election._settings import ElectionSettings
+from tenure.election._states import TRANSITIONS, IllegalTransitionError, LeadershipState, check_transition
+from tenure.election._status import Contender, GroupStatus, group_status
 
 __all__ = [
     "HISTORY_LIMIT",

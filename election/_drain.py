@@ -14,7 +14,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from election._layout import GroupPaths
+from tenure.election._layout import GroupPaths
 
 __all__ = ["DrainRequest", "drain_requests"]
 

@@ -21,9 +21,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NoNodeError, SessionExpiredError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
-from election._acl import DigestCredential
-from election._errors import ElectionError, NotLeader
-from election._events import (
+from tenure.election._acl import DigestCredential
+from tenure.election._errors import ElectionError, NotLeader
+from tenure.election._events import (
     ConnectionChanged,
     Elected,
     ElectionEvent,
@@ -32,14 +32,14 @@ from election._events import (
     Revoked,
     Suspended,
 )
-from election._fence import CommitTally, Fence, read_handover
-from election._history import TermHistory
-from election._identity import Identity
-from election._layout import GroupPaths
-from election._line import Line, OwnNode, Place, Verdict
-from election._settings import ElectionSettings
-from election._states import LeadershipState, check_transition
-from election._status import Contender, group_status
+from tenure.election._fence import CommitTally, Fence, read_handover
+from tenure.election._history import TermHistory
+from tenure.election._identity import Identity
+from tenure.election._layout import GroupPaths
+from tenure.election._line import Line, OwnNode, Place, Verdict
+from tenure.election._settings import ElectionSettings
+from tenure.election._states import LeadershipState, check_transition
+from tenure.election._status import Contender, group_status
 
 __all__ = ["Election"]
 

@@ -12,10 +12,10 @@ from kazoo.exceptions import NoNodeError
 from kazoo.security import ACL
 from structlog.typing import FilteringBoundLogger
 
-from election._errors import CommitOutcomeUnknown, Fenced, NotLeader
-from election._layout import GroupPaths
-from election._states import LeadershipState
-from election._transaction import (
+from tenure.election._errors import CommitOutcomeUnknown, Fenced, NotLeader
+from tenure.election._layout import GroupPaths
+from tenure.election._states import LeadershipState
+from tenure.election._transaction import (
     OutcomeUnknownError,
     encode_record,
     fenced_set,

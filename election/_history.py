@@ -21,9 +21,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.security import ACL
 
-from election._errors import ElectionError, Fenced
-from election._layout import GroupPaths
-from election._transaction import ensure_record_node, fenced_set
+from tenure.election._errors import ElectionError, Fenced
+from tenure.election._layout import GroupPaths
+from tenure.election._transaction import ensure_record_node, fenced_set
 
 __all__ = ["HISTORY_LIMIT", "TERM_ENDINGS", "TermHistory", "TermRecord", "read_history"]
 

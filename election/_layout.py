@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from election._errors import ConfigError
+from tenure.election._errors import ConfigError
 
 __all__ = ["NODE_MARK", "GroupPaths", "node_sequence", "sort_nodes"]
 

@@ -25,10 +25,10 @@ from kazoo.protocol.states import KazooState, WatchedEvent
 from kazoo.security import ACL
 from structlog.typing import FilteringBoundLogger
 
-from election._errors import ElectionError
-from election._identity import Identity
-from election._layout import NODE_MARK, GroupPaths, sort_nodes
-from election._transaction import ensure_record_node
+from tenure.election._errors import ElectionError
+from tenure.election._identity import Identity
+from tenure.election._layout import NODE_MARK, GroupPaths, sort_nodes
+from tenure.election._transaction import ensure_record_node
 
 __all__ = ["Line", "Look", "OwnNode", "Place", "Verdict"]
 

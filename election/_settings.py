@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from election._errors import ConfigError
+from tenure.election._errors import ConfigError
 
 __all__ = ["ElectionSettings"]
 

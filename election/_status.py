@@ -8,11 +8,11 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from election._drain import DrainRequest, drain_requests
-from election._history import TermRecord, read_history
-from election._identity import Identity
-from election._layout import GroupPaths, node_sequence, sort_nodes
-from election._transaction import parse_record
+from tenure.election._drain import DrainRequest, drain_requests
+from tenure.election._history import TermRecord, read_history
+from tenure.election._identity import Identity
+from tenure.election._layout import GroupPaths, node_sequence, sort_nodes
+from tenure.election._transaction import parse_record
 
 __all__ = ["Contender", "GroupStatus", "group_status"]
 

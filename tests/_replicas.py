@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from service.drill import read_events
-from service.local import ReplicaProcess, free_port
+from tenure.service.drill import read_events
+from tenure.service.local import ReplicaProcess, free_port
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
@@ -50,10 +50,10 @@ def descendants(pid: int) -> set[int]:
 
 
 class Replica(ReplicaProcess):
-    """A `tenure run` process (see service.local._topology) with the assertions tests need.
+    """A `tenure run` process (see tenure.service.local._topology) with the assertions tests need.
 
     ``signal(SIGSTOP)`` / ``signal(SIGCONT)`` pause and resume the whole process tree (Python and its Spark
-    JVM, see ``service.replica._proctree``); ``reap`` resumes the tree before it kills.
+    JVM, see ``tenure.service.replica._proctree``); ``reap`` resumes the tree before it kills.
     """
 
     def __init__(self, replica_id: str, args: list[str], log_dir: Path, env: dict[str, str] | None = None) -> None:
@@ -120,8 +120,8 @@ class ReplicaSet:
 
 
 def tenure(*args: str, timeout_s: float = 90.0) -> subprocess.CompletedProcess[str]:
-    """Run the `tenure` command line (`python -m service`) from the repository; output captured, never raises."""
-    return subprocess.run([sys.executable, "-m", "service", *args], capture_output=True, text=True,
+    """Run the `tenure` command line (`python -m tenure`) from the repository; output captured, never raises."""
+    return subprocess.run([sys.executable, "-m", "tenure", *args], capture_output=True, text=True,
                           timeout=timeout_s, cwd=REPO, check=False)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from career import CareerObserver
-from career._counter import CounterCareer
+from tenure.career import CareerObserver
+from tenure.career._counter import CounterCareer
 
 
 class _FailingCounter(CounterCareer):

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from service.local import Ensemble, free_base_port, start_ensemble
+from tenure.service.local import Ensemble, free_base_port, start_ensemble
 
 # Spark's Python workers must run this interpreter (with pyarrow), not whatever python3 PATH finds first.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

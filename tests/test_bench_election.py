@@ -12,7 +12,7 @@ import pytest
 
 from bench import run
 from bench._common import BenchContext
-from service.local import Ensemble
+from tenure.service.local import Ensemble
 
 
 @pytest.mark.slow

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from election import read_history
-from service.local import wait_for
+from tenure.election import read_history
+from tenure.service.local import wait_for
 from tests._replicas import ReplicaSet, counter_exactly_once, tenure
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from service.drill import DrillError
-from service.drill._chaos import FaultOutcome
-from service.drill._chaos_plan import CAREER_POINTS, FAULT_KINDS, ChaosSettings, plan_faults
-from service.drill._chaos_run import AuditSummary, ChaosResult, judge_chaos, render_chaos
-from service.local import ReplicaProcess, wait_for
+from tenure.service.drill import DrillError
+from tenure.service.drill._chaos import FaultOutcome
+from tenure.service.drill._chaos_plan import CAREER_POINTS, FAULT_KINDS, ChaosSettings, plan_faults
+from tenure.service.drill._chaos_run import AuditSummary, ChaosResult, judge_chaos, render_chaos
+from tenure.service.local import ReplicaProcess, wait_for
 
 
 @pytest.mark.parametrize(("seed", "count", "window_s", "career"),

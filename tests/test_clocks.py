@@ -19,12 +19,12 @@ import pyarrow.parquet as pq
 import pytest
 from kazoo.client import KazooClient
 
-from career import Outcome
-from career.spark import SparkCareer
-from career.spark._intake import batch_offset
-from career.spark._query import checkpoint_watermark_ms
-from career.spark._storage import Layout, archive_files, sweep_archive
-from career.spark._term import TermClock
+from tenure.career import Outcome
+from tenure.career.spark import SparkCareer
+from tenure.career.spark._intake import batch_offset
+from tenure.career.spark._query import checkpoint_watermark_ms
+from tenure.career.spark._storage import Layout, archive_files, sweep_archive
+from tenure.career.spark._term import TermClock
 from tests.test_spark_career import (
     Queue,
     Recorder,
@@ -119,7 +119,7 @@ def test_deduplication_runs_on_the_group_clock_not_the_leaders_wall_clock(
     ``current_timestamp()``, would have put it an hour further on, and every remembered id would be forgotten
     at once)."""
     behind_s = 3600.0
-    monkeypatch.setattr("career.spark._career.TermClock",
+    monkeypatch.setattr("tenure.career.spark._career.TermClock",
                         lambda record: TermClock(record, wall=lambda: time.time() - behind_s))
     root = tmp_path / "data"
     Queue(root).standard(files=4, per_file=5)

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from service.local import Topology
-from service.ops import verify
+from tenure.service.local import Topology
+from tenure.service.ops import verify
 
 ROOT = Path(__file__).resolve().parent.parent
 LINE_LIMIT = 64 * 1024

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from career.lifecycle import RunnerSettings
-from career.spark import SparkCareerConfig
-from election import ConfigError, GroupPaths
-from service.replica import ReplicaConfig, load_config
+from tenure.career.lifecycle import RunnerSettings
+from tenure.career.spark import SparkCareerConfig
+from tenure.election import ConfigError, GroupPaths
+from tenure.service.replica import ReplicaConfig, load_config
 
 ZK = "127.0.0.1:2181"
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from career import FailedBatch, HandoverRecord, Probe, StorageHealth, call_within
-from election import Unresponsive
-from service.replica import Metrics
-from service.replica._progress import Progress
+from tenure.career import FailedBatch, HandoverRecord, Probe, StorageHealth, call_within
+from tenure.election import Unresponsive
+from tenure.service.replica import Metrics
+from tenure.service.replica._progress import Progress
 
 
 def test_call_within_returns_raises_or_abandons() -> None:
@@ -58,7 +58,7 @@ def test_storage_health_reports_a_hung_probe(tmp_path: Path, monkeypatch: pytest
     assert health.problem() is None
     assert "below the" in (StorageHealth([tmp_path], min_free_bytes=1 << 62, timeout_s=1).problem() or "")
     release = threading.Event()
-    import career._health as module
+    import tenure.career._health as module
 
     monkeypatch.setattr(module, "storage_problem", lambda folder, min_free: release.wait())
     hung = StorageHealth([tmp_path], min_free_bytes=0, timeout_s=0.3)

@@ -17,7 +17,7 @@ def test_demo_kills_the_leader_and_audits_exactly_once(tmp_path: Path) -> None:
     """`tenure demo` exits 0: a follower took over after the SIGKILL, the drain was told as progress, and verify
     found every id exactly once."""
     result = subprocess.run(
-        [sys.executable, "-m", "service", "demo", "--dir", str(tmp_path / "demo"), "--records", "6000",
+        [sys.executable, "-m", "tenure", "demo", "--dir", str(tmp_path / "demo"), "--records", "6000",
          "--rate", "1500"],
         capture_output=True, text=True, timeout=580, cwd=REPO, check=False,
     )

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from service.local import free_port, wait_for
+from tenure.service.local import free_port, wait_for
 from tests._prometheus import alerts, prometheus_binary, query, running_prometheus
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -493,7 +493,7 @@ def test_zookeeper_healthcheck_matches_a_real_quorum_member(zk_hosts: str) -> No
 
 def test_contract_matches_the_service_registry() -> None:
     """The list alerts and dashboard are checked against is what service/replica/_metrics.py exports."""
-    metrics_module = pytest.importorskip("service.replica._metrics")
+    metrics_module = pytest.importorskip("tenure.service.replica._metrics")
     registry = CollectorRegistry()
     metrics_module.Metrics(registry, replica_id="r1", group="g", default_collectors=False)
     exported = {

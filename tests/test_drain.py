@@ -9,8 +9,8 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from election import DrainRequest, GroupPaths, group_status, read_history
-from service.local import wait_for
+from tenure.election import DrainRequest, GroupPaths, group_status, read_history
+from tenure.service.local import wait_for
 from tests._replicas import ReplicaSet, counter_exactly_once, tenure
 
 

@@ -10,24 +10,24 @@ from pathlib import Path
 
 import pytest
 
-from career.drills import HANG_ENV
-from service.drill import DrillError, read_events, run_drills
-from service.drill._context import Drill
-from service.drill._criteria import ScenarioResult, judge
-from service.drill._measures import (
+from tenure.career.drills import HANG_ENV
+from tenure.service.drill import DrillError, read_events, run_drills
+from tenure.service.drill._context import Drill
+from tenure.service.drill._criteria import ScenarioResult, judge
+from tenure.service.drill._measures import (
     Measurements,
     audit_counter,
     commit_interval,
     leader_intervals,
     nth_commit_after,
 )
-from service.drill._monitor import CommitSample, LogEvent
-from service.drill._report import render_report
-from service.drill._run import run_scenario
-from service.drill._scenarios import CLUSTER_SCENARIOS, SCENARIOS, expand
-from service.drill._settings import DrillSettings, career_unavailable, worker_loss_budget_s
-from service.local import NetNamespace, netns_unavailable
-from service.replica import EXIT_STALLED, ReplicaConfig
+from tenure.service.drill._monitor import CommitSample, LogEvent
+from tenure.service.drill._report import render_report
+from tenure.service.drill._run import run_scenario
+from tenure.service.drill._scenarios import CLUSTER_SCENARIOS, SCENARIOS, expand
+from tenure.service.drill._settings import DrillSettings, career_unavailable, worker_loss_budget_s
+from tenure.service.local import NetNamespace, netns_unavailable
+from tenure.service.replica import EXIT_STALLED, ReplicaConfig
 
 FIRST_COMMIT = "successor's first commit: about 1 s after the handover, plus one batch"
 SETTINGS = DrillSettings(career="counter", session_timeout_s=6.0, safe_fraction=0.5)
@@ -331,7 +331,7 @@ def test_stuck_leader_settings_and_replica_flags(tmp_path: Path) -> None:
     spec = SCENARIOS["hung-row-function"]
     assert spec.replica_args is not None and spec.hang_files
     args = spec.replica_args(STUCK_SETTINGS)
-    assert args[-4:] == ("--row-function", "career.drills:hang_when_told", "--retry-attempts", "12")
+    assert args[-4:] == ("--row-function", "tenure.career.drills:hang_when_told", "--retry-attempts", "12")
     drill = Drill(spec.name, STUCK_SETTINGS, tmp_path, None, replica_args=args, hang_files=True)
     assert drill.topology.replica_env == {r: {HANG_ENV: str(drill.hang_file(r))}
                                           for r in ("replica-1", "replica-2", "replica-3")}
@@ -606,7 +606,7 @@ def test_chaos_drill_spark_short(tmp_path: Path) -> None:
     """A short seeded chaos run with the Spark career: 3000 records, 3 faults; every fault recovers, the killed
     replica is restarted (3 alive at the end), the audit is clean; the report, the JSON and the plot agree."""
     _spark_or_skip()
-    from service.drill import run_chaos
+    from tenure.service.drill import run_chaos
 
     lines: list[str] = []
     json_out, plot_out = tmp_path / "chaos.json", tmp_path / "chaos.png"
@@ -631,7 +631,7 @@ def test_plot_without_matplotlib_is_refused_before_the_drill_runs(tmp_path: Path
     """A replica's install leaves matplotlib out (it is the `drill` extra): `--plot` says so in one line, exit 2,
     before any topology starts. ``sys.modules[name] = None`` is how Python marks a module as not installed."""
     script = ("import sys; sys.modules['matplotlib'] = None\n"
-              "from service.cli import main\n"
+              "from tenure.service.cli import main\n"
               f"sys.argv = ['tenure', 'drill', 'handover', '--career', 'counter', '--short', "
               f"'--plot', {str(tmp_path / 'p.png')!r}, '--dir', {str(tmp_path / 'd')!r}]\n"
               "main()\n")
@@ -671,8 +671,8 @@ def test_spark_cluster_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     """One line on stderr, exit 2, and nothing started: no drill folder, no topology built."""
     from click.testing import CliRunner
 
-    from service.cli import main
-    from service.drill import _context
+    from tenure.service.cli import main
+    from tenure.service.drill import _context
 
     built: list[str] = []
     monkeypatch.setattr(_context.Drill, "__init__", lambda *a, **k: built.append(case))  # must never be reached
@@ -687,7 +687,7 @@ def test_spark_cluster_from_the_environment(tmp_path: Path) -> None:
     """TENURE_DRILL_SPARK_CLUSTER sets --spark-cluster: with 1, worker-loss is refused as with the flag."""
     from click.testing import CliRunner
 
-    from service.cli import main
+    from tenure.service.cli import main
 
     done = CliRunner().invoke(main, ["drill", "worker-loss", "--dir", str(tmp_path / "d")],
                               env={"TENURE_DRILL_SPARK_CLUSTER": "1"})
@@ -714,8 +714,8 @@ def test_run_drills_refuses_cluster_scenarios_without_a_cluster(tmp_path: Path) 
 
 def test_tasks_cut_short_on_a_lost_worker(tmp_path: Path) -> None:
     """worker-loss counts the tasks the killed worker's executors started and never finished, from their logs."""
-    from service.drill._scenarios import _tasks_cut_short
-    from service.local import SparkCluster
+    from tenure.service.drill._scenarios import _tasks_cut_short
+    from tenure.service.local import SparkCluster
 
     cluster = SparkCluster(workers=2, port=23077, directory=tmp_path)  # never started: only its folders are read
     executor = tmp_path / "worker1" / "work" / "app-20261122170055-0000" / "1"

@@ -15,7 +15,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from election import (
+from tenure.election import (
     TRANSITIONS,
     ConfigError,
     DigestCredential,
@@ -34,8 +34,8 @@ from election import (
     check_transition,
     group_status,
 )
-from election._transaction import fenced_set
-from service.local import wait_for
+from tenure.election._transaction import fenced_set
+from tenure.service.local import wait_for
 
 T = TypeVar("T")
 SESSION_TIMEOUT_S = 3.0  # short sessions keep expiry tests quick (the test ensemble allows 2–60 s)

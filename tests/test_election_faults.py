@@ -15,9 +15,19 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from election import Elected, Fenced, Following, LeadershipState, NotLeader, Resumed, Revoked, Suspended, group_status
-from service.local import Ensemble, start_ensemble
-from service.replica import four_letter_word
+from tenure.election import (
+    Elected,
+    Fenced,
+    Following,
+    LeadershipState,
+    NotLeader,
+    Resumed,
+    Revoked,
+    Suspended,
+    group_status,
+)
+from tenure.service.local import Ensemble, start_ensemble
+from tenure.service.replica import four_letter_word
 from tests.test_election import SESSION_TIMEOUT_S, contenders, wait_until
 
 
@@ -108,7 +118,7 @@ _LEADER_SCRIPT = textwrap.dedent("""
     import structlog
     from kazoo.client import KazooClient
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
-    from election import Elected, Election, Identity
+    from tenure.election import Elected, Election, Identity
     client = KazooClient(hosts=sys.argv[1], timeout=float(sys.argv[3]))
     client.start(timeout=15)
     elected = threading.Event()

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from election import Elected, ElectionError, Following
-from service.local import free_port
-from service.ops import fetch_status, format_status_table, show_status
+from tenure.election import Elected, ElectionError, Following
+from tenure.service.local import free_port
+from tenure.service.ops import fetch_status, format_status_table, show_status
 from tests.test_election import contenders
 
 

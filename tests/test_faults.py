@@ -11,12 +11,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from service.replica import FaultFile, InjectedFault, arm, pause_tree, resume_tree, tree_pids
+from tenure.service.replica import FaultFile, InjectedFault, arm, pause_tree, resume_tree, tree_pids
 
 _CHILD = textwrap.dedent("""
     import subprocess, sys
     from pathlib import Path
-    from service.replica import FaultFile
+    from tenure.service.replica import FaultFile
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     print("ready", child.pid, flush=True)
     sys.stdin.readline()

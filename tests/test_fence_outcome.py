@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import structlog
 
-import election._fence as fence_module
-from election import CommitOutcomeUnknown, ElectionError, Fence, GroupPaths, LeadershipState
-from election._fence import CommitTally
-from election._transaction import OutcomeUnknownError
+import tenure.election._fence as fence_module
+from tenure.election import CommitOutcomeUnknown, ElectionError, Fence, GroupPaths, LeadershipState
+from tenure.election._fence import CommitTally
+from tenure.election._transaction import OutcomeUnknownError
 
 
 @dataclass

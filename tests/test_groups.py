@@ -17,14 +17,14 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import make_digest_acl
 
-from career import Outcome
-from career.spark import SparkCareer
-from career.spark._marks import ConsumptionMarks
-from career.spark._storage import Layout
-from election import ConfigError, DigestCredential, ElectionError
-from service.local import free_port, wait_for
-from service.ops import connected, queue_lag, remove_group, show_status, verify
-from service.replica import GroupError, list_groups, queue_path, register_group, registered_groups
+from tenure.career import Outcome
+from tenure.career.spark import SparkCareer
+from tenure.career.spark._marks import ConsumptionMarks
+from tenure.career.spark._storage import Layout
+from tenure.election import ConfigError, DigestCredential, ElectionError
+from tenure.service.local import free_port, wait_for
+from tenure.service.ops import connected, queue_lag, remove_group, show_status, verify
+from tenure.service.replica import GroupError, list_groups, queue_path, register_group, registered_groups
 from tests._replicas import REPO, Replica
 from tests.test_spark_career import MAX_LINE, Queue, Recorder, leadership, make_config, run_until
 
@@ -35,7 +35,7 @@ NOW = 1_800_000_000.0  # the group clock the marks archive on (any value: retent
 
 def tenure(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
     """Run the `tenure` CLI as a real process."""
-    return subprocess.run([sys.executable, "-m", "service", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tenure", *args], capture_output=True, text=True,
                           timeout=timeout_s, cwd=REPO, check=False)
 
 

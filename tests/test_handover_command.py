@@ -9,9 +9,9 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from election import GroupPaths, HandoverRequest, group_status, read_history
-from service.local import wait_for
-from service.replica._requests import OperatorRequests
+from tenure.election import GroupPaths, HandoverRequest, group_status, read_history
+from tenure.service.local import wait_for
+from tenure.service.replica._requests import OperatorRequests
 from tests._replicas import Replica, ReplicaSet, counter_exactly_once, tenure
 
 

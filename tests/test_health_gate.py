@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from career._health import storage_problem
-from election import group_status
-from service.local import wait_for
+from tenure.career._health import storage_problem
+from tenure.election import group_status
+from tenure.service.local import wait_for
 from tests._replicas import ReplicaSet
 
 
@@ -98,7 +98,7 @@ def test_processes_probing_one_folder_do_not_fail_each_other(tmp_path: Path) -> 
     loop = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from career._health import storage_problem\n"
+        "from tenure.career._health import storage_problem\n"
         "deadline = time.monotonic() + 3.0\n"
         "checks = 0\n"
         "while time.monotonic() < deadline:\n"

@@ -9,9 +9,9 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from election import HISTORY_LIMIT, Election, Fenced, GroupPaths, Identity, TermHistory, read_history
-from service.local import wait_for
-from service.ops import format_history
+from tenure.election import HISTORY_LIMIT, Election, Fenced, GroupPaths, Identity, TermHistory, read_history
+from tenure.service.local import wait_for
+from tenure.service.ops import format_history
 from tests._replicas import ReplicaSet, tenure
 
 

@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from service.local import wait_for
-from service.replica import Health, HealthServer
+from tenure.service.local import wait_for
+from tenure.service.replica import Health, HealthServer
 
 
 def _handlers_done() -> bool:

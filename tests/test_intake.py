@@ -1,4 +1,4 @@
-"""The queue source takes files in production order and skips none by its own rules (``career.spark._intake``).
+"""The queue source takes files in production order and skips none by its own rules (``tenure.career.spark._intake``).
 
 The order contract: files are consumed in (modification time, name) order, so a producer that renames its files
 into ``landing/`` one after another, named in the order it wrote them, needs no sleep between them. Spark's own
@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from career import Outcome
-from career.spark import SparkCareer
-from career.spark._intake import QueueFile, admit, batch_offset
-from career.spark._marks import ConsumptionMarks
-from career.spark._storage import Layout, archive_files
-from service.local import Topology
-from service.ops import verify
+from tenure.career import Outcome
+from tenure.career.spark import SparkCareer
+from tenure.career.spark._intake import QueueFile, admit, batch_offset
+from tenure.career.spark._marks import ConsumptionMarks
+from tenure.career.spark._storage import Layout, archive_files
+from tenure.service.local import Topology
+from tenure.service.ops import verify
 from tests.test_order import consumed, inversions, line, published
 from tests.test_spark_career import Recorder, leadership, make_config, run_until, shift_checkpoint_clock
 
@@ -214,8 +214,8 @@ def test_a_name_used_again_is_archived_beside_the_first_file(tmp_path: Path) -> 
 def test_an_admitted_queue_file_that_is_gone_fails_its_batch_with_the_fix(tmp_path: Path) -> None:
     """A file a batch's offset names but someone removed from landing/ fails the batch (never skipped: its
     records would be lost) with one line that names the file and the fix; both readers of a file say so."""
-    from career.spark._intake import _Files, _Reader
-    from career.spark._pipeline import _read_queue_file
+    from tenure.career.spark._intake import _Files, _Reader
+    from tenure.career.spark._pipeline import _read_queue_file
 
     gone = tmp_path / "landing" / "p-1.jsonl"
     reader = _Reader({"path": str(gone.parent), "marks": str(tmp_path / "consumed")})

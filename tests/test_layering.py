@@ -29,7 +29,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 
 
 def _module_name(path: Path) -> str:
-    """The installed name of a room's file: ``service/replica/_runner.py`` is ``tenure.service.replica._runner``."""
+    """The installed name of a room's file: ``service/replica/_process.py`` is ``tenure.service.replica._process``."""
     parts = ("tenure", *path.relative_to(REPO).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 

@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow.parquet as pq
 from kazoo.client import KazooClient
 
-from career import Outcome
-from career.spark import SparkCareer
+from tenure.career import Outcome
+from tenure.career.spark import SparkCareer
 from tests.test_spark_career import Queue, Recorder, landing_names, leadership, make_config, run_until
 
 
@@ -96,8 +96,8 @@ def test_a_transform_that_reshuffles_keeps_each_key_in_order(
 def test_marks_name_late_keys_and_advance_only_upwards(tmp_path: Path) -> None:
     """Pure logic: a key is late when its batch's lowest seq is at or below its mark; marks only rise, and a
     batch that moves none returns the same marks (nothing new to write); a snapshot reads back equal."""
-    from career.spark._order import HighWaterMarks
-    from career.spark._retry import write_parquet
+    from tenure.career.spark._order import HighWaterMarks
+    from tenure.career.spark._retry import write_parquet
 
     marks = HighWaterMarks({"a": 10, "b": 5})
     assert marks.late_keys({"a": (10, 12), "b": (6, 9), "c": (1, 1)}) == {"a": 10}
@@ -114,7 +114,7 @@ def test_marks_of_a_table_written_before_marks_were_kept(tmp_path: Path) -> None
     (every part file, highest seq per key); an empty or missing table gives no marks."""
     import pyarrow as pa
 
-    from career.spark._order import HighWaterMarks
+    from tenure.career.spark._order import HighWaterMarks
 
     table = tmp_path / "table"
     assert len(HighWaterMarks.of_table(table)) == 0

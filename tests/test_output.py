@@ -1,4 +1,4 @@
-"""The output's contract (``career.output``): each batch one Delta version, idempotent whoever finishes it.
+"""The output's contract (``tenure.career.output``): each batch one Delta version, idempotent whoever finishes it.
 
 Pure: Parquet files written with pyarrow as the publish renames leave them, the Delta log written and read with
 delta-rs. The Spark career's use of it, under paused leaders, is in ``tests/test_delta_output.py``.
@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from career.output import (
+from tenure.career.output import (
     APP_ID,
     OutputSchemaError,
     batch_versions,

@@ -11,8 +11,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from career.queue import REASONS, classify_line
-from career.spark._pipeline import (
+from tenure.career.queue import REASONS, classify_line
+from tenure.career.spark._pipeline import (
     QUARANTINE_COLUMNS,
     SMALL_BATCH_RECORDS,
     TABLE_COLUMNS,
@@ -22,7 +22,7 @@ from career.spark._pipeline import (
     quarantine_rows,
     table_rows,
 )
-from career.spark._session import use_driver_python
+from tenure.career.spark._session import use_driver_python
 
 
 def rec(i: int | str, key: str = "k", seq: int = 1, **extra: Any) -> bytes:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from service.local import ReplicaProcess, free_port, wait_for
-from service.ops import verify
-from service.ops._produce._atomic import fsync_dir, write_hidden_then_rename
+from tenure.service.local import ReplicaProcess, free_port, wait_for
+from tenure.service.ops import verify
+from tenure.service.ops._produce._atomic import fsync_dir, write_hidden_then_rename
 from tests._powerloss import PowerLossFS, powerloss_fs
 from tests._replicas import REPO, descendants
 

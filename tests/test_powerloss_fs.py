@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from career.spark._storage import fsync
-from service.ops._produce._atomic import fsync_dir
+from tenure.career.spark._storage import fsync
+from tenure.service.ops._produce._atomic import fsync_dir
 from tests import _powerloss
 from tests._powerloss import PowerLossFS, PowerLossUnavailable, powerloss_fs
 

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from career.queue import classify_line
-from service.local import wait_for
-from service.ops._produce import (
+from tenure.career.queue import classify_line
+from tenure.service.local import wait_for
+from tenure.service.ops._produce import (
     BAD_CLASSES,
     Producer,
     ProducerError,
@@ -30,7 +30,7 @@ from service.ops._produce import (
     produce,
     write_lines,
 )
-from service.ops._verify import iter_queue_files, verify
+from tenure.service.ops._verify import iter_queue_files, verify
 
 FAST = WriteRetry(max_attempts=4, initial_backoff_s=0.01, max_backoff_s=0.05)
 

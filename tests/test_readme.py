@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic_core import PydanticUndefined
 
-from service.replica import ReplicaConfig
+from tenure.service.replica import ReplicaConfig
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "operating" / "configuration.md"
 

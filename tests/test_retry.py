@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from career.spark._retry import (
+from tenure.career.spark._retry import (
     _PROCESSED_SCHEMA,
     _RETRY_SCHEMA,
     DEAD,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from service.local import free_port, wait_for
+from tenure.service.local import free_port, wait_for
 from tests._replicas import REPO, Replica, ReplicaSet
 
 SESSION_S = 3.0
@@ -153,7 +153,7 @@ def test_failing_career_moves_leadership_and_backs_off(replicas: ReplicaSet, tmp
 
 def _run_fails(args: list[str], timeout_s: float = 60) -> str:
     """Run `tenure run` expecting exit 2 and return its one error line."""
-    result = subprocess.run([sys.executable, "-m", "service", "run", *args], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "tenure", "run", *args], capture_output=True, text=True,
                             timeout=timeout_s, cwd=REPO, check=False)
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("tenure: error:")]

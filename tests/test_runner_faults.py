@@ -22,10 +22,10 @@ from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from career import BatchFailed, CareerContext, CareerObserver, HandoverRecord
-from career._counter import CounterCareer
-from career.lifecycle import Runner, RunnerSettings, RunnerState
-from election import (
+from tenure.career import BatchFailed, CareerContext, CareerObserver, HandoverRecord
+from tenure.career._counter import CounterCareer
+from tenure.career.lifecycle import Runner, RunnerSettings, RunnerState
+from tenure.election import (
     CommitOutcomeUnknown,
     Elected,
     Election,
@@ -36,10 +36,10 @@ from election import (
     Revoked,
     Unresponsive,
 )
-from service.local import wait_for
-from service.replica import Metrics
-from service.replica._lifecycle import build_runner
-from service.replica._progress import Progress
+from tenure.service.local import wait_for
+from tenure.service.replica import Metrics
+from tenure.service.replica._lifecycle import build_runner
+from tenure.service.replica._progress import Progress
 
 SESSION_S = 3.0
 

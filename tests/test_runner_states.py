@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from career.lifecycle import TRANSITIONS, Runner, RunnerState
-from election import TenureError
+from tenure.career.lifecycle import TRANSITIONS, Runner, RunnerState
+from tenure.election import TenureError
 
 _S = RunnerState
 _ALLOWED = [(a, b) for a in _S for b in _S if b in TRANSITIONS[a]]

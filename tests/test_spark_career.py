@@ -17,11 +17,11 @@ import pytest
 import structlog
 from kazoo.client import KazooClient
 
-from career import BatchFailed, CareerContext, Outcome
-from career.spark import SparkCareer, SparkCareerConfig, SparkCareerError
-from career.spark._warmup import KEEP_WARM_GROUP
-from election import Elected, Election, Fenced, Identity
-from service.ops import VerifyReport, verify
+from tenure.career import BatchFailed, CareerContext, Outcome
+from tenure.career.spark import SparkCareer, SparkCareerConfig, SparkCareerError
+from tenure.career.spark._warmup import KEEP_WARM_GROUP
+from tenure.election import Elected, Election, Fenced, Identity
+from tenure.service.ops import VerifyReport, verify
 
 # Spark's start-up (and, here, the warm-up) counts toward the first test: under a loaded CI machine it can
 # take minutes, more than the suite-wide 300 s default.
@@ -532,7 +532,7 @@ def test_rows_spark_drops_by_watermark_are_counted_and_logged(spark: Any, zk_cli
     the ``rows_dropped_by_watermark`` log line), and the audit must fail, never pass silently."""
     root = tmp_path / "data"
     q = _after_a_leader_ten_minutes_ahead(zk_client, zk_group, root, files=1)
-    monkeypatch.setattr("career.spark._query.checkpoint_watermark_ms", lambda _checkpoint: 0)
+    monkeypatch.setattr("tenure.career.spark._query.checkpoint_watermark_ms", lambda _checkpoint: 0)
     q.standard(files=2, per_file=5, start=1000)
     observer = Recorder()
     successor = SparkCareer(make_config(root), observer, replica_id="r2")

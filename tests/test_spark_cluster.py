@@ -18,10 +18,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from service.local import SparkCluster, SparkClusterError, SparkWorker, free_base_port, wait_for
+from tenure.service.local import SparkCluster, SparkClusterError, SparkWorker, free_base_port, wait_for
 from tests._replicas import descendants
 
-TENURE = [sys.executable, "-m", "service"]
+TENURE = [sys.executable, "-m", "tenure"]
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1"}
 
 #: A PySpark driver that runs one small job (JVM-only and Python-on-executors) per line read from stdin.

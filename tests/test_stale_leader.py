@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from career import Outcome
-from career.spark import SparkCareer
-from career.spark._storage import (
+from tenure.career import Outcome
+from tenure.career.spark import SparkCareer
+from tenure.career.spark._storage import (
     Layout,
     StaleTermError,
     adopt_checkpoint,
     newer_term_started,
     remove_dead_staging,
 )
-from election import Fenced, NotLeader
+from tenure.election import Fenced, NotLeader
 from tests.test_spark_career import (
     Crash,
     Queue,

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from career.lifecycle import StallReason
-from election import GroupPaths, read_history
-from service.local import wait_for
-from service.ops._status import fetch_status, format_status_table
-from service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
-from service.replica._progress import ProgressView
-from service.replica._watchdog import StallLimits, find_stall
+from tenure.career.lifecycle import StallReason
+from tenure.election import GroupPaths, read_history
+from tenure.service.local import wait_for
+from tenure.service.ops._status import fetch_status, format_status_table
+from tenure.service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
+from tenure.service.replica._progress import ProgressView
+from tenure.service.replica._watchdog import StallLimits, find_stall
 from tests._replicas import REPO, ReplicaSet, counter_exactly_once, counter_replica_set
 
 LIMITS = StallLimits(stall_timeout_s=120.0, first_batch_allowance_s=60.0)
@@ -114,12 +114,12 @@ def test_a_full_event_queue_is_a_fail_stop(zk_hosts: str, zk_client: KazooClient
     long before the liveness timeout would."""
     fault = tmp_path / "fault"
     script = ("import sys\n"
-              "from career.lifecycle import _runner\n"
+              "from tenure.career.lifecycle import _runner\n"
               "init = _runner.Runner.__init__\n"
               "def small_queue(self, *args, **kwargs):\n"
               "    init(self, *args, **{**kwargs, 'queue_size': 8})\n"
               "_runner.Runner.__init__ = small_queue\n"
-              "from service.cli import main\n"
+              "from tenure.service.cli import main\n"
               "sys.argv[0] = 'tenure'\n"
               "main()\n")
     log = tmp_path / "r1.log"

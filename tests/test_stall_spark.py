@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from career.drills import HANG_ENV, POISON_PILL
-from election import GroupPaths, group_status, read_history
-from service.local import Topology, sample_key
-from service.ops import connected, verify
-from service.replica import BATCHES, EXIT_STALLED
+from tenure.career.drills import HANG_ENV, POISON_PILL
+from tenure.election import GroupPaths, group_status, read_history
+from tenure.service.local import Topology, sample_key
+from tenure.service.ops import connected, verify
+from tenure.service.replica import BATCHES, EXIT_STALLED
 
 SESSION_S = 6.0
 FAST = ["--probe-timeout-s", "3", "--liveness-timeout-s", "10", "--stall-timeout-s", "20",
@@ -101,7 +101,7 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
 
 
 def _events(topology: Topology, replica_id: str) -> list[dict[str, object]]:
-    from service.drill import read_events
+    from tenure.service.drill import read_events
 
     return [e.fields for e in read_events(topology.logs / f"{replica_id}.log", replica_id)]
 
@@ -129,7 +129,7 @@ def test_a_row_function_that_hangs_in_one_replica_moves_the_lock(tmp_path: Path)
     listener.listen(64)  # accepts connections (the kernel's backlog) and never answers
     hang = {f"replica-{i}": tmp_path / f"hang-{i}" for i in (1, 2, 3)}
     topology = Topology(tmp_path, replicas=3, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=3.0,
-                        replica_args=[*FAST, "--row-function", "career.drills:hang_when_told", "--row-timeout-s",
+                        replica_args=[*FAST, "--row-function", "tenure.career.drills:hang_when_told", "--row-timeout-s",
                                       "2", "--retry-attempts", "8", "--max-files-per-trigger", "2"],
                         replica_env={name: {HANG_ENV: str(path)} for name, path in hang.items()})
     topology.make_dirs()
@@ -176,7 +176,7 @@ def test_a_poison_batch_is_set_aside_after_max_attempts(tmp_path: Path) -> None:
     row, on both replicas; the third term commits it without running it: its file and a manifest go to
     set-aside/, the queue moves on, and verify accounts for the set-aside ids and passes."""
     topology = Topology(tmp_path, replicas=2, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=3.0,
-                        replica_args=[*FAST, "--transform", "career.drills:fail_on_poison_pill",
+                        replica_args=[*FAST, "--transform", "tenure.career.drills:fail_on_poison_pill",
                                       "--max-batch-attempts", "2", "--max-files-per-trigger", "1"])
     topology.start()
     try:

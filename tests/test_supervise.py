@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from service.local._supervise import Supervisor, exit_meaning
-from service.local._topology import Topology
+from tenure.service.local._supervise import Supervisor, exit_meaning
+from tenure.service.local._topology import Topology
 
 
 @dataclass

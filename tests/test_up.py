@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from service.local import Topology, free_port, wait_for
+from tenure.service.local import Topology, free_port, wait_for
 from tests._prometheus import alerts, prometheus_binary, query, running_prometheus
 from tests._replicas import REPO, descendants
 
@@ -28,7 +28,7 @@ ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
 def test_up_elects_one_leader_and_stops_clean(tmp_path: Path) -> None:
     """`tenure up --career counter`: one leader, metrics on every replica; a replica that dies is restarted and
     the terminal says so; SIGTERM leaves no process behind."""
-    proc = subprocess.Popen([sys.executable, "-m", "service", "up", "--replicas", "3", "--dir", str(tmp_path),
+    proc = subprocess.Popen([sys.executable, "-m", "tenure", "up", "--replicas", "3", "--dir", str(tmp_path),
                              "--career", "counter", "--session-timeout-s", "4", "--handover-timeout-s", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -93,7 +93,7 @@ def test_ctrl_c_at_a_terminal_stops_in_the_promised_order(tmp_path: Path) -> Non
     """Ctrl-C at a terminal sends SIGINT to the terminal's whole foreground process group. Only `tenure up` may
     take it: the followers, then the leader with a graceful handover, then ZooKeeper. Were the ZooKeeper servers in
     the group, they would die first and every replica's release would fail (exit 1)."""
-    argv = [sys.executable, "-m", "service", "up", "--replicas", "3", "--dir", str(tmp_path), "--career", "counter",
+    argv = [sys.executable, "-m", "tenure", "up", "--replicas", "3", "--dir", str(tmp_path), "--career", "counter",
             "--session-timeout-s", "4", "--handover-timeout-s", "2"]
     pid, fd = pty.fork()
     if pid == 0:  # the child: a session leader with the pseudo-terminal as its controlling terminal

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from service.local import ReplicaProcess, free_port, wait_for
-from service.ops import verify
+from tenure.service.local import ReplicaProcess, free_port, wait_for
+from tenure.service.ops import verify
 from tests._replicas import REPO
 
 pytestmark = pytest.mark.timeout(600)

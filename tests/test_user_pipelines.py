@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 from kazoo.client import KazooClient
 
-from career import Outcome
-from career.spark import HookError, SparkCareer
+from tenure.career import Outcome
+from tenure.career.spark import HookError, SparkCareer
 from tests.test_spark_career import (
     Crash,
     Queue,
@@ -116,7 +116,7 @@ def test_tenure_run_with_a_bad_transform_exits_2_with_one_line(zk_hosts: str, tm
     for spec, expected in (("not-a-spec", "transform='not-a-spec' is not package.module:function"),
                            ("no_such_module_xyz:f", "module 'no_such_module_xyz' cannot be imported")):
         done = subprocess.run(
-            [sys.executable, "-m", "service", "run", "--zk", zk_hosts, "--data-root", str(tmp_path),
+            [sys.executable, "-m", "tenure", "run", "--zk", zk_hosts, "--data-root", str(tmp_path),
              "--metrics-port", "0", "--transform", spec],
             capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 2, done.stderr

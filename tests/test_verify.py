@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 from kazoo.client import KazooClient
 
-from career.queue import REASONS, classify_line
-from election import GroupPaths
-from service.ops import write_lines
-from service.ops._verify import (
+from tenure.career.queue import REASONS, classify_line
+from tenure.election import GroupPaths
+from tenure.service.ops import write_lines
+from tenure.service.ops._verify import (
     CONTENT_FIELDS,
     LATE_REASON,
     VerifyError,
@@ -427,7 +427,7 @@ def test_a_name_used_again_is_another_file(root: Path) -> None:
 
 
 def _tenure_verify(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "service", "verify", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tenure", "verify", *args], capture_output=True, text=True,
                           timeout=120, cwd=REPO, check=False)
 
 
@@ -497,11 +497,11 @@ def test_cli_exit_codes_and_json_on_stdout(root: Path) -> None:
     clean = _tenure_verify("--data-root", str(root), "--json")
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert len(clean.stdout.splitlines()) == 1 and clean.stderr == ""
-    merged = subprocess.run([sys.executable, "-m", "service", "verify", "--data-root", str(root), "--json"],
+    merged = subprocess.run([sys.executable, "-m", "tenure", "verify", "--data-root", str(root), "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, cwd=REPO,
                             check=False)
     assert json.loads(merged.stdout)["ok"] is True, "`verify --json 2>&1` must be exactly one JSON document"
-    logged = subprocess.run([sys.executable, "-m", "service", "--log-level", "info", "verify", "--data-root",
+    logged = subprocess.run([sys.executable, "-m", "tenure", "--log-level", "info", "verify", "--data-root",
                              str(root), "--json"], capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
     assert '"event": "verified"' in logged.stderr, "--log-level given: its events are shown on stderr"
     body = json.loads(clean.stdout)
@@ -607,7 +607,7 @@ _RETRY_SCHEMA = pa.schema([
     ("id", pa.string()), ("key", pa.string()), ("seq", pa.int64()), ("ts", pa.int64()), ("payload", pa.string()),
     ("attempts", pa.int32()), ("first_failed_at", pa.float64()), ("last_failed_at", pa.float64()),
     ("due_at", pa.float64()), ("error", pa.string()),
-])  # career.spark._retry's snapshot columns (imported from there it would need pyspark)
+])  # tenure.career.spark._retry's snapshot columns (imported from there it would need pyspark)
 
 
 def _snapshot(root: Path, batch: int, part: int, rows: list[dict[str, Any]], first_failed_at: list[float | None]
@@ -988,8 +988,8 @@ def _as_delta(root: Path, *, skip: tuple[int, ...] = (), epoch: int = 1, togethe
     from deltalake import DeltaTable
     from deltalake.transaction import CommitProperties, Transaction
 
-    from career.output import APP_ID, publish_batch
-    from career.output import _add as add_action
+    from tenure.career.output import APP_ID, publish_batch
+    from tenure.career.output import _add as add_action
 
     for name in ("table", "quarantine"):
         folder = root / name

@@ -1,16 +1,16 @@
 """The lifecycle's control loop: the runner that drives a ``Career`` from election events, its states and
 transition table, the policies it consults (canary, drain, health gate, handover requests) and its ports.
 
-Knows nothing of processes, metrics or HTTP: ``service.replica`` implements the ports (``RunnerObserver``,
+Knows nothing of processes, metrics or HTTP: ``tenure.service.replica`` implements the ports (``RunnerObserver``,
 ``LoopProgress``, ``ProcessControl``, ``RequestSource``, ``TermJournal``) and wires the runner.
 """
 
-from career.lifecycle._canary import CANARY, CanarySchedule
-from career.lifecycle._drain import DrainPolicy, DrainStep
-from career.lifecycle._events import DrainChanged, HandoverRequested, RunnerEvent, StopRequested
-from career.lifecycle._health_gate import HEALTH_EVERY_S, HealthGate, HealthStep
-from career.lifecycle._pending_handover import HandoverRequests, PendingHandover
-from career.lifecycle._ports import (
+from tenure.career.lifecycle._canary import CANARY, CanarySchedule
+from tenure.career.lifecycle._drain import DrainPolicy, DrainStep
+from tenure.career.lifecycle._events import DrainChanged, HandoverRequested, RunnerEvent, StopRequested
+from tenure.career.lifecycle._health_gate import HEALTH_EVERY_S, HealthGate, HealthStep
+from tenure.career.lifecycle._pending_handover import HandoverRequests, PendingHandover
+from tenure.career.lifecycle._ports import (
     LoopProgress,
     ProcessControl,
     RequestSource,
@@ -20,9 +20,9 @@ from career.lifecycle._ports import (
     TermJournal,
     TermJournalFactory,
 )
-from career.lifecycle._runner import Runner
-from career.lifecycle._stall import STALL_REASONS, Stall, StallReason
-from career.lifecycle._states import TRANSITIONS, RunnerSettings, RunnerState
+from tenure.career.lifecycle._runner import Runner
+from tenure.career.lifecycle._stall import STALL_REASONS, Stall, StallReason
+from tenure.career.lifecycle._states import TRANSITIONS, RunnerSettings, RunnerState
 
 __all__ = [
     "CANARY",

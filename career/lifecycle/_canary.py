@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from election import Contender
+from tenure.election import Contender
 
 __all__ = ["CANARY", "CanarySchedule"]
 

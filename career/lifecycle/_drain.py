@@ -5,8 +5,8 @@ from __future__ import annotations
 import enum
 import time
 
-from career.lifecycle._states import RunnerState
-from election import DrainRequest
+from tenure.career.lifecycle._states import RunnerState
+from tenure.election import DrainRequest
 
 __all__ = ["DrainPolicy", "DrainStep"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from election import DrainRequest, ElectionEvent, HandoverRequest
+from tenure.election import DrainRequest, ElectionEvent, HandoverRequest
 
 __all__ = ["DrainChanged", "HandoverRequested", "RunnerEvent", "StopRequested"]
 

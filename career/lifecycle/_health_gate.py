@@ -6,8 +6,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 
-from career._protocol import Career
-from career.lifecycle._states import RunnerState
+from tenure.career._protocol import Career
+from tenure.career.lifecycle._states import RunnerState
 
 __all__ = ["HEALTH_EVERY_S", "HealthGate", "HealthStep"]
 

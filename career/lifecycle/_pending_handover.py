@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from career.lifecycle._ports import RequestSource
-from career.lifecycle._states import RunnerState
-from election import Contender, HandoverRequest
+from tenure.career.lifecycle._ports import RequestSource
+from tenure.career.lifecycle._states import RunnerState
+from tenure.election import Contender, HandoverRequest
 
 __all__ = ["HandoverRequests", "PendingHandover"]
 

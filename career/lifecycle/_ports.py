@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from career._protocol import HandoverRecord, Outcome
-from career.lifecycle._stall import StallReason
-from election import DrainRequest, Election, Fence, HandoverRequest
+from tenure.career._protocol import HandoverRecord, Outcome
+from tenure.career.lifecycle._stall import StallReason
+from tenure.election import DrainRequest, Election, Fence, HandoverRequest
 
 __all__ = [
     "LoopProgress",

@@ -20,14 +20,14 @@ from typing import Any
 import structlog
 from kazoo.exceptions import KazooException
 
-from career._deadline import call_within
-from career._protocol import BatchFailed, Career, CareerContext, FailedBatch, HandoverRecord, Outcome
-from career.lifecycle._canary import CANARY, CanarySchedule
-from career.lifecycle._drain import DrainPolicy, DrainStep
-from career.lifecycle._events import DrainChanged, HandoverRequested, RunnerEvent, StopRequested
-from career.lifecycle._health_gate import HealthGate, HealthStep
-from career.lifecycle._pending_handover import HandoverRequests, PendingHandover
-from career.lifecycle._ports import (
+from tenure.career._deadline import call_within
+from tenure.career._protocol import BatchFailed, Career, CareerContext, FailedBatch, HandoverRecord, Outcome
+from tenure.career.lifecycle._canary import CANARY, CanarySchedule
+from tenure.career.lifecycle._drain import DrainPolicy, DrainStep
+from tenure.career.lifecycle._events import DrainChanged, HandoverRequested, RunnerEvent, StopRequested
+from tenure.career.lifecycle._health_gate import HealthGate, HealthStep
+from tenure.career.lifecycle._pending_handover import HandoverRequests, PendingHandover
+from tenure.career.lifecycle._ports import (
     LoopProgress,
     ProcessControl,
     RequestSourceFactory,
@@ -35,9 +35,9 @@ from career.lifecycle._ports import (
     RunnerObserver,
     TermJournalFactory,
 )
-from career.lifecycle._stall import Stall, StallReason
-from career.lifecycle._states import TRANSITIONS, RunnerSettings, RunnerState
-from election import (
+from tenure.career.lifecycle._stall import Stall, StallReason
+from tenure.career.lifecycle._states import TRANSITIONS, RunnerSettings, RunnerState
+from tenure.election import (
     CommitOutcomeUnknown,
     ConnectionChanged,
     DrainRequest,

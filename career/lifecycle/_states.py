@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from election import ConfigError
+from tenure.election import ConfigError
 
 __all__ = ["TRANSITIONS", "RunnerSettings", "RunnerState"]
 

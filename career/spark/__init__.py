@@ -13,11 +13,11 @@ batch while its part files are being renamed into place; a repeat later than the
 as late (its seq is at or below its key's published high-water mark), not written again.
 """
 
-from career.spark._career import SparkCareer
-from career.spark._config import SparkCareerConfig
-from career.spark._errors import HandingOverError, SparkCareerError
-from career.spark._hooks import HookError
-from career.spark._session import build_session
+from tenure.career.spark._career import SparkCareer
+from tenure.career.spark._config import SparkCareerConfig
+from tenure.career.spark._errors import HandingOverError, SparkCareerError
+from tenure.career.spark._hooks import HookError
+from tenure.career.spark._session import build_session
 
 __all__ = [
     "HandingOverError",

@@ -14,14 +14,14 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 
-from career._protocol import CareerObserver
-from career.output import check_batch_schema
-from career.spark._config import SparkCareerConfig
-from career.spark._errors import HandingOverError, SparkCareerError
-from career.spark._hooks import Hooks
-from career.spark._intake import batch_files, batch_offset, file_name
-from career.spark._order import HighWaterMarks, arrow_maxima, maxima, split_late
-from career.spark._pipeline import (
+from tenure.career._protocol import CareerObserver
+from tenure.career.output import check_batch_schema
+from tenure.career.spark._config import SparkCareerConfig
+from tenure.career.spark._errors import HandingOverError, SparkCareerError
+from tenure.career.spark._hooks import Hooks
+from tenure.career.spark._intake import batch_files, batch_offset, file_name
+from tenure.career.spark._order import HighWaterMarks, arrow_maxima, maxima, split_late
+from tenure.career.spark._pipeline import (
     KIND_BAD,
     KIND_FILE,
     KIND_ROW,
@@ -31,7 +31,7 @@ from career.spark._pipeline import (
     records,
     with_batch,
 )
-from career.spark._retry import (
+from tenure.career.spark._retry import (
     WRITTEN,
     RowFunction,
     dead_letter_table,
@@ -45,10 +45,10 @@ from career.spark._retry import (
     unique_held,
     write_parquet,
 )
-from career.spark._set_aside import stage_set_aside
-from career.spark._storage import Layout, finish_publish, is_published, published_name, sync_tree
-from career.spark._term import Term, committed_batch, mark_consumed
-from election._errors import Fenced, NotLeader
+from tenure.career.spark._set_aside import stage_set_aside
+from tenure.career.spark._storage import Layout, finish_publish, is_published, published_name, sync_tree
+from tenure.career.spark._term import Term, committed_batch, mark_consumed
+from tenure.election._errors import Fenced, NotLeader
 
 __all__ = ["BatchWriter"]
 
@@ -82,7 +82,7 @@ class BatchWriter:
     5. Publish: move the staged part files into ``table/``, ``quarantine/``, ``retry/``, ``dead-letter/`` and
        ``order/`` (idempotent renames), and fsync the folders; then add the batch's files in ``table/``,
        ``quarantine/`` and ``dead-letter/`` to each one's Delta table as one version that carries the batch as
-       Delta's transaction version (``career.output.publish_batch``), and fsync the log.
+       Delta's transaction version (``tenure.career.output.publish_batch``), and fsync the log.
     6. Return: Spark then commits the batch to this term's checkpoint.
 
     The fault hook is called at ``after_checkpoint`` (2, before marking), ``after_stage`` (end of 3),

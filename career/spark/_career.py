@@ -17,18 +17,18 @@ import structlog
 from kazoo.exceptions import KazooException
 from pyspark.sql import SparkSession
 
-from career._deadline import Probe, call_within
-from career._health import StorageHealth
-from career._protocol import BatchFailed, CareerContext, CareerObserver, Outcome
-from career.spark._batch import BatchWriter
-from career.spark._config import SparkCareerConfig
-from career.spark._errors import SparkCareerError
-from career.spark._hooks import Hooks, check_transform, load_hook
-from career.spark._housekeeping import Housekeeper
-from career.spark._marks import ConsumptionMarks
-from career.spark._query import query_name, start_query
-from career.spark._session import build_session, use_driver_python
-from career.spark._storage import (
+from tenure.career._deadline import Probe, call_within
+from tenure.career._health import StorageHealth
+from tenure.career._protocol import BatchFailed, CareerContext, CareerObserver, Outcome
+from tenure.career.spark._batch import BatchWriter
+from tenure.career.spark._config import SparkCareerConfig
+from tenure.career.spark._errors import SparkCareerError
+from tenure.career.spark._hooks import Hooks, check_transform, load_hook
+from tenure.career.spark._housekeeping import Housekeeper
+from tenure.career.spark._marks import ConsumptionMarks
+from tenure.career.spark._query import query_name, start_query
+from tenure.career.spark._session import build_session, use_driver_python
+from tenure.career.spark._storage import (
     Layout,
     StaleTermError,
     adopt_checkpoint,
@@ -37,9 +37,9 @@ from career.spark._storage import (
     remove_dead_staging,
     spark_committed,
 )
-from career.spark._term import Term, TermClock, committed_batch, no_fault
-from career.spark._warmup import KeepWarm, warm_up
-from election._errors import CommitOutcomeUnknown, ElectionError, Fenced, NotLeader, Unresponsive
+from tenure.career.spark._term import Term, TermClock, committed_batch, no_fault
+from tenure.career.spark._warmup import KeepWarm, warm_up
+from tenure.election._errors import CommitOutcomeUnknown, ElectionError, Fenced, NotLeader, Unresponsive
 
 __all__ = ["SparkCareer"]
 
@@ -96,7 +96,7 @@ class SparkCareer:
             it, and not at all while this raises (registry unreachable). Default None: the only consumer.
         faults: a fault-injection hook for tests and drills, called with the name of each dangerous window as
             it is reached (``inaugurate``, ``after_stage``, ``after_commit``, ``after_publish``,
-            ``after_checkpoint``; ``service.replica.FAULT_POINTS`` describes them). What it raises inside a
+            ``after_checkpoint``; ``tenure.service.replica.FAULT_POINTS`` describes them). What it raises inside a
             batch, ``execute`` raises as is. Default None: no faults.
     """
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from career.queue import DEFAULT_MAX_LINE_BYTES
-from career.spark._pipeline import BINARY_FILE
-from career.spark._retry import RetryPolicy
-from election._errors import ConfigError
+from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
+from tenure.career.spark._pipeline import BINARY_FILE
+from tenure.career.spark._retry import RetryPolicy
+from tenure.election._errors import ConfigError
 
 __all__ = ["SparkCareerConfig"]
 

@@ -16,8 +16,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType
 
-from career.spark._retry import RetryPolicy, RowFunction
-from election._errors import TenureError
+from tenure.career.spark._retry import RetryPolicy, RowFunction
+from tenure.election._errors import TenureError
 
 __all__ = ["HookError", "Hooks", "Transform", "check_transform", "load_hook", "output_schema_problem"]
 
@@ -55,7 +55,7 @@ def load_hook(setting: str, spec: str) -> Callable[..., Any]:
     """
     if not _SPEC.match(spec):
         raise HookError(f"{setting}={spec!r} is not package.module:function: name a function, "
-                        "e.g. career.examples:enrich")
+                        "e.g. tenure.career.examples:enrich")
     module_name, _, attr = spec.partition(":")
     try:
         module = importlib.import_module(module_name)

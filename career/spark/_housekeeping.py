@@ -8,10 +8,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from career._protocol import CareerObserver
-from career.queue import TICK_SUFFIX
-from career.spark._config import SparkCareerConfig
-from career.spark._storage import (
+from tenure.career._protocol import CareerObserver
+from tenure.career.queue import TICK_SUFFIX
+from tenure.career.spark._config import SparkCareerConfig
+from tenure.career.spark._storage import (
     Layout,
     archive_files,
     empty_landing_files,
@@ -19,7 +19,7 @@ from career.spark._storage import (
     spark_committed,
     sweep_archive,
 )
-from career.spark._term import Term, committed_batch, mark_consumed
+from tenure.career.spark._term import Term, committed_batch, mark_consumed
 
 __all__ = ["Housekeeper"]
 

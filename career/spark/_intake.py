@@ -17,13 +17,13 @@ offsets instead:
   files (``[name, mtime_ns]``) admitted by earlier batches that this group has not marked consumed yet. Spark
   stores each end offset in the checkpoint's offset log, so a re-run of a batch reads exactly the same files,
   and a file is admitted at most once per checkpoint: it is either in an offset or marked
-  (:mod:`career.spark._marks`).
+  (:mod:`tenure.career.spark._marks`).
 - **No file is skipped by age, and a name used again is a new file.** A mark carries its file's modification
   time; a file in ``landing/`` whose time is newer than its mark's is a new file under a used name: it is
   admitted, and its batch's offset names it under ``reused`` (the batch writer logs ``queue_name_reused``).
   Empty files are left out (as Spark's file source does): they hold no record, and housekeeping archives them.
 - **Event time on the group's clock.** Each offset also carries ``clock``: the group's clock
-  (:class:`career.spark._term.TermClock`) when the batch was planned, in ms, never below the offset before it.
+  (:class:`tenure.career.spark._term.TermClock`) when the batch was planned, in ms, never below the offset before it.
   Every row of the batch carries it as ``admitted``, deduplication's event time: no replica's wall clock moves
   the watermark, and a re-run of a batch sees the same time (it is in the offset log).
 
@@ -53,11 +53,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from career.queue import TICK_SUFFIX, is_hidden, is_queue_file
-from career.spark._pipeline import BINARY_FILE_SCHEMA, queue_file_gone
+from tenure.career.queue import TICK_SUFFIX, is_hidden, is_queue_file
+from tenure.career.spark._pipeline import BINARY_FILE_SCHEMA, queue_file_gone
 
 if TYPE_CHECKING:
-    from career.spark._term import TermClock
+    from tenure.career.spark._term import TermClock
 
 __all__ = [
     "QUEUE_SOURCE",
@@ -73,7 +73,7 @@ __all__ = [
 ]
 
 QUEUE_SOURCE = "tenure_queue"
-"""The source's format name (registered per session by :func:`career.spark._query.source_stream`)."""
+"""The source's format name (registered per session by :func:`tenure.career.spark._query.source_stream`)."""
 
 QUEUE_SOURCE_SCHEMA = f"{BINARY_FILE_SCHEMA}, admitted TIMESTAMP"
 """The ``binaryFile`` source's columns, plus ``admitted``: the group's clock when the file's batch was planned."""

@@ -2,7 +2,7 @@
 
 A group's leader *marks* a queue file once its own Spark checkpoint has committed the batch that read it (no
 re-run of that group can need the file again): an empty file ``<queue>/consumed/<group>/<name>``
-(:meth:`career.queue.QueueLayout.marks`). A landing file is moved to ``archive/`` once every registered group —
+(:meth:`tenure.career.queue.QueueLayout.marks`). A landing file is moved to ``archive/`` once every registered group —
 and always this one — has marked it; the marks of an archived file are then removed. Each step is idempotent,
 so a crash anywhere leaves nothing a later round cannot finish: a file marked but not archived is archived next
 round, and marks whose file has left ``landing/`` (archived, but the process died before unmarking) are swept
@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Iterable
 
 import structlog
 
-from career.spark._storage import Layout, archive_files, fsync, sync_dirs
+from tenure.career.spark._storage import Layout, archive_files, fsync, sync_dirs
 
 __all__ = ["ConsumptionMarks"]
 

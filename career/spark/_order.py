@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 
-from career.spark._pipeline import KIND_ROW
+from tenure.career.spark._pipeline import KIND_ROW
 
 __all__ = ["LATE", "HighWaterMarks", "arrow_maxima", "maxima", "split_late"]
 

@@ -1,6 +1,6 @@
 """The consumer's pure DataFrame functions: queue lines → classified rows → deduplicated → ordered output.
 
-What a queue line must be, and why a bad one is bad, is the queue's contract (:mod:`career.queue`).
+What a queue line must be, and why a bad one is bad, is the queue's contract (:mod:`tenure.career.queue`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 
-# Re-exported (see __all__): career.spark._config, _query and _career import the first two from here.
-from career.queue import TICK_SUFFIX, classify_line
+# Re-exported (see __all__): tenure.career.spark._config, _query and _career import the first two from here.
+from tenure.career.queue import TICK_SUFFIX, classify_line
 
 __all__ = [
     "BINARY_FILE",
@@ -228,7 +228,7 @@ def deduplicated(classified: DataFrame, window: str, watermark_ms: int = 0) -> D
     """Drop repeated record ids with Spark state that lives in the checkpoint (so it survives failover).
 
     The event time is the row's ``admitted``: the group's clock when the queue source planned its batch, which
-    every term carries on and no replica's wall clock moves (:mod:`career.spark._intake`). A source without it
+    every term carries on and no replica's wall clock moves (:mod:`tenure.career.spark._intake`). A source without it
     (any other format) is stamped at ingestion (``current_timestamp()``: the micro-batch's timestamp, in the
     leader's clock). Either is stored in the offset log, so a re-run of a batch sees the same value. Neither is
     ever earlier than the latest event time an earlier term saw (``watermark_ms``, the checkpoint's watermark,

@@ -1,6 +1,6 @@
 """The streaming query: the source a term reads (or the warm-up's sample) and the query that feeds a batch writer.
 
-The default source is the queue (:mod:`career.spark._intake`): queue files (``*.jsonl``) and retry ticks in
+The default source is the queue (:mod:`tenure.career.spark._intake`): queue files (``*.jsonl``) and retry ticks in
 production order; flow control is files or bytes per trigger, never both.
 """
 
@@ -14,11 +14,11 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from career.spark._config import SparkCareerConfig
-from career.spark._intake import QUEUE_SOURCE, QueueSource, clock_options
-from career.spark._pipeline import classified_stream
-from career.spark._storage import Layout
-from career.spark._term import TermClock
+from tenure.career.spark._config import SparkCareerConfig
+from tenure.career.spark._intake import QUEUE_SOURCE, QueueSource, clock_options
+from tenure.career.spark._pipeline import classified_stream
+from tenure.career.spark._storage import Layout
+from tenure.career.spark._term import TermClock
 
 __all__ = ["checkpoint_watermark_ms", "query_name", "source_stream", "start_query"]
 
@@ -52,7 +52,7 @@ def source_stream(session: SparkSession, config: SparkCareerConfig, layout: Layo
     Args:
         session: the career's SparkSession.
         config: the career's settings (source, flow control, line limit, dedup window).
-        layout: the data root; its ``landing/`` is read by the queue source (:mod:`career.spark._intake`).
+        layout: the data root; its ``landing/`` is read by the queue source (:mod:`tenure.career.spark._intake`).
         sample: read ``layout.landing`` whatever the configured source (the warm-up's scratch sample).
         marks: this group's consumption marks folder (the queue source skips what it holds).
         checkpoint: the query's checkpoint (to resume one written by Spark's file source).

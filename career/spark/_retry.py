@@ -32,8 +32,8 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 
-from career._deadline import call_within
-from election._errors import Unresponsive
+from tenure.career._deadline import call_within
+from tenure.election._errors import Unresponsive
 
 __all__ = [
     "DEAD",

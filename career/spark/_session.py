@@ -23,7 +23,7 @@ SESSION_CONF: dict[str, str] = {
     # batch id the consumer sees then carries data worth a commit.
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
-    # The outputs are Delta tables (career.output): a timestamp a transform adds is written as Delta's
+    # The outputs are Delta tables (tenure.career.output): a timestamp a transform adds is written as Delta's
     # microsecond timestamp, not Spark's legacy INT96, which Delta has no type for.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from career._protocol import FailedBatch
-from career.spark._storage import Layout
+from tenure.career._protocol import FailedBatch
+from tenure.career.spark._storage import Layout
 
 __all__ = ["MANIFEST", "stage_set_aside"]
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import structlog
 
-from career._durable import fsync, sync_dirs
-from career.output import covered_batch, covers, publish_batch
-from career.queue import QueueLayout, is_hidden, is_queue_file
+from tenure.career._durable import fsync, sync_dirs
+from tenure.career.output import covered_batch, covers, publish_batch
+from tenure.career.queue import QueueLayout, is_hidden, is_queue_file
 
 __all__ = [
     "CheckpointSync",
@@ -116,7 +116,7 @@ class Layout:
     ``_staging/epoch=<e>/batch=<B>/``, which both readers skip (a leading ``_``).
 
     The queue — ``landing/``, ``archive/`` and the groups' consumption marks ``consumed/<group>/``, laid out as
-    :class:`career.queue.QueueLayout` says — lives under ``queue_root``, which several consumer groups may
+    :class:`tenure.career.queue.QueueLayout` says — lives under ``queue_root``, which several consumer groups may
     share; it defaults to the data root.
     """
 
@@ -151,7 +151,7 @@ class Layout:
 
     @property
     def order(self) -> Path:
-        """Per-key high-water marks: the highest ``seq`` published for each key (``career.spark._order``)."""
+        """Per-key high-water marks: the highest ``seq`` published for each key (``tenure.career.spark._order``)."""
         return self.root / "order"
 
     def term_checkpoint(self, epoch: int) -> Path:
@@ -168,7 +168,7 @@ class Layout:
 
     @property
     def set_aside(self) -> Path:
-        """Poison batches set aside: each one's queue files and a manifest (``career.spark._set_aside``)."""
+        """Poison batches set aside: each one's queue files and a manifest (``tenure.career.spark._set_aside``)."""
         return self.root / "set-aside"
 
     def outputs(self) -> dict[str, Path]:
@@ -177,7 +177,7 @@ class Layout:
                 "dead_letter": self.dead_letter, "order": self.order, "set_aside": self.set_aside}
 
     def delta_outputs(self) -> dict[str, Path]:
-        """The outputs that are Delta tables (``career.output``), by the commit record's ``staged`` entry name."""
+        """The outputs that are Delta tables (``tenure.career.output``), by their commit record ``staged`` name."""
         return {"table": self.table, "quarantine": self.quarantine, "dead_letter": self.dead_letter}
 
     def staging(self, output: Path, epoch: int, batch_id: int) -> Path:
@@ -331,7 +331,7 @@ def finish_publish(layout: Layout, record: Mapping[str, Any], fault: Callable[[s
 
     Two steps, each idempotent (any replica may finish them, in any interleaving with another): rename the
     staged part files into their output folders, then add them to each Delta output's table as one version
-    (``career.output.publish_batch``), which names the epoch and replica that committed the batch. ``fault`` is
+    (``tenure.career.output.publish_batch``), which names the epoch and replica that committed the batch. ``fault`` is
     the fault hook, called at ``after_rename`` and ``inside_delta_commit``.
     """
     batch_id = int(record["batch_id"])

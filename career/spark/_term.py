@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from career._protocol import CareerContext
-from career.spark._marks import ConsumptionMarks
-from career.spark._order import HighWaterMarks
-from career.spark._storage import CheckpointSync, Layout, newer_term_started
+from tenure.career._protocol import CareerContext
+from tenure.career.spark._marks import ConsumptionMarks
+from tenure.career.spark._order import HighWaterMarks
+from tenure.career.spark._storage import CheckpointSync, Layout, newer_term_started
 
 __all__ = ["Term", "TermClock", "committed_batch", "mark_consumed", "no_fault"]
 

@@ -19,16 +19,16 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from career._protocol import CareerContext
-from career.spark._batch import BatchWriter
-from career.spark._config import SparkCareerConfig
-from career.spark._hooks import Hooks
-from career.spark._marks import ConsumptionMarks
-from career.spark._query import source_stream
-from career.spark._retry import identity_row
-from career.spark._storage import Layout
-from career.spark._term import Term, TermClock, no_fault
-from election._errors import Fenced
+from tenure.career._protocol import CareerContext
+from tenure.career.spark._batch import BatchWriter
+from tenure.career.spark._config import SparkCareerConfig
+from tenure.career.spark._hooks import Hooks
+from tenure.career.spark._marks import ConsumptionMarks
+from tenure.career.spark._query import source_stream
+from tenure.career.spark._retry import identity_row
+from tenure.career.spark._storage import Layout
+from tenure.career.spark._term import Term, TermClock, no_fault
+from tenure.election._errors import Fenced
 
 __all__ = ["KEEP_WARM_GROUP", "KeepWarm", "warm_up"]
 

@@ -5,11 +5,11 @@ One module per audience: ``_replica`` (``run``), ``_local`` (``zk``, ``spark``, 
 (``drill``); ``_root`` holds the root group and what the commands share.
 """
 
-from service.cli._drill import drill
-from service.cli._local import demo, spark, up, zk
-from service.cli._ops import drain_command, groups, handover, history, produce, status, undrain_command, verify
-from service.cli._replica import run
-from service.cli._root import main
+from tenure.service.cli._drill import drill
+from tenure.service.cli._local import demo, spark, up, zk
+from tenure.service.cli._ops import drain_command, groups, handover, history, produce, status, undrain_command, verify
+from tenure.service.cli._replica import run
+from tenure.service.cli._root import main
 
 for _command in (run, zk, spark, up, demo, status, history, verify, produce, handover, drain_command,
                  undrain_command, groups, drill):

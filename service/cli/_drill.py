@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from election import TenureError
-from service.cli._root import fail
-from service.replica import log_to_file
+from tenure.election import TenureError
+from tenure.service.cli._root import fail
+from tenure.service.replica import log_to_file
 
 __all__ = ["drill"]
 
@@ -60,7 +60,7 @@ def drill(scenarios: tuple[str, ...], json_out: Path | None, plot_out: Path | No
     production, a recovery wait after each, then a full `tenure verify` audit; exits 1 on any failed recovery
     or audit.
     """
-    from service.drill import check_arguments, run_chaos, run_drills
+    from tenure.service.drill import check_arguments, run_chaos, run_drills
 
     try:
         check_arguments(scenarios, faults=faults, seed=seed, spark_workers=spark_workers, plot=plot_out is not None)

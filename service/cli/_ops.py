@@ -12,10 +12,10 @@ from pathlib import Path
 
 import click
 
-from career.queue import DEFAULT_MAX_LINE_BYTES
-from election import TenureError
-from service import ops
-from service.cli._root import ZkTarget, fail, zk_target
+from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
+from tenure.election import TenureError
+from tenure.service import ops
+from tenure.service.cli._root import ZkTarget, fail, zk_target
 
 __all__ = ["drain_command", "groups", "handover", "history", "produce", "status", "undrain_command", "verify"]
 

@@ -10,9 +10,9 @@ from typing import Any, Literal, get_args, get_origin
 import click
 from pydantic_core import PydanticUndefined
 
-from election import TenureError
-from service.cli._root import fail
-from service.replica import ReplicaConfig, load_config, run_replica
+from tenure.election import TenureError
+from tenure.service.cli._root import fail
+from tenure.service.replica import ReplicaConfig, load_config, run_replica
 
 __all__ = ["run"]
 

@@ -16,9 +16,9 @@ import click
 from kazoo.client import KazooClient
 from kazoo.security import ACL
 
-from election import DigestCredential, TenureError
-from service import __version__, ops
-from service.replica import configure_logging
+from tenure.election import DigestCredential, TenureError
+from tenure.service import __version__, ops
+from tenure.service.replica import configure_logging
 
 __all__ = ["ZkTarget", "fail", "main", "spark_cluster_option", "stop_on_signals", "zk_target"]
 

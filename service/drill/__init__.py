@@ -1,9 +1,9 @@
 """Failover drills and the chaos run (``tenure drill``): faults placed on a local topology, judged by criteria."""
 
-from service.drill._chaos_run import run_chaos
-from service.drill._monitor import read_events
-from service.drill._run import run_drills
-from service.drill._settings import DrillError, check_arguments
+from tenure.service.drill._chaos_run import run_chaos
+from tenure.service.drill._monitor import read_events
+from tenure.service.drill._run import run_drills
+from tenure.service.drill._settings import DrillError, check_arguments
 
 __all__ = [
     "DrillError",

@@ -12,9 +12,9 @@ window (so they are spread over it), each of one kind:
   root and ``ip netns``: every replica then runs in a namespace of its own; skipped with the reason otherwise);
 - ``zk-restart``: one ZooKeeper server (the ensemble's leader or a follower, drawn) is killed for one session
   timeout and started again; the quorum stays;
-- ``inject``: a fault point (``service.replica._faults``) armed on the leader with ``pause`` or ``kill`` (``inaugurate``
-  on the followers, then the leader hands over so that one of them reaches it); a killed replica is started
-  again, a paused one resumed once a successor has committed.
+- ``inject``: a fault point (``tenure.service.replica._faults``) armed on the leader with ``pause`` or ``kill``
+  (``inaugurate`` on the followers, then the leader hands over so that one of them reaches it); a killed replica
+  is started again, a paused one resumed once a successor has committed.
 
 Before each fault the run waits for its planned time and for a healthy topology (every replica ready, one
 leader); after it, for recovery: a leader committing again (a new term's commit after a leader fault; any commit
@@ -38,11 +38,11 @@ from typing import Any
 
 import structlog
 
-from service.drill._chaos_plan import ChaosSettings, PlannedFault
-from service.drill._context import Drill
-from service.drill._monitor import INAUGURATING
-from service.drill._settings import DrillSettings
-from service.local import ReplicaProcess
+from tenure.service.drill._chaos_plan import ChaosSettings, PlannedFault
+from tenure.service.drill._context import Drill
+from tenure.service.drill._monitor import INAUGURATING
+from tenure.service.drill._settings import DrillSettings
+from tenure.service.local import ReplicaProcess
 
 __all__ = ["Chaos", "FaultOutcome", "route_to_zk"]
 

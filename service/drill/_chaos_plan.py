@@ -6,8 +6,8 @@ import random
 from dataclasses import dataclass, replace
 from typing import Final
 
-from service.drill._settings import DrillError, DrillSettings
-from service.replica import FAULT_POINTS
+from tenure.service.drill._settings import DrillError, DrillSettings
+from tenure.service.replica import FAULT_POINTS
 
 __all__ = ["CAREER_POINTS", "FAULT_KINDS", "ChaosSettings", "PlannedFault", "plan_faults"]
 

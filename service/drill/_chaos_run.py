@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from service.drill._chaos import Chaos, FaultOutcome, route_to_zk
-from service.drill._chaos_plan import ChaosSettings, PlannedFault, plan_faults
-from service.drill._context import Drill
-from service.drill._criteria import Criterion, ScenarioResult, verdict
-from service.drill._measures import audit_counter
-from service.drill._readout import timeline
-from service.drill._report import pass_fail, plot_timeline, render, table, write_json
-from service.drill._settings import DrillError, career_unavailable
-from service.local import NetNamespace, NetnsError, netns_unavailable
-from service.ops import verify
+from tenure.service.drill._chaos import Chaos, FaultOutcome, route_to_zk
+from tenure.service.drill._chaos_plan import ChaosSettings, PlannedFault, plan_faults
+from tenure.service.drill._context import Drill
+from tenure.service.drill._criteria import Criterion, ScenarioResult, verdict
+from tenure.service.drill._measures import audit_counter
+from tenure.service.drill._readout import timeline
+from tenure.service.drill._report import pass_fail, plot_timeline, render, table, write_json
+from tenure.service.drill._settings import DrillError, career_unavailable
+from tenure.service.local import NetNamespace, NetnsError, netns_unavailable
+from tenure.service.ops import verify
 
 __all__ = ["AuditSummary", "ChaosResult", "judge_chaos", "render_chaos", "run_chaos"]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import structlog
 
-from career.drills import HANG_ENV
-from service.drill._measures import Measurements
-from service.drill._monitor import (
+from tenure.career.drills import HANG_ENV
+from tenure.service.drill._measures import Measurements
+from tenure.service.drill._monitor import (
     FAULT_INJECTED,
     FOLLOWING,
     JOINED,
@@ -24,10 +24,10 @@ from service.drill._monitor import (
     http_status,
     read_events,
 )
-from service.drill._settings import DrillSettings
-from service.local import NetNamespace, ReplicaLaunch, ReplicaProcess, Topology, free_base_port
-from service.ops import verify
-from service.replica import IS_LEADER
+from tenure.service.drill._settings import DrillSettings
+from tenure.service.local import NetNamespace, ReplicaLaunch, ReplicaProcess, Topology, free_base_port
+from tenure.service.ops import verify
+from tenure.service.replica import IS_LEADER
 
 __all__ = ["Drill", "Marker", "is_ready"]
 
@@ -63,8 +63,8 @@ class Drill:
     client port listens on the host end of ``ns`` (or of the first of ``namespaces``). Every replica runs with
     a fault file (``Topology(fault_files=True)``), so a scenario can arm a fault at a named point.
     ``replica_args`` are a scenario's own ``tenure run`` flags, after the drill's; with ``hang_files`` each replica
-    also runs with a hang file of its own (``hang_file``, named by ``career.drills.HANG_ENV``): a row function
-    ``career.drills:hang_when_told`` hangs in the replica whose file the scenario writes.
+    also runs with a hang file of its own (``hang_file``, named by ``tenure.career.drills.HANG_ENV``): a row function
+    ``tenure.career.drills:hang_when_told`` hangs in the replica whose file the scenario writes.
 
     Example::
 
@@ -169,7 +169,7 @@ class Drill:
 
     def hang_file(self, replica_id: str) -> Path:
         """The hang file of ``replica_id`` (``hang_files``): while it exists, that replica's row function hangs,
-        as its content says (``career.drills.HANG_ENV``)."""
+        as its content says (``tenure.career.drills.HANG_ENV``)."""
         return self.hang_dir / replica_id
 
     def leader(self) -> ReplicaProcess:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from service.drill._measures import Measurements
-from service.drill._settings import (
+from tenure.service.drill._measures import Measurements
+from tenure.service.drill._settings import (
     ABOUT_ONE_S,
     CLUSTER_COMMITS,
     FLAKY_MAX_CHANGES,
@@ -17,7 +17,7 @@ from service.drill._settings import (
     DrillSettings,
     worker_loss_budget_s,
 )
-from service.replica import EXIT_STALLED, StallReason
+from tenure.service.replica import EXIT_STALLED, StallReason
 
 __all__ = ["Criterion", "ScenarioResult", "judge", "verdict"]
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from service.drill._monitor import (
+from tenure.service.drill._monitor import (
     INAUGURATED,
     RESUMED,
     REVOKED,

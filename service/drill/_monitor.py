@@ -20,9 +20,9 @@ from typing import Any, Final
 
 from kazoo.client import KazooClient
 
-from election import GroupPaths
-from service.local import ReplicaProcess, Topology, sample_key, scrape
-from service.replica import BATCHES, COMMITS_FENCED, IS_LEADER, LEADER_EPOCH, RunnerState
+from tenure.election import GroupPaths
+from tenure.service.local import ReplicaProcess, Topology, sample_key, scrape
+from tenure.service.replica import BATCHES, COMMITS_FENCED, IS_LEADER, LEADER_EPOCH, RunnerState
 
 __all__ = [
     "BACKING_OFF",

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from service.drill._context import Drill
-from service.drill._measures import (
+from tenure.service.drill._context import Drill
+from tenure.service.drill._measures import (
     audit_counter,
     commit_interval,
     leader_intervals,
@@ -18,7 +18,7 @@ from service.drill._measures import (
     runner_inaugurated,
     versions_where,
 )
-from service.drill._monitor import (
+from tenure.service.drill._monitor import (
     BACKING_OFF,
     BATCH_FAILED,
     BATCH_FENCED,
@@ -48,9 +48,9 @@ from service.drill._monitor import (
     CommitSample,
     LogEvent,
 )
-from service.drill._scenarios import GROUPS
-from service.drill._settings import CLUSTER_COMMITS, OUTAGE_GRACE_S, SAFE_UNTIL_SLACK_S
-from service.ops import verify
+from tenure.service.drill._scenarios import GROUPS
+from tenure.service.drill._settings import CLUSTER_COMMITS, OUTAGE_GRACE_S, SAFE_UNTIL_SLACK_S
+from tenure.service.ops import verify
 
 __all__ = ["audit", "measure", "timeline"]
 

@@ -11,7 +11,7 @@ from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from service.drill._criteria import ScenarioResult
+from tenure.service.drill._criteria import ScenarioResult
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import structlog
 
-from service.drill._context import Drill
-from service.drill._criteria import ScenarioResult, judge, verdict
-from service.drill._readout import audit, measure, timeline
-from service.drill._report import plot_timeline, render_report, write_json
-from service.drill._scenarios import SCENARIOS, cluster_refusal, expand
-from service.drill._settings import DrillError, DrillSettings, career_unavailable
-from service.local import EnsembleError, NetNamespace, SparkClusterError, netns_unavailable
+from tenure.service.drill._context import Drill
+from tenure.service.drill._criteria import ScenarioResult, judge, verdict
+from tenure.service.drill._readout import audit, measure, timeline
+from tenure.service.drill._report import plot_timeline, render_report, write_json
+from tenure.service.drill._scenarios import SCENARIOS, cluster_refusal, expand
+from tenure.service.drill._settings import DrillError, DrillSettings, career_unavailable
+from tenure.service.local import EnsembleError, NetNamespace, SparkClusterError, netns_unavailable
 
 __all__ = ["run_drills", "run_scenario"]
 

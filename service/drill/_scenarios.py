@@ -22,11 +22,11 @@ from typing import Any
 import structlog
 from kazoo.client import KazooClient
 
-from career.drills import POISON_PILL
-from election import group_status, read_history
-from service.drill._context import Drill, is_ready
-from service.drill._measures import commit_interval
-from service.drill._settings import (
+from tenure.career.drills import POISON_PILL
+from tenure.election import group_status, read_history
+from tenure.service.drill._context import Drill, is_ready
+from tenure.service.drill._measures import commit_interval
+from tenure.service.drill._settings import (
     CLUSTER_COMMITS,
     HEALTH_CHECK_EVERY_S,
     MASTER_DOWN_S,
@@ -34,8 +34,8 @@ from service.drill._settings import (
     DrillError,
     DrillSettings,
 )
-from service.local import NetNamespace, NetnsError, ReplicaProcess, SparkCluster, SparkClusterError
-from service.ops import connected, request_handover, wait_handover, write_lines
+from tenure.service.local import NetNamespace, NetnsError, ReplicaProcess, SparkCluster, SparkClusterError
+from tenure.service.ops import connected, request_handover, wait_handover, write_lines
 
 __all__ = ["CLUSTER_SCENARIOS", "GROUPS", "SCENARIOS", "Scenario", "cluster_refusal", "expand"]
 
@@ -450,12 +450,12 @@ _POISON_KEY = "drill-poison"
 def _hung_row_args(s: DrillSettings) -> tuple[str, ...]:
     """The watchdog's limits, a row function that hangs where told, and enough attempts that no record is
     dead-lettered before the hung leader gives its lock up (``DrillSettings.retry_attempts``)."""
-    return (*s.watchdog_args(), "--row-function", "career.drills:hang_when_told",
+    return (*s.watchdog_args(), "--row-function", "tenure.career.drills:hang_when_told",
             "--retry-attempts", str(s.retry_attempts))
 
 
 def _poison_args(s: DrillSettings) -> tuple[str, ...]:
-    return (*s.watchdog_args(), "--transform", "career.drills:fail_on_poison_pill")
+    return (*s.watchdog_args(), "--transform", "tenure.career.drills:fail_on_poison_pill")
 
 
 def _wait_exit(d: Drill, replica: ReplicaProcess, timeout_s: float, why: str) -> int | None:

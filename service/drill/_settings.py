@@ -8,9 +8,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from career.lifecycle import HEALTH_EVERY_S
-from election import TenureError
-from service.local import Ensemble
+from tenure.career.lifecycle import HEALTH_EVERY_S
+from tenure.election import TenureError
+from tenure.service.local import Ensemble
 
 __all__ = [
     "ABOUT_ONE_S",
@@ -176,11 +176,11 @@ def career_unavailable(career: str) -> str | None:
     if career != "spark":
         return None
     try:
-        module = importlib.import_module("career.spark")
+        module = importlib.import_module("tenure.career.spark")
     except ImportError as exc:
         return f"the Spark career is not importable ({exc}): use --career counter"
     if not hasattr(module, "SparkCareer"):
-        return "career.spark does not export SparkCareer yet: use --career counter"
+        return "tenure.career.spark does not export SparkCareer yet: use --career counter"
     return None
 
 

@@ -1,8 +1,8 @@
 """Infrastructure on this machine: the embedded ZooKeeper ensemble, replica processes and their topology,
 network namespaces, and the commands built on them (``tenure zk``, ``tenure up``, ``tenure demo``)."""
 
-from service.local._demo import run_demo
-from service.local._ensemble import (
+from tenure.service.local._demo import run_demo
+from tenure.service.local._ensemble import (
     Ensemble,
     EnsembleError,
     Server,
@@ -12,9 +12,9 @@ from service.local._ensemble import (
     running_ensemble,
     start_ensemble,
 )
-from service.local._netns import NetNamespace, NetnsError, netns_unavailable
-from service.local._spark_cluster import SparkCluster, SparkClusterError, SparkDaemon, SparkWorker
-from service.local._topology import (
+from tenure.service.local._netns import NetNamespace, NetnsError, netns_unavailable
+from tenure.service.local._spark_cluster import SparkCluster, SparkClusterError, SparkDaemon, SparkWorker
+from tenure.service.local._topology import (
     ReplicaLaunch,
     ReplicaProcess,
     ReplicaStatus,
@@ -23,8 +23,8 @@ from service.local._topology import (
     sample_key,
     scrape,
 )
-from service.local._up import run_up
-from service.local._wait import wait_for
+from tenure.service.local._up import run_up
+from tenure.service.local._wait import wait_for
 
 __all__ = [
     "Ensemble",

@@ -11,9 +11,9 @@ from pathlib import Path
 import pyarrow.dataset as ds
 from rich.console import Console
 
-from career.queue import QueueLayout, is_queue_file
-from service.local._topology import Topology
-from service.ops import verify
+from tenure.career.queue import QueueLayout, is_queue_file
+from tenure.service.local._topology import Topology
+from tenure.service.ops import verify
 
 __all__ = ["run_demo"]
 

@@ -21,9 +21,9 @@ from typing import ClassVar
 
 import structlog
 
-from election import TenureError
-from service.local._wait import watch_until_stopped
-from service.replica import four_letter_word
+from tenure.election import TenureError
+from tenure.service.local._wait import watch_until_stopped
+from tenure.service.replica import four_letter_word
 
 __all__ = [
     "Ensemble",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import structlog
 
-from election import TenureError
+from tenure.election import TenureError
 
 __all__ = ["NetNamespace", "NetnsError", "netns_unavailable"]
 
@@ -62,7 +62,7 @@ class NetNamespace:
     Example::
 
         with NetNamespace.create() as ns:
-            cmd = [*ns.exec_prefix, "python", "-m", "service", "run", "--zk", f"{ns.host_address}:2181", ...]
+            cmd = [*ns.exec_prefix, "python", "-m", "tenure", "run", "--zk", f"{ns.host_address}:2181", ...]
             ns.cut()     # the namespace loses the host
             ns.heal()
     """

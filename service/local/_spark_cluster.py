@@ -21,9 +21,9 @@ from typing import Any
 import psutil
 import structlog
 
-from election import TenureError
-from service.local._ensemble import EnsembleError, _port_free, die_with_parent, find_java
-from service.local._wait import watch_until_stopped
+from tenure.election import TenureError
+from tenure.service.local._ensemble import EnsembleError, _port_free, die_with_parent, find_java
+from tenure.service.local._wait import watch_until_stopped
 
 __all__ = ["SparkCluster", "SparkClusterError", "SparkDaemon", "SparkWorker"]
 

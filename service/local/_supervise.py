@@ -1,7 +1,7 @@
 """Keeping a local topology's replicas running: `tenure up` restarts a replica that exits, as compose does.
 
 A replica exits on its own when it crashes or when it gives its lock up because its work stopped progressing
-(exit 4, ``service.replica.EXIT_STALLED``); restarted, it comes back as a warm follower. A replica that keeps
+(exit 4, ``tenure.service.replica.EXIT_STALLED``); restarted, it comes back as a warm follower. A replica that keeps
 exiting is restarted later and later (a crash loop must not spin), and each exit and restart is reported.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.local._topology import ReplicaProcess, Topology
-from service.replica import EXIT_STALLED
+from tenure.service.local._topology import ReplicaProcess, Topology
+from tenure.service.replica import EXIT_STALLED
 
 __all__ = ["Supervisor", "exit_meaning"]
 

@@ -18,10 +18,10 @@ import psutil
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.local._ensemble import Ensemble, die_with_parent, free_base_port
-from service.local._spark_cluster import SparkCluster
-from service.local._wait import wait_for
-from service.replica import (
+from tenure.service.local._ensemble import Ensemble, die_with_parent, free_base_port
+from tenure.service.local._spark_cluster import SparkCluster
+from tenure.service.local._wait import wait_for
+from tenure.service.replica import (
     BATCHES,
     IS_LEADER,
     LEADER_EPOCH,
@@ -97,7 +97,7 @@ class ReplicaProcess:
     A pause stops the whole process tree (the Python process and its Spark JVM), as a frozen VM or container
     would: ``signal(SIGSTOP)`` and ``signal(SIGCONT)`` mean :meth:`pause` and :meth:`resume`, and :meth:`stop`
     resumes the tree before it terminates or kills anything. With ``fault_file`` the replica runs with
-    ``--fault-file`` (see ``service.replica._faults``).
+    ``--fault-file`` (see ``tenure.service.replica._faults``).
     """
 
     def __init__(self, replica_id: str, port: int, args: list[str], log_path: Path,
@@ -109,7 +109,7 @@ class ReplicaProcess:
         self.metrics_host = metrics_host
         self.fault_file = fault_file
         faults = ["--fault-file", str(fault_file)] if fault_file is not None else []
-        self._cmd = [*(command_prefix or []), sys.executable, "-m", "service", "run", "--replica-id", replica_id,
+        self._cmd = [*(command_prefix or []), sys.executable, "-m", "tenure", "run", "--replica-id", replica_id,
                      "--metrics-host", metrics_host, "--metrics-port", str(port), *args, *faults]
         self._env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
@@ -166,7 +166,7 @@ class ReplicaProcess:
             return False
 
     def arm(self, point: str, action: str) -> Path:
-        """Arm one fault on this replica's fault file (``POINT ACTION``, see ``service.replica._faults``)."""
+        """Arm one fault on this replica's fault file (``POINT ACTION``, see ``tenure.service.replica._faults``)."""
         if self.fault_file is None:
             raise ValueError(f"{self.replica_id} runs without --fault-file: start the topology with "
                              "fault_files=True")
@@ -366,7 +366,7 @@ class Topology:
         """Run `tenure produce` into this topology's data root, logging under logs/producer.log."""
         with (self.logs / "producer.log").open("ab") as log:
             self.producer = subprocess.Popen(
-                [sys.executable, "-m", "service", "produce", "--data-root", str(self.data_root), *args],
+                [sys.executable, "-m", "tenure", "produce", "--data-root", str(self.data_root), *args],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 preexec_fn=die_with_parent(signal.SIGTERM))  # noqa: PLW1509 - prctl only
         return self.producer

@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from service.local._supervise import Supervisor
-from service.local._topology import ReplicaStatus, Topology
+from tenure.service.local._supervise import Supervisor
+from tenure.service.local._topology import ReplicaStatus, Topology
 
 __all__ = ["render_status", "run_up"]
 

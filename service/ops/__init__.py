@@ -2,16 +2,16 @@
 
 They talk to ZooKeeper and read the data root; none starts a replica or a ZooKeeper server. ``_produce/`` is
 the producer, ``_verify/`` the auditor, ``_groups`` and ``_status`` the views of groups and leaders; all take the
-queue's contract (layout, names, record) from :mod:`career.queue`.
+queue's contract (layout, names, record) from :mod:`tenure.career.queue`.
 """
 
-from service.ops._drain import DrainError, drain, undrain, wait_in_election
-from service.ops._groups import connected, format_groups, queue_lag, queue_report, remove_group
-from service.ops._handover import HandoverDone, HandoverError, request_handover, wait_handover
-from service.ops._history import format_history, show_history
-from service.ops._produce import Producer, ProducerError, produce, write_lines
-from service.ops._status import fetch_status, format_status_table, show_status
-from service.ops._verify import CONTENT_FIELDS, VerifyReport, check_data_root, read_committed_batch, verify
+from tenure.service.ops._drain import DrainError, drain, undrain, wait_in_election
+from tenure.service.ops._groups import connected, format_groups, queue_lag, queue_report, remove_group
+from tenure.service.ops._handover import HandoverDone, HandoverError, request_handover, wait_handover
+from tenure.service.ops._history import format_history, show_history
+from tenure.service.ops._produce import Producer, ProducerError, produce, write_lines
+from tenure.service.ops._status import fetch_status, format_status_table, show_status
+from tenure.service.ops._verify import CONTENT_FIELDS, VerifyReport, check_data_root, read_committed_batch, verify
 
 __all__ = [
     "CONTENT_FIELDS",

@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.security import ACL
 
-from election import DrainRequest, GroupPaths, TenureError, drain_requests, group_status
+from tenure.election import DrainRequest, GroupPaths, TenureError, drain_requests, group_status
 
 __all__ = ["DrainError", "drain", "undrain", "wait_in_election"]
 

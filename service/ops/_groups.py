@@ -22,9 +22,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from career.queue import QueueLayout, is_queue_file
-from election import ElectionError, GroupPaths
-from service.replica._registry import (
+from tenure.career.queue import QueueLayout, is_queue_file
+from tenure.election import ElectionError, GroupPaths
+from tenure.service.replica._registry import (
     QUEUES,
     GroupError,
     RegisteredGroup,

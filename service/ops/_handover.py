@@ -18,7 +18,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 from kazoo.security import ACL
 
-from election import (
+from tenure.election import (
     GroupPaths,
     HandoverRequest,
     TenureError,

@@ -12,8 +12,8 @@ from typing import TextIO
 from rich.console import Console
 from rich.table import Table
 
-from election import TermRecord, read_history
-from service.ops._groups import connected
+from tenure.election import TermRecord, read_history
+from tenure.service.ops._groups import connected
 
 __all__ = ["format_history", "show_history"]
 

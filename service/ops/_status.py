@@ -13,9 +13,9 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.table import Table
 
-from election import GroupStatus, group_status
-from service.ops._groups import connected, format_groups, group_queues, queue_report
-from service.ops._history import format_history
+from tenure.election import GroupStatus, group_status
+from tenure.service.ops._groups import connected, format_groups, group_queues, queue_report
+from tenure.service.ops._history import format_history
 
 __all__ = ["fetch_status", "format_status_json", "format_status_table", "show_status"]
 

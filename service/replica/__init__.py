@@ -1,17 +1,17 @@
 """The replica process (``tenure run``): config, the runner's control loop, metrics, health, logs, fault points.
 
-Imports nothing from ``service.ops``, ``service.local`` or ``service.drill``: a production replica carries no
-operator tool and no local infrastructure.
+Imports nothing from ``tenure.service.ops``, ``tenure.service.local`` or ``tenure.service.drill``: a production
+replica carries no operator tool and no local infrastructure.
 """
 
-from career.lifecycle import RunnerState, StallReason
-from service.replica._config import ReplicaConfig, load_config
-from service.replica._faults import FAULT_POINTS, FaultFile, InjectedFault, arm
-from service.replica._four_letter import four_letter_word
-from service.replica._health import Health, HealthServer
-from service.replica._lifecycle import EXIT_STALLED
-from service.replica._logs import configure_logging, log_to_file
-from service.replica._metrics import (
+from tenure.career.lifecycle import RunnerState, StallReason
+from tenure.service.replica._config import ReplicaConfig, load_config
+from tenure.service.replica._faults import FAULT_POINTS, FaultFile, InjectedFault, arm
+from tenure.service.replica._four_letter import four_letter_word
+from tenure.service.replica._health import Health, HealthServer
+from tenure.service.replica._lifecycle import EXIT_STALLED
+from tenure.service.replica._logs import configure_logging, log_to_file
+from tenure.service.replica._metrics import (
     BATCHES,
     COMMITS_FENCED,
     CONTROL_LOOP_AGE,
@@ -24,9 +24,9 @@ from service.replica._metrics import (
     ZK_CONNECTED,
     Metrics,
 )
-from service.replica._process import run_replica
-from service.replica._proctree import pause_descendants, pause_tree, resume_tree, tree_pids
-from service.replica._registry import (
+from tenure.service.replica._process import run_replica
+from tenure.service.replica._proctree import pause_descendants, pause_tree, resume_tree, tree_pids
+from tenure.service.replica._registry import (
     QUEUES,
     GroupError,
     RegisteredGroup,

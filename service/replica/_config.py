@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from career.lifecycle import RunnerSettings
-from election import ConfigError, DigestCredential, ElectionSettings, GroupPaths
-from service.replica._faults import FaultFile
+from tenure.career.lifecycle import RunnerSettings
+from tenure.election import ConfigError, DigestCredential, ElectionSettings, GroupPaths
+from tenure.service.replica._faults import FaultFile
 
 if TYPE_CHECKING:
-    from career.spark import SparkCareerConfig
+    from tenure.career.spark import SparkCareerConfig
 
 __all__ = ["ReplicaConfig", "load_config"]
 
@@ -215,7 +215,7 @@ class ReplicaConfig(BaseModel):
         Raises:
             ConfigError: a Spark setting that cannot work (imports Spark's settings only when called).
         """
-        from career.spark import SparkCareerConfig
+        from tenure.career.spark import SparkCareerConfig
 
         return SparkCareerConfig(**{**self._same_names(SparkCareerConfig),
                                     "handover_timeout_s": 0.8 * self.handover_timeout_s})

@@ -20,8 +20,8 @@ from typing import Final
 
 import structlog
 
-from election import TenureError
-from service.replica._proctree import pause_tree
+from tenure.election import TenureError
+from tenure.service.replica._proctree import pause_tree
 
 __all__ = ["FAULT_ACTIONS", "FAULT_POINTS", "FaultFile", "InjectedFault", "arm"]
 

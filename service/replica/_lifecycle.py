@@ -1,5 +1,5 @@
-"""The replica process's side of the runner (``career.lifecycle``): its ports implemented with Prometheus metrics,
-the progress watchdog, signals and the process tree, and ``build_runner`` that wires them.
+"""The replica process's side of the runner (``tenure.career.lifecycle``): its ports implemented with Prometheus
+metrics, the progress watchdog, signals and the process tree, and ``build_runner`` that wires them.
 
 What is about the process stays here: a signal's graceful handover and its budget, the watchdog thread, killing
 the JVM and exiting with :data:`EXIT_STALLED` for a supervisor to restart the replica.
@@ -18,16 +18,24 @@ from types import FrameType
 
 import structlog
 
-from career import Career
-from career.lifecycle import RequestSource, Runner, RunnerEvent, RunnerSettings, RunnerState, StallReason, TermJournal
-from election import Election, ElectionEvent
-from service.replica._health import Health
-from service.replica._metrics import Metrics
-from service.replica._proctree import tree_pids
-from service.replica._progress import Progress
-from service.replica._requests import OperatorRequests
-from service.replica._term_record import TermRecorder
-from service.replica._watchdog import StallLimits, Watchdog
+from tenure.career import Career
+from tenure.career.lifecycle import (
+    RequestSource,
+    Runner,
+    RunnerEvent,
+    RunnerSettings,
+    RunnerState,
+    StallReason,
+    TermJournal,
+)
+from tenure.election import Election, ElectionEvent
+from tenure.service.replica._health import Health
+from tenure.service.replica._metrics import Metrics
+from tenure.service.replica._proctree import tree_pids
+from tenure.service.replica._progress import Progress
+from tenure.service.replica._requests import OperatorRequests
+from tenure.service.replica._term_record import TermRecorder
+from tenure.service.replica._watchdog import StallLimits, Watchdog
 
 __all__ = ["EXIT_HANDOVER_OVERRUN", "EXIT_STALLED", "ReplicaControl", "RunnerMetrics", "build_runner", "health_of"]
 

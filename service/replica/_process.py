@@ -15,15 +15,15 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import CollectorRegistry
 
-from career import Career, CareerObserver, CounterCareer
-from election import ConfigError, Election, ElectionEvent, Identity
-from service.replica._config import ReplicaConfig
-from service.replica._four_letter import four_letter_word
-from service.replica._health import HealthServer
-from service.replica._lifecycle import build_runner, health_of
-from service.replica._metrics import Metrics
-from service.replica._progress import Progress
-from service.replica._registry import register_group, registered_groups
+from tenure.career import Career, CareerObserver, CounterCareer
+from tenure.election import ConfigError, Election, ElectionEvent, Identity
+from tenure.service.replica._config import ReplicaConfig
+from tenure.service.replica._four_letter import four_letter_word
+from tenure.service.replica._health import HealthServer
+from tenure.service.replica._lifecycle import build_runner, health_of
+from tenure.service.replica._metrics import Metrics
+from tenure.service.replica._progress import Progress
+from tenure.service.replica._registry import register_group, registered_groups
 
 __all__ = ["run_replica"]
 
@@ -106,7 +106,7 @@ def _make_career(config: ReplicaConfig, observer: CareerObserver,
         return CounterCareer(config.data_root / "counter.log", interval_s=config.counter_interval_s,
                              observer=observer, min_free_bytes=config.min_free_disk_mb << 20,
                              probe_timeout_s=config.probe_timeout_s)
-    from career.spark import HookError, SparkCareer  # imported only when Spark is the career
+    from tenure.career.spark import HookError, SparkCareer  # imported only when Spark is the career
 
     try:
         return SparkCareer(config.spark_career_config(), observer, replica_id=config.replica_id, group=config.group,

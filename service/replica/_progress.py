@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from service.replica._metrics import Metrics
+from tenure.service.replica._metrics import Metrics
 
 __all__ = ["Progress", "ProgressView"]
 

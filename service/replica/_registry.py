@@ -23,7 +23,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL
 
-from election import ConfigError, GroupPaths, TenureError
+from tenure.election import ConfigError, GroupPaths, TenureError
 
 __all__ = [
     "QUEUES",

@@ -1,8 +1,8 @@
 """The replica's side of operators' requests (``tenure drain``, ``tenure handover``): watch their znodes and tell
 the runner, which alone acts, from its control thread.
 
-kazoo's watches only post ``DrainChanged`` and ``HandoverRequested`` (``career.lifecycle``) to the runner's queue.
-A watch fires once at once with the node's state, and again on every change, across reconnects.
+kazoo's watches only post ``DrainChanged`` and ``HandoverRequested`` (``tenure.career.lifecycle``) to the runner's
+queue. A watch fires once at once with the node's state, and again on every change, across reconnects.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
-from career.lifecycle import DrainChanged, HandoverRequested
-from election import DrainRequest, GroupPaths, HandoverRequest
+from tenure.career.lifecycle import DrainChanged, HandoverRequested
+from tenure.election import DrainRequest, GroupPaths, HandoverRequest
 
 __all__ = ["OperatorRequests"]
 

@@ -13,10 +13,10 @@ from typing import Any
 from kazoo.exceptions import KazooException
 from structlog.typing import FilteringBoundLogger
 
-from career import HandoverRecord, Outcome
-from career.lifecycle import CANARY
-from election import Fence, TenureError, TermHistory, TermRecord
-from service.replica._metrics import Metrics
+from tenure.career import HandoverRecord, Outcome
+from tenure.career.lifecycle import CANARY
+from tenure.election import Fence, TenureError, TermHistory, TermRecord
+from tenure.service.replica._metrics import Metrics
 
 __all__ = ["TermRecorder"]
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from career.lifecycle import Stall, StallReason
-from service.replica._progress import Progress, ProgressView
+from tenure.career.lifecycle import Stall, StallReason
+from tenure.service.replica._progress import Progress, ProgressView
 
 __all__ = ["StallLimits", "Watchdog", "find_stall"]
 

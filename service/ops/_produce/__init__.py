@@ -2,13 +2,13 @@
 
 ``_atomic`` writes one file (hidden name, fsync, rename, folder fsync), ``_writer`` is the library
 (:class:`Producer`, its :class:`WriteRetry`), ``_bad_lines`` the injected bad input, ``_progress`` the progress
-view and ``_driver`` the command's :func:`produce`. What a queue file must be is :mod:`career.queue`'s.
+view and ``_driver`` the command's :func:`produce`. What a queue file must be is :mod:`tenure.career.queue`'s.
 """
 
-from service.ops._produce._atomic import write_lines
-from service.ops._produce._bad_lines import BAD_CLASSES, bad_line
-from service.ops._produce._driver import ProduceSummary, produce
-from service.ops._produce._writer import (
+from tenure.service.ops._produce._atomic import write_lines
+from tenure.service.ops._produce._bad_lines import BAD_CLASSES, bad_line
+from tenure.service.ops._produce._driver import ProduceSummary, produce
+from tenure.service.ops._produce._writer import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_BATCH_RECORDS,
     DEFAULT_FLUSH_INTERVAL_S,

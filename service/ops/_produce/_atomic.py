@@ -1,7 +1,7 @@
 """One queue file, atomically and durably: written under a hidden name, fsynced, renamed, its folder fsynced.
 
-The steps :class:`~service.ops._produce._writer.Producer` repeats for each batch, and :func:`write_lines` for a
-test that needs exact lines in ``landing/`` (the queue's naming rules are :mod:`career.queue`'s).
+The steps :class:`~tenure.service.ops._produce._writer.Producer` repeats for each batch, and :func:`write_lines` for a
+test that needs exact lines in ``landing/`` (the queue's naming rules are :mod:`tenure.career.queue`'s).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from career.queue import is_hidden
+from tenure.career.queue import is_hidden
 
 __all__ = ["check_name", "fsync_dir", "join_lines", "write_hidden_then_rename", "write_lines"]
 
@@ -27,7 +27,7 @@ def fsync_dir(directory: Path) -> None:
 def write_hidden_then_rename(directory: Path, name: str, data: bytes) -> Path:
     """Write ``data`` to ``directory/.name.tmp``, fsync, rename to ``directory/name``; no partial file stays.
 
-    The hidden name (:func:`career.queue.is_hidden`) keeps Spark's file source and ``verify`` from ever
+    The hidden name (:func:`tenure.career.queue.is_hidden`) keeps Spark's file source and ``verify`` from ever
     listing a file that is still being written; rename within one directory is atomic on POSIX.
     """
     tmp = directory / f".{name}.tmp"

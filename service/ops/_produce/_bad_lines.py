@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from career.queue import DEFAULT_MAX_LINE_BYTES, FIELDS
+from tenure.career.queue import DEFAULT_MAX_LINE_BYTES, FIELDS
 
 __all__ = ["BAD_CLASSES", "bad_line"]
 
@@ -29,7 +29,7 @@ def bad_line(kind: str, n: int, run: str, max_line_bytes: int = DEFAULT_MAX_LINE
     """The ``n``-th injected bad line of class ``kind`` (any of :data:`BAD_CLASSES` but ``empty_file``).
 
     Returns:
-        ``(line, reason)``: the bytes, and the reason :func:`career.queue.classify_line` must give them.
+        ``(line, reason)``: the bytes, and the reason :func:`tenure.career.queue.classify_line` must give them.
     """
     bad_id = f"{run}-bad-{n:09d}"
     base: dict[str, Any] = {"id": bad_id, "key": "k-bad", "seq": n, "ts": _BAD_TS, "payload": {"bad": kind}}

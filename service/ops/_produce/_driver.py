@@ -16,10 +16,10 @@ from typing import TextIO
 
 import structlog
 
-from career.queue import DEFAULT_MAX_LINE_BYTES
-from service.ops._produce._bad_lines import BAD_CLASSES, bad_line
-from service.ops._produce._progress import Progress
-from service.ops._produce._writer import (
+from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
+from tenure.service.ops._produce._bad_lines import BAD_CLASSES, bad_line
+from tenure.service.ops._produce._progress import Progress
+from tenure.service.ops._produce._writer import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_BATCH_RECORDS,
     DEFAULT_FLUSH_INTERVAL_S,

@@ -1,8 +1,8 @@
 """The producer library: :class:`Producer` buffers records and writes them as batch files in ``landing/``.
 
-Each batch file is written by :mod:`~service.ops._produce._atomic`'s steps and retried per :class:`WriteRetry`
+Each batch file is written by :mod:`~tenure.service.ops._produce._atomic`'s steps and retried per :class:`WriteRetry`
 (the retry of a file write, not to be confused with the consumer's per-record retry,
-``career.spark._retry.RetryPolicy``).
+``tenure.career.spark._retry.RetryPolicy``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 import structlog
 import tenacity
 
-from career.queue import QUEUE_SUFFIX, QueueLayout
-from election import TenureError
-from service.ops._produce._atomic import fsync_dir, join_lines, write_hidden_then_rename
+from tenure.career.queue import QUEUE_SUFFIX, QueueLayout
+from tenure.election import TenureError
+from tenure.service.ops._produce._atomic import fsync_dir, join_lines, write_hidden_then_rename
 
 __all__ = [
     "DEFAULT_BATCH_BYTES",

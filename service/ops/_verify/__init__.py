@@ -1,17 +1,17 @@
 """``tenure verify``: audits a data root's output against its queue — exactly once (I2), per-key order (I3).
 
-The audit reads the files alone: the queue (by :mod:`career.queue`'s rules, independently of the consumer), the
+The audit reads the files alone: the queue (by :mod:`tenure.career.queue`'s rules, independently of the consumer), the
 Parquet output, and what the group has read (its marks and checkpoint: lag is not loss); given the group's
 committed batch (``--zk``), it checks the output against it. ``_files`` finds and reads them, ``_scan`` tallies
 each input, ``_content`` and ``_late`` check rows against their queue lines, ``_audit`` reconciles it all into a
 ``_report``.
 """
 
-from service.ops._verify._audit import read_committed_batch, verify
-from service.ops._verify._content import CONTENT_FIELDS
-from service.ops._verify._files import VerifyError, check_data_root, iter_queue_files
-from service.ops._verify._late import LATE_REASON
-from service.ops._verify._report import VerifyReport
+from tenure.service.ops._verify._audit import read_committed_batch, verify
+from tenure.service.ops._verify._content import CONTENT_FIELDS
+from tenure.service.ops._verify._files import VerifyError, check_data_root, iter_queue_files
+from tenure.service.ops._verify._late import LATE_REASON
+from tenure.service.ops._verify._report import VerifyReport
 
 __all__ = [
     "CONTENT_FIELDS",

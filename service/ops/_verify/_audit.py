@@ -1,7 +1,7 @@
 """The auditor behind ``tenure verify``: exactly-once (I2) and per-key order (I3), from the files alone.
 
 See ARCHITECTURE.md, "Where each guarantee is enforced": verify recomputes the expected output from the queue,
-independently of the consumer (it shares only the queue's contract, :mod:`career.queue`). It reads the consumer's
+independently of the consumer (it shares only the queue's contract, :mod:`tenure.career.queue`). It reads the consumer's
 own state only to tell lag from loss (which files the group has read) and, when given, checks the output
 against the group's commit record.
 """
@@ -20,14 +20,14 @@ import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from career.queue import DEFAULT_MAX_LINE_BYTES
-from election import GroupPaths
-from service.ops._verify._content import CONTENT_FIELDS, EXAMPLES, QueueContent
-from service.ops._verify._delta import audit_delta
-from service.ops._verify._files import VerifyError, read_consumption
-from service.ops._verify._late import PublishedSeqs, check_late
-from service.ops._verify._report import VerifyReport
-from service.ops._verify._scan import (
+from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
+from tenure.election import GroupPaths
+from tenure.service.ops._verify._content import CONTENT_FIELDS, EXAMPLES, QueueContent
+from tenure.service.ops._verify._delta import audit_delta
+from tenure.service.ops._verify._files import VerifyError, read_consumption
+from tenure.service.ops._verify._late import PublishedSeqs, check_late
+from tenure.service.ops._verify._report import VerifyReport
+from tenure.service.ops._verify._scan import (
     BatchEpochs,
     scan_quarantine,
     scan_queue,
@@ -79,7 +79,7 @@ def verify(
     ``table/``, and each late record, must hold its queue line's ``content_fields`` (the payload compared as a
     JSON value); when the queue holds an id several times with different content, any of them will do.
 
-    Reads ``landing/`` and ``archive/`` (recursively) with :func:`career.queue.classify_line`, independently
+    Reads ``landing/`` and ``archive/`` (recursively) with :func:`tenure.career.queue.classify_line`, independently
     of the pipeline, and ``table/``, ``quarantine/``, ``dead-letter/`` and ``retry/`` with pyarrow (hidden
     folders and files are skipped; an absent folder is empty: see :func:`check_data_root`).
     Per-key order follows the output: by ``_batch``, then part file (sorted by path), then row.

@@ -108,7 +108,7 @@ class QueueContent:
                 seq if "seq" in fields else None, ts if "ts" in fields else None, kept)
 
     def add(self, record: dict[str, Any]) -> None:
-        """Remember a valid record (as :func:`~career.queue.classify_line` returns it), in queue order."""
+        """Remember a valid record (as :func:`~tenure.career.queue.classify_line` returns it), in queue order."""
         value = record["payload"]
         payload = _COMPACT.encode(value)
         key = sys.intern(record["key"])  # a few keys shared by many ids are kept once

@@ -1,4 +1,4 @@
-"""The audit of the Delta tables (``career.output``): every version one committed batch, no file outside one.
+"""The audit of the Delta tables (``tenure.career.output``): every version one committed batch, no file outside one.
 
 Reads each Delta output's log as its protocol defines it (``_delta_log/<version>.json``: one action a line, the
 ``add`` actions, the ``txn`` and the ``commitInfo`` that carries tenure's batch, epoch and replica), against the
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from career.output import APP_ID, DELTA_LOG, batch_of, is_delta_table, snapshot_files
-from career.queue import is_hidden
+from tenure.career.output import APP_ID, DELTA_LOG, batch_of, is_delta_table, snapshot_files
+from tenure.career.queue import is_hidden
 
 __all__ = ["DELTA_OUTPUTS", "DeltaAudit", "audit_delta"]
 

@@ -14,8 +14,8 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from career.queue import QueueLayout, is_hidden, is_queue_file
-from election import TenureError
+from tenure.career.queue import QueueLayout, is_hidden, is_queue_file
+from tenure.election import TenureError
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -41,7 +41,7 @@ class VerifyError(TenureError):
 def iter_queue_files(queue_dir: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield every queue file under ``landing/`` and ``archive/``, recursively, in a stable order.
 
-    Queue files and hidden names are as :mod:`career.queue` defines them; hidden folders on the way are skipped
+    Queue files and hidden names are as :mod:`tenure.career.queue` defines them; hidden folders on the way are skipped
     too, as Spark's file source skips them: they are files still being written, or internal folders.
 
     Args:
@@ -67,7 +67,7 @@ class Consumption:
     group: str
     marks: dict[str, int]
     """The group's marks: file name → the mark's modification time (ns). A newer file under a marked name is a
-    new file, not read yet (the queue source's rule, :mod:`career.spark._intake`)."""
+    new file, not read yet (the queue source's rule, :mod:`tenure.career.spark._intake`)."""
     committed: dict[str, set[int | None]]
     """The files the committed batches of the group's newest checkpoint read: name → their modification times
     (``None``: a batch of Spark's file source, which records no time)."""
@@ -130,7 +130,7 @@ def _committed_files(checkpoint: Path) -> dict[str, set[int | None]]:
     """The queue files (name → modification times) named by every batch ``checkpoint`` has committed
     (``commits/<B>``) whose offsets it still holds (Spark keeps the last ones; older batches' files are marked or
     archived by then)."""
-    from career.spark._intake import batch_offset, offset_files  # imports pyspark: only with a checkpoint
+    from tenure.career.spark._intake import batch_offset, offset_files  # imports pyspark: only with a checkpoint
 
     try:
         batches = [int(e.name) for e in os.scandir(checkpoint / "commits") if e.name.isdigit()]
@@ -178,7 +178,7 @@ def check_data_root(data_root: str | os.PathLike[str], queue_dir: str | os.PathL
 
     A data root is a directory holding at least one of ``landing/``, ``archive/`` and ``table/``; with
     ``queue_dir``, the data root need only be a directory and the queue must hold ``landing/`` or ``archive/``.
-    (:func:`~service.ops._verify.verify` itself reads an absent folder as empty: a consumer that is starting
+    (:func:`~tenure.service.ops._verify.verify` itself reads an absent folder as empty: a consumer that is starting
     has none yet.)
 
     Raises:

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.ops._verify._content import EXAMPLES, ContentCheck, QueueContent, compact_json
+from tenure.service.ops._verify._content import EXAMPLES, ContentCheck, QueueContent, compact_json
 
 __all__ = ["LATE_REASON", "LateCheck", "LateRow", "PublishedSeqs", "check_late"]
 

@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.ops._verify._content import CONTENT_FIELDS
-from service.ops._verify._files import DEFAULT_GROUP
+from tenure.service.ops._verify._content import CONTENT_FIELDS
+from tenure.service.ops._verify._files import DEFAULT_GROUP
 
 __all__ = ["VerifyReport"]
 
@@ -21,7 +21,7 @@ class VerifyReport:
     are ``waiting`` (lag). A caller waiting for a data root to drain waits for ``unaccounted == 0``.
 
     Example:
-        >>> from service.ops import verify
+        >>> from tenure.service.ops import verify
         >>> report = verify("/srv/tenure")  # doctest: +SKIP
         >>> print(report.render()); raise SystemExit(0 if report.ok else 1)  # doctest: +SKIP
     """

@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from career.queue import QueueLayout, classify_line
-from service.ops._verify._content import EXAMPLES, ContentCheck, QueueContent
-from service.ops._verify._files import (
+from tenure.career.queue import QueueLayout, classify_line
+from tenure.service.ops._verify._content import EXAMPLES, ContentCheck, QueueContent
+from tenure.service.ops._verify._files import (
     Consumption,
     base_name,
     iter_lines,
@@ -28,7 +28,7 @@ from service.ops._verify._files import (
     parquet_files,
     read_columns,
 )
-from service.ops._verify._late import LATE_REASON, LateRow
+from tenure.service.ops._verify._late import LATE_REASON, LateRow
 
 __all__ = [
     "QuarantineScan",
