@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Field, Schema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
@@ -47,7 +48,15 @@ from tenure.career.queue import is_hidden
 
 __all__ = [
     "APP_ID",
+    "CHECKPOINT",
+    "DEAD_LETTER",
     "DELTA_LOG",
+    "DELTA_OUTPUTS",
+    "ORDER",
+    "QUARANTINE",
+    "RETRY",
+    "SET_ASIDE",
+    "TABLE",
     "TABLE_CONFIGURATION",
     "BatchVersion",
     "OutputSchemaError",
@@ -59,7 +68,15 @@ __all__ = [
     "is_delta_table",
     "publish_batch",
     "snapshot_files",
+    "snapshot_rows",
 ]
+
+TABLE, QUARANTINE, DEAD_LETTER = "table", "quarantine", "dead-letter"
+"""The data root's output folders that are Delta tables (:data:`DELTA_OUTPUTS`)."""
+RETRY, ORDER, SET_ASIDE, CHECKPOINT = "retry", "order", "set-aside", "checkpoint"
+"""The data root's other folders: the retry store's snapshots, the per-key high-water marks, poison batches set
+aside, and the terms' Spark checkpoints (``tenure.career.spark._storage.Layout`` builds the paths)."""
+DELTA_OUTPUTS: tuple[str, ...] = (TABLE, QUARANTINE, DEAD_LETTER)
 
 APP_ID = "tenure"
 """The application id of the Delta transaction each version carries; its version is the batch id."""
@@ -170,6 +187,14 @@ def snapshot_files(folder: Path) -> set[str]:
     """The names of the data files in the table's newest version (the files a Delta reader sees)."""
     actions = DeltaTable(str(folder)).get_add_actions(flatten=True)
     return {posixpath_name(p) for p in pa.table(actions).column("path").to_pylist()}
+
+
+def snapshot_rows(folder: Path) -> int:
+    """The rows a Delta reader of ``folder`` sees now (the newest version's ``numRecords``; 0 before the first)."""
+    if not _has_commit(folder):
+        return 0
+    actions = pa.table(DeltaTable(str(folder)).get_add_actions(flatten=True))
+    return int(pc.sum(actions.column("num_records")).as_py() or 0) if actions.num_rows else 0
 
 
 def batch_versions(folder: Path) -> list[BatchVersion]:

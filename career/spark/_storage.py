@@ -15,7 +15,18 @@ from typing import Any
 import structlog
 
 from tenure.career._durable import fsync, sync_dirs
-from tenure.career.output import covered_batch, covers, publish_batch
+from tenure.career.output import (
+    CHECKPOINT,
+    DEAD_LETTER,
+    ORDER,
+    QUARANTINE,
+    RETRY,
+    SET_ASIDE,
+    TABLE,
+    covered_batch,
+    covers,
+    publish_batch,
+)
 from tenure.career.queue import QueueLayout, is_hidden, is_queue_file
 
 __all__ = [
@@ -138,21 +149,21 @@ class Layout:
 
     @property
     def table(self) -> Path:
-        return self.root / "table"
+        return self.root / TABLE
 
     @property
     def quarantine(self) -> Path:
-        return self.root / "quarantine"
+        return self.root / QUARANTINE
 
     @property
     def checkpoint(self) -> Path:
         """Spark's checkpoints: one ``epoch=<e>`` folder per term (see :func:`adopt_checkpoint`)."""
-        return self.root / "checkpoint"
+        return self.root / CHECKPOINT
 
     @property
     def order(self) -> Path:
         """Per-key high-water marks: the highest ``seq`` published for each key (``tenure.career.spark._order``)."""
-        return self.root / "order"
+        return self.root / ORDER
 
     def term_checkpoint(self, epoch: int) -> Path:
         """``checkpoint/epoch=<e>``: the Spark checkpoint that term ``epoch`` reads and writes, and no other."""
@@ -160,16 +171,16 @@ class Layout:
 
     @property
     def retry(self) -> Path:
-        return self.root / "retry"
+        return self.root / RETRY
 
     @property
     def dead_letter(self) -> Path:
-        return self.root / "dead-letter"
+        return self.root / DEAD_LETTER
 
     @property
     def set_aside(self) -> Path:
         """Poison batches set aside: each one's queue files and a manifest (``tenure.career.spark._set_aside``)."""
-        return self.root / "set-aside"
+        return self.root / SET_ASIDE
 
     def outputs(self) -> dict[str, Path]:
         """The folders a commit record's ``staged`` entries publish into, by entry name."""

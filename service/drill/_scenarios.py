@@ -23,6 +23,7 @@ import structlog
 from kazoo.client import KazooClient
 
 from tenure.career.drills import POISON_PILL
+from tenure.career.output import SET_ASIDE
 from tenure.election import group_status, read_history
 from tenure.service.drill._context import Drill, is_ready
 from tenure.service.drill._measures import commit_interval
@@ -596,7 +597,7 @@ def _poison_batch(d: Drill) -> None:
     found: list[Path] = []
 
     def set_aside() -> bool:
-        found[:] = sorted((d.topology.data_root / "set-aside").glob("batch-*-manifest.json"))
+        found[:] = sorted((d.topology.data_root / SET_ASIDE).glob("batch-*-manifest.json"))
         return bool(found)
 
     d.wait(set_aside, (s.max_batch_attempts + 1) * s.work_timeout_s, "the poison batch to be set aside")

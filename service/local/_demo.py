@@ -8,9 +8,9 @@ import signal
 import time
 from pathlib import Path
 
-import pyarrow.dataset as ds
 from rich.console import Console
 
+from tenure.career.output import TABLE, snapshot_rows
 from tenure.career.queue import QueueLayout, is_queue_file
 from tenure.service.local._topology import Topology
 from tenure.service.ops import verify
@@ -30,9 +30,8 @@ def _waiting_files(data_root: Path) -> int:
 
 
 def _written(data_root: Path) -> int:
-    """Rows published in ``table/`` so far (staging folders start with ``_`` and are not read)."""
-    table = data_root / "table"
-    return ds.dataset(table, format="parquet").count_rows() if table.is_dir() else 0
+    """Rows a Delta reader of ``table/`` sees so far (whole batches only)."""
+    return snapshot_rows(data_root / TABLE)
 
 
 class _DrainProgress:

@@ -20,6 +20,7 @@ import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from tenure.career.output import DEAD_LETTER, QUARANTINE, SET_ASIDE, TABLE
 from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
 from tenure.election import GroupPaths
 from tenure.service.ops._verify._content import CONTENT_FIELDS, EXAMPLES, QueueContent
@@ -121,17 +122,16 @@ def verify(
     queue_root = root if queue_dir is None else Path(queue_dir)
     consumption = read_consumption(queue_root, root, group)  # first: a file read later counts as waiting
     queue = scan_queue(queue_root, max_line_bytes, content, consumption)
-    quarantine = scan_quarantine(root / "quarantine")
+    quarantine = scan_quarantine(root / QUARANTINE)
     late_keys = {r.record["key"] for r in quarantine.late if r.record}
-    table = scan_table(root / "table", content, late_keys)
+    table = scan_table(root / TABLE, content, late_keys)
     retry = scan_retry_store(root, time.time() if now is None else now, late_keys, max_retry_age_s)
     committed = committed_batch() if callable(committed_batch) else committed_batch
-    two_epochs, above = _check_commits({"table": table.batch_epochs, "quarantine": quarantine.batch_epochs,
-                                        "dead-letter": retry.batch_epochs}, committed)
-    delta = audit_delta(root, {"table": table.batch_epochs, "quarantine": quarantine.batch_epochs,
-                               "dead-letter": retry.batch_epochs})
+    row_epochs = {TABLE: table.batch_epochs, QUARANTINE: quarantine.batch_epochs, DEAD_LETTER: retry.batch_epochs}
+    two_epochs, above = _check_commits(row_epochs, committed)
+    delta = audit_delta(root, row_epochs)
     late = check_late(quarantine.late, PublishedSeqs(table.late_seqs + retry.dead_seqs), content, table.content)
-    set_aside = scan_set_aside(root / "set-aside", max_line_bytes)
+    set_aside = scan_set_aside(root / SET_ASIDE, max_line_bytes)
 
     def few(items: set[Any] | list[Any]) -> list[Any]:
         return sorted(items, key=str)[:EXAMPLES]

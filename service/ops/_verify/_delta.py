@@ -15,13 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tenure.career.output import APP_ID, DELTA_LOG, batch_of, is_delta_table, snapshot_files
+from tenure.career.output import APP_ID, DELTA_LOG, DELTA_OUTPUTS, batch_of, is_delta_table, snapshot_files
 from tenure.career.queue import is_hidden
 
-__all__ = ["DELTA_OUTPUTS", "DeltaAudit", "audit_delta"]
-
-DELTA_OUTPUTS: tuple[str, ...] = ("table", "quarantine", "dead-letter")
-"""The data root's folders that are Delta tables."""
+__all__ = ["DeltaAudit", "audit_delta"]
 
 _BATCH, _EPOCH, _ADOPTED = "tenure.batch", "tenure.epoch", "tenure.adopted_batches"
 

@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tenure.career.output import CHECKPOINT, TABLE
 from tenure.career.queue import QueueLayout, is_hidden, is_queue_file
 from tenure.election import TenureError
 
@@ -105,7 +106,7 @@ def read_consumption(queue_dir: Path, data_root: Path, group: str | None) -> Con
             marks[entry.name] = entry.stat().st_mtime_ns
         except FileNotFoundError:  # its file archived and the mark removed meanwhile: archive/ says it is read
             continue
-    checkpoint = _newest_checkpoint(data_root / "checkpoint")
+    checkpoint = _newest_checkpoint(data_root / CHECKPOINT)
     committed = {} if checkpoint is None else _committed_files(checkpoint)
     return Consumption(group, marks, committed)
 
@@ -193,7 +194,7 @@ def check_data_root(data_root: str | os.PathLike[str], queue_dir: str | os.PathL
     if queue is not None:
         if not _holds_queue(queue):
             raise VerifyError(f"queue dir {queue} is not a queue (no landing/ or archive/ in it): check --queue-dir")
-    elif not (_holds_queue(root) or (root / "table").is_dir()):
+    elif not (_holds_queue(root) or (root / TABLE).is_dir()):
         raise VerifyError(f"{root} is not a data root (no landing/, archive/ or table/ in it): check --data-root")
 
 

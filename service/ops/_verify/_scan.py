@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tenure.career.output import DEAD_LETTER, RETRY
 from tenure.career.queue import QueueLayout, classify_line
 from tenure.service.ops._verify._content import EXAMPLES, ContentCheck, QueueContent
 from tenure.service.ops._verify._files import (
@@ -288,7 +289,7 @@ def scan_retry_store(root: Path, now: float, late_keys: set[str], max_age_s: flo
     as a written one does), and ids held in the current retry snapshot: every part of the newest batch's; with
     ``max_age_s``, those held longer than that."""
     scan = RetryScan()
-    for path in parquet_files(root / "dead-letter"):
+    for path in parquet_files(root / DEAD_LETTER):
         dead = read_columns(path, ["id", "key", "seq", "_batch", "_epoch"])
         scan.batch_epochs |= batch_epochs(dead)
         scan.dead.update(str(i) for i in dead.column("id").to_pylist())
@@ -296,7 +297,7 @@ def scan_retry_store(root: Path, now: float, late_keys: set[str], max_age_s: flo
             scan.dead_seqs.extend(r for r in zip(dead.column("key").to_pylist(), dead.column("_batch").to_pylist(),
                                                  dead.column("seq").to_pylist(), strict=True) if r[0] in late_keys)
     snapshots: dict[int, list[Path]] = defaultdict(list)
-    for path in parquet_files(root / "retry"):
+    for path in parquet_files(root / RETRY):
         match = _SNAPSHOT.fullmatch(path.name)
         if match:
             snapshots[int(match.group(1))].append(path)
