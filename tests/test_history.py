@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import signal
 import time
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from kazoo.client import KazooClient
 
+from tenure.career.output import publish_batch
 from tenure.election import HISTORY_LIMIT, Election, Fenced, GroupPaths, Identity, TermHistory, read_history
 from tenure.service.local import wait_for
 from tenure.service.ops import format_history
@@ -108,3 +112,34 @@ def test_tenure_history_prints_a_table_and_json(zk_client: KazooClient, zk_hosts
     assert data["group"] == zk_group and [t["epoch"] for t in data["terms"]] == [42]
     status = tenure("status", "--zk", zk_hosts, "--group", zk_group)
     assert "last 1 terms" in status.stdout and "r9" in status.stdout
+
+
+def test_tenure_history_names_the_delta_versions_each_term_wrote(zk_client: KazooClient, zk_hosts: str,
+                                                                  zk_group: str, tmp_path: Path) -> None:
+    """With --data-root, each term's row names the versions of table/'s Delta table its batches became (by the
+    epoch each version's commit info carries: a successor that rolls a batch forward adds it as the committing
+    epoch's)."""
+    paths = GroupPaths(zk_group)
+    zk_client.ensure_path(paths.election)
+    history = TermHistory(zk_client, paths, acl=None, timeout_s=10.0)
+    for epoch in (7, 9, 11):
+        node = zk_client.create(f"{paths.election}/n-{epoch}", b"", ephemeral=True)
+        history.begin(epoch=epoch, node=node, node_version=0, replica_id=f"r{epoch}", elected_at=time.time(),
+                      previous=None if epoch == 7 else (epoch - 2, True))
+        zk_client.delete(node)
+    table = tmp_path / "table"
+    table.mkdir()
+    for batch, epoch in ((0, 7), (1, 7), (2, 7), (3, 9)):
+        pq.write_table(pa.table({"id": [f"b{batch}"], "_epoch": [epoch], "_batch": [batch]}),
+                       table / f"batch-{batch:012d}-part-00000.parquet")
+        publish_batch(table, batch, epoch=epoch, replica_id=f"r{epoch}")
+
+    shown = tenure("history", "--zk", zk_hosts, "--group", zk_group, "--data-root", str(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    rows = {line.split()[0]: line.split()[-1] for line in shown.stdout.strip().splitlines()[1:]}
+    assert "delta versions" in shown.stdout.splitlines()[0]
+    assert rows == {"7": "(3)", "9": "3", "11": "-"}
+    assert "0–2 (3)" in shown.stdout
+    data = json.loads(tenure("history", "--zk", zk_hosts, "--group", zk_group, "--json",
+                             "--data-root", str(tmp_path)).stdout)
+    assert {t["epoch"]: t["delta_versions"] for t in data["terms"]} == {7: [0, 1, 2], 9: [3], 11: []}

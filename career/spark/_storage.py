@@ -362,7 +362,7 @@ def finish_publish(layout: Layout, record: Mapping[str, Any], fault: Callable[[s
                                     replica_id=str(record.get("replica_id") or ""),
                                     before_commit=lambda: fault("inside_delta_commit"))
             if version is not None:
-                _log.info("delta_version_added", output=name, batch=batch_id, version=version)
+                _log.info("delta_version_added", output=name, path=str(output), batch=batch_id, version=version)
     for name in ("retry", "order"):
         if name in staged:
             _drop_older_snapshots(layout.outputs()[name], batch_id)

@@ -113,11 +113,14 @@ def status(target: ZkTarget, as_json: bool) -> None:
 @click.command()
 @zk_target(zk_help="ZooKeeper connect string.")
 @click.option("--last", type=click.IntRange(min=1), default=None, help="Only the last N terms.")
+@click.option("--data-root", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Also show the Delta versions of the data root's table/ that each term's batches became.")
 @click.option("--json", "as_json", is_flag=True, help="Print the terms as JSON.")
-def history(target: ZkTarget, last: int | None, as_json: bool) -> None:
+def history(target: ZkTarget, last: int | None, data_root: Path | None, as_json: bool) -> None:
     """The group's last terms (up to 100): epoch, leader, when, how long, how it ended, first commit, gap, counts."""
     try:
-        ops.show_history(target.hosts, target.group_name, as_json=as_json, last=last, auth_data=target.auth_data)
+        ops.show_history(target.hosts, target.group_name, as_json=as_json, last=last, auth_data=target.auth_data,
+                         data_root=data_root)
     except TenureError as exc:
         fail(exc)
 

@@ -7,15 +7,18 @@ import io
 import json
 import sys
 import time
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TextIO
 
 from rich.console import Console
 from rich.table import Table
 
+from tenure.career.output import TABLE, batch_versions, is_delta_table
 from tenure.election import TermRecord, read_history
 from tenure.service.ops._groups import connected
 
-__all__ = ["format_history", "show_history"]
+__all__ = ["delta_versions_by_epoch", "format_history", "show_history"]
 
 
 def _seconds(value: float | None) -> str:
@@ -29,9 +32,31 @@ def _lasted(term: TermRecord, now: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-def format_history(terms: list[TermRecord], *, now: float | None = None, width: int = 120) -> str:
+def delta_versions_by_epoch(data_root: Path) -> dict[int, list[int]]:
+    """The versions of ``table/``'s Delta table by the epoch whose batch each holds (an empty map before the
+    table exists; versions whose log entries the clean-up removed are not in it)."""
+    table = data_root / TABLE
+    found: dict[int, list[int]] = {}
+    if is_delta_table(table):
+        for version in batch_versions(table):
+            if version.epoch is not None and version.batch is not None:
+                found.setdefault(version.epoch, []).append(version.version)
+    return found
+
+
+def _versions(numbers: list[int]) -> str:
+    if not numbers:
+        return "-"
+    first, last = min(numbers), max(numbers)
+    return str(first) if first == last else f"{first}–{last} ({len(numbers)})"
+
+
+def format_history(terms: list[TermRecord], *, now: float | None = None, width: int = 120,
+                   versions: Mapping[int, list[int]] | None = None) -> str:
     """One row per term, oldest first. ``first commit`` is from the term's election to its first commit;
-    ``gap`` from the previous term's last commit to this one's first, the pause the group's output saw."""
+    ``gap`` from the previous term's last commit to this one's first, the pause the group's output saw. With
+    ``versions`` (:func:`delta_versions_by_epoch`), a column names the Delta versions of ``table/`` each term's
+    batches became."""
     now = time.time() if now is None else now
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, force_terminal=False, color_system=None, highlight=False)
@@ -39,7 +64,8 @@ def format_history(terms: list[TermRecord], *, now: float | None = None, width: 
         console.print("no terms recorded yet")
         return buffer.getvalue()
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for column in ("epoch", "replica", "elected", "lasted", "ended", "first commit", "gap", "batches", "records"):
+    columns = ["epoch", "replica", "elected", "lasted", "ended", "first commit", "gap", "batches", "records"]
+    for column in [*columns, *(["delta versions"] if versions is not None else [])]:
         table.add_column(column, no_wrap=True, justify="left" if column in ("replica", "ended") else "right")
     previous: TermRecord | None = None
     for term in terms:
@@ -50,9 +76,12 @@ def format_history(terms: list[TermRecord], *, now: float | None = None, width: 
             ended += " (canary)"
         if term.closed_by is not None:
             ended += f" (found by {term.closed_by})"
-        table.add_row(str(term.epoch), term.replica_id, time.strftime("%Y-%m-%d %H:%M:%S",
-                      time.localtime(term.elected_at)), _lasted(term, now), ended, _seconds(term.first_commit_s),
-                      _seconds(gap), str(term.batches), str(term.records))
+        cells = [str(term.epoch), term.replica_id, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(term.elected_at)),
+                 _lasted(term, now), ended, _seconds(term.first_commit_s), _seconds(gap), str(term.batches),
+                 str(term.records)]
+        if versions is not None:
+            cells.append(_versions(versions.get(term.epoch, [])))
+        table.add_row(*cells)
         previous = term
     console.print(table)
     for term in terms:  # why a term gave up or failed: one line each, under the table
@@ -62,8 +91,10 @@ def format_history(terms: list[TermRecord], *, now: float | None = None, width: 
 
 
 def show_history(zk_hosts: str, group: str, *, as_json: bool = False, last: int | None = None,
-                 auth_data: list[tuple[str, str]] | None = None, out: TextIO | None = None) -> list[TermRecord]:
-    """Print the group's recorded terms (the last ``last``, default all) to ``out`` (stdout); return them.
+                 auth_data: list[tuple[str, str]] | None = None, out: TextIO | None = None,
+                 data_root: Path | None = None) -> list[TermRecord]:
+    """Print the group's recorded terms (the last ``last``, default all) to ``out`` (stdout); return them. With
+    ``data_root``, each term also shows the Delta versions of ``table/`` its batches became.
 
     Raises:
         ElectionError: ZooKeeper cannot be reached (print it as one line and exit non-zero).
@@ -72,8 +103,13 @@ def show_history(zk_hosts: str, group: str, *, as_json: bool = False, last: int 
         terms = read_history(client, group)
     if last is not None:
         terms = terms[-last:] if last > 0 else []
+    versions = delta_versions_by_epoch(data_root) if data_root is not None else None
     stream = sys.stdout if out is None else out
-    stream.write(json.dumps({"group": group, "terms": [t.to_json() for t in terms]}, indent=2, sort_keys=True)
-                 + "\n" if as_json else format_history(terms))
+    if as_json:
+        rows = [{**t.to_json(), **({"delta_versions": versions.get(t.epoch, [])} if versions is not None else {})}
+                for t in terms]
+        stream.write(json.dumps({"group": group, "terms": rows}, indent=2, sort_keys=True) + "\n")
+    else:
+        stream.write(format_history(terms, versions=versions))
     stream.flush()
     return terms
