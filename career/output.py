@@ -60,6 +60,7 @@ __all__ = [
     "TABLE_CONFIGURATION",
     "BatchVersion",
     "OutputSchemaError",
+    "adopt_table",
     "batch_of",
     "batch_versions",
     "check_batch_schema",
@@ -181,6 +182,15 @@ def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str,
     version = DeltaTable(str(folder)).version()
     _sync_log(folder, version)
     return version
+
+
+def adopt_table(folder: Path, batch_id: int, *, epoch: int, replica_id: str) -> int | None:
+    """Make ``folder``'s published files (batches up to ``batch_id``) a Delta table in one version, when it holds
+    some and has no table yet: a data root written before the outputs were Delta tables, adopted in place at the
+    first term of this release without rewriting a file. Returns the version made (0), or None."""
+    if _has_commit(folder) or not folder.is_dir() or not _published_files(folder, batch_id):
+        return None
+    return _create(folder, batch_id, epoch=epoch, replica_id=replica_id)
 
 
 def snapshot_files(folder: Path) -> set[str]:

@@ -1,8 +1,11 @@
-"""A data root written by the previous release (Spark's file source in its checkpoint) is carried on by this one.
+"""A data root written by the previous release (Spark's file source in its checkpoint, plain Parquet outputs) is
+carried on by this one.
 
 The previous release is taken from the repository's history (``git archive``) and run as a real replica; it
 commits a few batches and hands over; a replica of this release then resumes the same checkpoint — whose offsets
-Spark's file source wrote — with the queue source, and reads every later file once and no earlier one again.
+Spark's file source wrote — with the queue source, and reads every later file once and no earlier one again. At
+its inauguration the outputs the previous release published become Delta tables in place: one version holding
+every earlier file, none of them rewritten; each later batch is a version of its own.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tenure.career.output import batch_of, batch_versions, snapshot_files
 from tenure.service.local import ReplicaProcess, free_port, wait_for
 from tenure.service.ops import verify
 from tests._replicas import REPO
@@ -47,12 +51,13 @@ def _put(landing: Path, first: int, files: int) -> None:
         (landing / f".{name}").rename(landing / name)
 
 
-def _start(name: str, code: Path, zk_hosts: str, group: str, data: Path, logs: Path) -> ReplicaProcess:
+def _start(name: str, code: Path, zk_hosts: str, group: str, data: Path, logs: Path,
+           module: str = "tenure", cwd: Path | None = None) -> ReplicaProcess:
     replica = ReplicaProcess(
         name, free_port(),
         ["--zk", zk_hosts, "--group", group, "--data-root", str(data), "--career", "spark", "--session-timeout-s",
          "4", "--handover-timeout-s", "2", "--max-files-per-trigger", "2", "--standby", "cold"],
-        logs / f"{name}.log", env={"PYTHONPATH": str(code), "TENURE_LOG_LEVEL": "info"})
+        logs / f"{name}.log", env={"PYTHONPATH": str(code), "TENURE_LOG_LEVEL": "info"}, module=module, cwd=cwd)
     replica.start()
     return replica
 
@@ -69,7 +74,8 @@ def test_a_data_root_of_the_previous_release_is_carried_on(zk_hosts: str, zk_gro
     landing.mkdir(parents=True)
     logs.mkdir()
     _put(landing, 0, 6)
-    old = _start("old", old_code, zk_hosts, zk_group, data, logs)
+    # Run from its own tree: the current directory comes first on the path, and the repository's holds today's rooms.
+    old = _start("old", old_code, zk_hosts, zk_group, data, logs, module="service", cwd=old_code)
     try:
         wait_for(lambda: _commits(old) >= 3, 300, "the previous release's third commit", interval_s=0.5)
         _put(landing, 6, 2)  # planned by the file source, maybe: the new release must neither skip nor repeat them
@@ -78,6 +84,12 @@ def test_a_data_root_of_the_previous_release_is_carried_on(zk_hosts: str, zk_gro
         assert old.process.wait(timeout=60) == 0
     finally:
         old.kill(timeout_s=30)
+    table = data / "table"
+    assert not (table / "_delta_log").exists(), "the previous release wrote plain Parquet"
+    offsets = sorted((data / "checkpoint").rglob("offsets/[0-9]*"))
+    assert offsets and all("logOffset" in p.read_text() for p in offsets), "Spark's file source wrote the offsets"
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in table.glob("batch-*.parquet")}
+    assert before
     new = _start("new", REPO, zk_hosts, zk_group, data, logs)
     try:
         _put(landing, 8, 4)
@@ -88,3 +100,11 @@ def test_a_data_root_of_the_previous_release_is_carried_on(zk_hosts: str, zk_gro
     report = verify(data)
     assert report.ok, report.render()
     assert report.ids_in == report.ids_written == 12 * PER_FILE, report.render()
+    assert report.delta_tables >= 1 and report.delta_problems == 0
+    adopted, *later = batch_versions(table)
+    assert adopted.version == 0 and adopted.adopted
+    assert {batch_of(n) for n in before} <= set(range(adopted.first or 0, (adopted.batch or 0) + 1))
+    assert later and all(not v.adopted and v.batch is not None and v.batch > (adopted.batch or 0) for v in later)
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in table.glob("batch-*.parquet")
+            if p.name in before} == before, "an adopted file was rewritten"
+    assert before.keys() <= snapshot_files(table)

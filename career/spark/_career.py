@@ -32,6 +32,7 @@ from tenure.career.spark._storage import (
     Layout,
     StaleTermError,
     adopt_checkpoint,
+    adopt_outputs,
     finish_publish,
     is_published,
     remove_dead_staging,
@@ -212,6 +213,7 @@ class SparkCareer:
             raise Fenced(str(exc)) from exc
         term = Term(ctx=ctx, log=log, marks=self._marks, checkpoint=checkpoint, clock=TermClock(record))
         rolled = 0
+        adopted: list[str] = []
         committed = committed_batch(record)
         if record is not None and committed is not None:
             # Batch ids are the checkpoint's: a checkpoint that never planned the committed batch (deleted,
@@ -226,11 +228,13 @@ class SparkCareer:
             term.last_record = record
             if not is_published(layout, record):
                 rolled = finish_publish(layout, record)
+            adopted = adopt_outputs(layout, record)  # a data root of a release before the Delta outputs
         removed = remove_dead_staging(layout, ctx.epoch)
         self._term = term
         archived = self._housekeeper.archive_committed(term)
         log.info("inaugurated", epoch=ctx.epoch, batch=term.last_committed, rolled_forward=rolled,
                  removed_staging=len(removed), archived=archived, clean=ctx.after_clean_handover,
+                 **({"adopted_as_delta": adopted} if adopted else {}),
                  checkpoint_from=copied_from, seconds=round(self._clock() - started, 3))
 
     def execute(self) -> bool:

@@ -23,6 +23,7 @@ from tenure.career.output import (
     RETRY,
     SET_ASIDE,
     TABLE,
+    adopt_table,
     covered_batch,
     covers,
     publish_batch,
@@ -34,6 +35,7 @@ __all__ = [
     "Layout",
     "StaleTermError",
     "adopt_checkpoint",
+    "adopt_outputs",
     "archive_files",
     "empty_landing_files",
     "finish_publish",
@@ -334,6 +336,14 @@ def is_published(layout: Layout, record: Mapping[str, Any]) -> bool:
     batch_id = int(record["batch_id"])
     return all(covers(covered_batch(output), batch_id)
                for name, output in layout.delta_outputs().items() if name in staged)
+
+
+def adopt_outputs(layout: Layout, record: Mapping[str, Any]) -> list[str]:
+    """Make each Delta output that holds published files but no Delta table one, in one version of every file of
+    the batches up to the committed ``record``'s (``career.output.adopt_table``); returns the outputs adopted."""
+    return [name for name, output in layout.delta_outputs().items()
+            if adopt_table(output, int(record["batch_id"]), epoch=int(record["epoch"]),
+                           replica_id=str(record.get("replica_id") or "")) is not None]
 
 
 def finish_publish(layout: Layout, record: Mapping[str, Any], fault: Callable[[str], None] = lambda _point: None

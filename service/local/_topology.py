@@ -102,14 +102,17 @@ class ReplicaProcess:
 
     def __init__(self, replica_id: str, port: int, args: list[str], log_path: Path,
                  env: dict[str, str] | None = None, *, command_prefix: list[str] | None = None,
-                 metrics_host: str = "127.0.0.1", fault_file: Path | None = None) -> None:
+                 metrics_host: str = "127.0.0.1", fault_file: Path | None = None, module: str = "tenure",
+                 cwd: Path | None = None) -> None:
         self.replica_id = replica_id
         self.port = port
         self.log_path = log_path
         self.metrics_host = metrics_host
         self.fault_file = fault_file
         faults = ["--fault-file", str(fault_file)] if fault_file is not None else []
-        self._cmd = [*(command_prefix or []), sys.executable, "-m", "tenure", "run", "--replica-id", replica_id,
+        # ``module`` and ``cwd``: an earlier release's replica (tests/test_upgrade.py) runs ``service`` from its tree
+        self._cwd = cwd
+        self._cmd = [*(command_prefix or []), sys.executable, "-m", module, "run", "--replica-id", replica_id,
                      "--metrics-host", metrics_host, "--metrics-port", str(port), *args, *faults]
         self._env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
@@ -118,7 +121,7 @@ class ReplicaProcess:
         with self.log_path.open("ab") as log:
             # Own session: a terminal's Ctrl-C reaches only `tenure up`, which stops replicas in order; if
             # `tenure up` itself dies, the kernel sends SIGTERM, so replicas still hand over.
-            self.process = subprocess.Popen(self._cmd, stdout=log, stderr=subprocess.STDOUT,
+            self.process = subprocess.Popen(self._cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self._cwd,
                                             stdin=subprocess.DEVNULL, env=self._env, start_new_session=True,
                                             preexec_fn=die_with_parent(signal.SIGTERM))  # noqa: PLW1509 - prctl only
         return self
