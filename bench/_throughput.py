@@ -101,9 +101,10 @@ def _run_tenure(work: Path, source: Path, records: int) -> dict[str, Any]:
             "durable_s": steps.get("durable_s", {}), "in_batch_s": steps.get("in_batch_s", {})}
 
 
-_STEPS = ("durable_s", "read_s", "stage_s", "commit_s", "publish_s")
+_STEPS = ("durable_s", "read_s", "stage_s", "commit_s", "publish_s", "delta_s")
 """The timed steps of a tenure batch, in order (``batch_committed``): the checkpoint fsyncs, reading and
-counting the batch, staging every output (fsynced), the fenced ZooKeeper commit, publishing (renames)."""
+counting the batch, staging every output (fsynced), the fenced ZooKeeper commit, publishing (renames), and the
+Delta commits that make the batch one version of each output table."""
 
 
 def _batch_steps(log: Path) -> dict[str, dict[str, Any]]:
@@ -190,7 +191,8 @@ def run_throughput(ctx: BenchContext) -> Result:
         "rest of the batch interval is Spark's own: planning (the source's listing), the offset and commit logs, "
         "the state store. The step table splits tenure's batch: `durable` (checkpoint fsyncs), `read` (reading "
         "and counting), `stage` (every output written and fsynced), `commit` (the fenced ZooKeeper write), "
-        "`publish` (renames); the rest of `in_batch` is the commit-record read, marking and archiving.",
+        "`publish` (renames), `delta` (the batch's Delta commit in each output table it wrote to, log fsynced "
+        "included); the rest of `in_batch` is the commit-record read, marking and archiving.",
         "Plot: each batch's records over the time since the previous batch's commit, against the time since the "
         "run's first commit (`rate_over_time` in each run's figures).",
     ]

@@ -194,7 +194,7 @@ class BatchWriter:
                          f"({term.epoch}); a newer leader has committed")
         if committed is not None and batch_id <= committed:
             if batch_id == committed and not is_published(layout, record or {}):
-                moved = finish_publish(layout, record or {})
+                moved = finish_publish(layout, record or {}).moved
                 term.log.info("publish_rolled_forward", batch=batch_id, files=moved, by_epoch=term.epoch)
             df.write.format("noop").mode("overwrite").save()  # Spark requires the batch's state stores to commit
             term.log.info("batch_skipped", batch=batch_id, committed=committed, epoch=term.epoch)
@@ -281,13 +281,14 @@ class BatchWriter:
         self._fault("after_commit")
         # 5. Publish (a new leader's inaugurate, or a re-run of this batch, finishes it after a crash).
         publish_started = time.monotonic()
-        finish_publish(layout, new_record, self._fault)
-        publish_s = time.monotonic() - publish_started
+        published = finish_publish(layout, new_record, self._fault)
+        publish_s = time.monotonic() - publish_started - published.delta_s
         if retry:
             self._observer.retry_waiting(int(retry["retry_waiting"]))
         term.log.info("batch_committed", batch=batch_id, epoch=term.epoch, written=counts["written"],
                       durable_s=round(durable_s, 4), read_s=round(read_s, 3), stage_s=round(stage_s, 3),
                       commit_s=round(commit_s, 3), publish_s=round(publish_s, 3),
+                      delta_s=round(published.delta_s, 4),
                       batch_s=round(time.monotonic() - started, 3),
                       duplicate=counts["duplicate"], quarantined=counts["quarantined"], files=len(files),
                       **({"late": counts["late"]} if counts.get("late") else {}),

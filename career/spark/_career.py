@@ -227,7 +227,7 @@ class SparkCareer:
             term.last_committed = committed
             term.last_record = record
             if not is_published(layout, record):
-                rolled = finish_publish(layout, record)
+                rolled = finish_publish(layout, record).moved
             adopted = adopt_outputs(layout, record)  # a data root of a release before the Delta outputs
         removed = remove_dead_staging(layout, ctx.epoch)
         self._term = term

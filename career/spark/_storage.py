@@ -33,6 +33,7 @@ from tenure.career.queue import QueueLayout, is_hidden, is_queue_file
 __all__ = [
     "CheckpointSync",
     "Layout",
+    "Published",
     "StaleTermError",
     "adopt_checkpoint",
     "adopt_outputs",
@@ -346,9 +347,18 @@ def adopt_outputs(layout: Layout, record: Mapping[str, Any]) -> list[str]:
                            replica_id=str(record.get("replica_id") or "")) is not None]
 
 
+@dataclass(frozen=True)
+class Published:
+    """What :func:`finish_publish` did: files renamed, Delta versions added, and the seconds the Delta part took."""
+
+    moved: int
+    versions: int
+    delta_s: float
+
+
 def finish_publish(layout: Layout, record: Mapping[str, Any], fault: Callable[[str], None] = lambda _point: None
-                   ) -> int:
-    """Publish (or finish publishing) the committed batch ``record`` describes; returns files moved now.
+                   ) -> Published:
+    """Publish (or finish publishing) the committed batch ``record`` describes.
 
     Two steps, each idempotent (any replica may finish them, in any interleaving with another): rename the
     staged part files into their output folders, then add them to each Delta output's table as one version
@@ -366,17 +376,20 @@ def finish_publish(layout: Layout, record: Mapping[str, Any], fault: Callable[[s
                 sync_dirs(output)  # the renames survive a power loss before Spark's commit
             moved += count
     fault("after_rename")
+    started, versions = time.monotonic(), 0
     for name, output in layout.delta_outputs().items():
         if name in staged:
             version = publish_batch(output, batch_id, epoch=int(record["epoch"]),
                                     replica_id=str(record.get("replica_id") or ""),
                                     before_commit=lambda: fault("inside_delta_commit"))
             if version is not None:
+                versions += 1
                 _log.info("delta_version_added", output=name, path=str(output), batch=batch_id, version=version)
+    delta_s = time.monotonic() - started
     for name in ("retry", "order"):
         if name in staged:
             _drop_older_snapshots(layout.outputs()[name], batch_id)
-    return moved
+    return Published(moved, versions, delta_s)
 
 
 def _drop_older_snapshots(folder: Path, batch_id: int) -> None:
