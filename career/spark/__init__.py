@@ -13,13 +13,20 @@ batch while its part files are being renamed into place; a repeat later than the
 as late (its seq is at or below its key's published high-water mark), not written again.
 """
 
-from tenure.career.spark._career import SparkCareer
+from tenure.career.spark._batch import BATCH_COMMITTED, BATCH_FAILED, BATCH_FENCED, ROW_FUNCTION_TIMED_OUT
+from tenure.career.spark._career import QUERY_STARTED, SparkCareer
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._errors import HandingOverError, SparkCareerError
 from tenure.career.spark._hooks import HookError
-from tenure.career.spark._session import build_session
+from tenure.career.spark._session import SPARK_SESSION_READY, build_session
 
 __all__ = [
+    "BATCH_COMMITTED",
+    "BATCH_FAILED",
+    "BATCH_FENCED",
+    "QUERY_STARTED",
+    "ROW_FUNCTION_TIMED_OUT",
+    "SPARK_SESSION_READY",
     "HandingOverError",
     "HookError",
     "SparkCareer",
