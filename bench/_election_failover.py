@@ -28,7 +28,7 @@ from kazoo.client import KazooClient
 from kazoo.protocol.states import EventType, WatchedEvent
 
 from bench._common import BenchContext, Result, Target, percentiles
-from tenure.election import GroupPaths, GroupStatus, group_status
+from tenure.election import ELECTED, GroupPaths, GroupStatus, group_status
 from tenure.service.drill import read_events
 from tenure.service.local import Ensemble, EnsembleError, Topology, wait_for
 from tenure.service.replica import four_letter_word
@@ -95,7 +95,7 @@ def _elected_after(topology: Topology, replica_ids: list[str], since: float) -> 
     """The first ``elected`` event logged after ``since`` by one of ``replica_ids``: (replica, time, epoch)."""
     found = [(e.replica_id, e.at, int(e.fields.get("epoch", 0)))
              for rid in replica_ids for e in read_events(topology.logs / f"{rid}.log", rid)
-             if e.event == "elected" and e.at >= since]
+             if e.event == ELECTED and e.at >= since]
     return min(found, key=lambda f: f[1]) if found else None
 
 

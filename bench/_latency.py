@@ -23,6 +23,7 @@ from bench._cluster import CommitTimeline, TenureCluster
 from bench._common import BenchContext, Result, Target, percentiles
 from bench._plots import add_plot, latency_plot
 from tenure.career.queue import QueueLayout
+from tenure.career.spark import QUERY_STARTED
 from tenure.career.spark._storage import Layout
 from tenure.service.ops import produce
 
@@ -160,7 +161,7 @@ def _leading(cluster: TenureCluster) -> bool:
     """Whether the single replica has started its term's query (it logs ``query_started``)."""
     log = cluster.topology.logs / "replica-1.log"
     with contextlib.suppress(OSError):
-        return '"query_started"' in log.read_text(errors="replace")
+        return f'"{QUERY_STARTED}"' in log.read_text(errors="replace")
     return False
 
 

@@ -23,7 +23,7 @@ from types import FrameType
 from kazoo.client import KazooClient
 
 from tenure.career.spark._storage import Layout
-from tenure.election import GroupPaths
+from tenure.election import ELECTED, GroupPaths
 
 __all__ = ["main"]
 
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
         elected_at = time.time()
         epoch = int(elected_at * 1000)
-        print(json.dumps({"event": "elected", "at": elected_at, "replica_id": args.replica_id}), flush=True)
+        print(json.dumps({"event": ELECTED, "at": elected_at, "replica_id": args.replica_id}), flush=True)
         config = SparkCareerConfig(data_root=args.data_root, max_files_per_trigger=args.max_files_per_trigger)
         spark = session(config, "naive")
 

@@ -49,6 +49,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tenure.career.lifecycle import HANDED_OVER, INAUGURATED
+from tenure.career.spark import BATCH_COMMITTED, QUERY_STARTED, SPARK_SESSION_READY
+from tenure.election import ELECTED, RELEASED
+
 if TYPE_CHECKING:
     from bench._cluster import Commit
 
@@ -158,13 +162,13 @@ def split_change(commits: Sequence[Commit], row: Mapping[str, Any], old: Sequenc
         origin, origin_name = last_old.committed_at, "old leader's last commit"
     if naive:
         # The naive replica's epoch is its election time in ms (bench._naive), so its "elected" names its term.
-        elected = _find(new, "elected", before=end, match=lambda e: int(e.at * 1000) == first.epoch)
+        elected = _find(new, ELECTED, before=end, match=lambda e: int(e.at * 1000) == first.epoch)
         boundaries = [("detection", _at(elected))] if crash else [
             ("stop_query", _at(_find(old, "stepped_down", after=last_old.committed_at, before=end))),
             ("election", _at(elected))]
         boundaries.append(("naive_start", end))
     else:
-        elected = _find(new, "elected", match=_epoch(first.epoch))
+        elected = _find(new, ELECTED, match=_epoch(first.epoch))
         boundaries = [] if crash else _release(old, old_epoch, last_old.committed_at, end)
         boundaries += [("detection" if crash else "election", _at(elected))]
         boundaries += _successor(new, first, elected)
@@ -175,19 +179,19 @@ def split_change(commits: Sequence[Commit], row: Mapping[str, Any], old: Sequenc
 def _release(old: Sequence[Event], old_epoch: int, last_commit: float, end: float) -> list[tuple[str, float | None]]:
     """The old leader's boundaries: its career's ``handed_over`` (it has ``outcome``; the runner's has not) and the
     ``released`` of its node after it."""
-    stopped = _find(old, "handed_over", after=last_commit, before=end,
+    stopped = _find(old, HANDED_OVER, after=last_commit, before=end,
                     match=lambda e: e.fields.get("epoch") == old_epoch and "outcome" in e.fields)
-    released = _find(old, "released", after=stopped.at if stopped else last_commit, before=end)
+    released = _find(old, RELEASED, after=stopped.at if stopped else last_commit, before=end)
     return [("stop_query", _at(stopped)), ("release", _at(released))]
 
 
 def _successor(new: Sequence[Event], first: Commit, elected: Event | None) -> list[tuple[str, float | None]]:
     """The successor's boundaries from its election to the first batch's publish."""
     epoch = _epoch(first.epoch)
-    inaugurated = _find(new, "inaugurated", match=lambda e: epoch(e) and "rolled_forward" in e.fields)
-    session = _find(new, "spark_session_ready", after=_at(elected), before=_at(inaugurated) or first.committed_at) \
+    inaugurated = _find(new, INAUGURATED, match=lambda e: epoch(e) and "rolled_forward" in e.fields)
+    session = _find(new, SPARK_SESSION_READY, after=_at(elected), before=_at(inaugurated) or first.committed_at) \
         if elected is not None else None
-    batch = _find(new, "batch_committed", match=lambda e: epoch(e) and e.fields.get("batch") == first.batch_id
+    batch = _find(new, BATCH_COMMITTED, match=lambda e: epoch(e) and e.fields.get("batch") == first.batch_id
                   and "read_s" in e.fields)  # a warm-up's batches are epoch 0's
     at: dict[str, float | None] = {"planning": None, "read": None, "commit": None, "publish": None}
     if batch is not None:
@@ -196,7 +200,7 @@ def _successor(new: Sequence[Event], first: Commit, elected: Event | None) -> li
         at = {"planning": first.committed_at - stage_s - read_s, "read": first.committed_at - stage_s,
               "commit": first.committed_at + commit_s, "publish": batch.at}
     return [("session", _at(session)), ("inauguration", _at(inaugurated)),
-            ("query_start", _at(_find(new, "query_started", match=epoch))), ("planning", at["planning"]),
+            ("query_start", _at(_find(new, QUERY_STARTED, match=epoch))), ("planning", at["planning"]),
             ("read", at["read"]), ("stage", first.committed_at), ("commit", at["commit"]),
             ("publish", at["publish"])]
 
@@ -239,7 +243,7 @@ def median_segments(rows: Iterable[Mapping[str, Any]]) -> dict[str, float | None
 def steady_interval_s(events: Sequence[Event], epoch: int) -> float | None:
     """The median time between a term's consecutive ``batch_committed`` events: with data always waiting, one
     whole steady micro-batch (trigger, planning, read, stage, commit, publish). None below two batches."""
-    times = [e.at for e in events if e.event == "batch_committed" and e.fields.get("epoch") == epoch
+    times = [e.at for e in events if e.event == BATCH_COMMITTED and e.fields.get("epoch") == epoch
              and "read_s" in e.fields]
     intervals = [b - a for a, b in itertools.pairwise(times)]
     return round(statistics.median(intervals), 3) if intervals else None

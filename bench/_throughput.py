@@ -16,6 +16,7 @@ from bench._cluster import CommitTimeline, TenureCluster
 from bench._common import BenchContext, Result, Target, percentiles
 from bench._plots import add_plot, rate_plot
 from tenure.career.queue import QueueLayout
+from tenure.career.spark import BATCH_COMMITTED
 from tenure.service.ops import produce
 
 __all__ = ["run_throughput"]
@@ -112,7 +113,7 @@ def _batch_steps(log: Path) -> dict[str, dict[str, Any]]:
     first ``_SKIP_BATCHES`` with data), and of the whole batch (``in_batch_s``: its time in ``foreachBatch``;
     the steps leave out reading the commit record, marking files consumed and archiving them)."""
     events = [event for line in log.read_text(errors="replace").splitlines()
-              if line.startswith("{") and '"batch_committed"' in line
+              if line.startswith("{") and f'"{BATCH_COMMITTED}"' in line
               for event in [json.loads(line)] if event.get("written")][_SKIP_BATCHES:]
     seconds = {step: [float(e[step]) for e in events if step in e] for step in _STEPS}
     seconds["in_batch_s"] = [float(e["batch_s"]) for e in events if "batch_s" in e]

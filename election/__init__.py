@@ -51,7 +51,7 @@ Example::
 
 from tenure.election._acl import DigestCredential
 from tenure.election._drain import DrainRequest, drain_requests
-from tenure.election._election import Election
+from tenure.election._election import ELECTED, RESUMED, REVOKED, SUSPENDED, Election
 from tenure.election._errors import (
     CommitOutcomeUnknown,
     ConfigError,
@@ -70,17 +70,26 @@ from tenure.election._events import (
     Revoked,
     Suspended,
 )
-from tenure.election._fence import Fence
+from tenure.election._fence import COMMIT_FENCED, Fence
 from tenure.election._handover_request import HandoverRequest, read_handover_request
 from tenure.election._history import HISTORY_LIMIT, TERM_ENDINGS, TermHistory, TermRecord, read_history
 from tenure.election._identity import Identity
 from tenure.election._layout import GroupPaths
+from tenure.election._line import JOINED, RELEASE_INCOMPLETE, RELEASED
 from tenure.election._settings import ElectionSettings
 from tenure.election._states import TRANSITIONS, IllegalTransitionError, LeadershipState, check_transition
 from tenure.election._status import Contender, GroupStatus, group_status
 
 __all__ = [
+    "COMMIT_FENCED",
+    "ELECTED",
     "HISTORY_LIMIT",
+    "JOINED",
+    "RELEASED",
+    "RELEASE_INCOMPLETE",
+    "RESUMED",
+    "REVOKED",
+    "SUSPENDED",
     "TERM_ENDINGS",
     "TRANSITIONS",
     "CommitOutcomeUnknown",

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import structlog
 from kazoo.client import KazooClient
@@ -41,7 +41,13 @@ from tenure.election._settings import ElectionSettings
 from tenure.election._states import LeadershipState, check_transition
 from tenure.election._status import Contender, group_status
 
-__all__ = ["Election"]
+__all__ = ["ELECTED", "RESUMED", "REVOKED", "SUSPENDED", "Election"]
+
+# The log events other code reads (the drill, tests, bench): named once, here where they are logged.
+ELECTED: Final = "elected"
+SUSPENDED: Final = "suspended"
+RESUMED: Final = "resumed"
+REVOKED: Final = "revoked"
 
 _S = LeadershipState
 _log = structlog.get_logger("tenure.election")
@@ -521,7 +527,7 @@ class Election:
         with self._lock:
             self._term = True
         self._predecessor = None
-        self.log.info("elected", epoch=own.epoch, node=own.path)
+        self.log.info(ELECTED, epoch=own.epoch, node=own.path)
         self._emit(Elected(own.epoch))
 
     def _follow(self, predecessor: str, position: int, leader_node: str) -> None:
@@ -550,7 +556,7 @@ class Election:
             self._term = False
             self._fence = None
         if was and own is not None:
-            self.log.info("revoked", epoch=own.epoch, reason=reason)
+            self.log.info(REVOKED, epoch=own.epoch, reason=reason)
             self._emit(Revoked(own.epoch, reason))
 
     def _revoke_and_rejoin(self, reason: str, *, delete: bool) -> None:
@@ -583,13 +589,13 @@ class Election:
         self._retry_backoff_s = 0.0
         if self._state is _S.SUSPENDED:
             self._transition(_S.LEADING)
-            self.log.info("resumed", epoch=own.epoch)
+            self.log.info(RESUMED, epoch=own.epoch)
             self._emit(Resumed(own.epoch))
 
     def _suspend(self, reason: str) -> None:
         if self._state is _S.LEADING and self._own is not None:
             self._transition(_S.SUSPENDED)
-            self.log.info("suspended", epoch=self._own.epoch, reason=reason)
+            self.log.info(SUSPENDED, epoch=self._own.epoch, reason=reason)
             self._emit(Suspended(self._own.epoch, reason))
 
     # -- connection events ------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -24,7 +24,10 @@ from tenure.election._transaction import (
     read_record,
 )
 
-__all__ = ["CommitTally", "Fence", "Term", "read_handover"]
+__all__ = ["COMMIT_FENCED", "CommitTally", "Fence", "Term", "read_handover"]
+
+# The log events other code reads (the drill, tests, bench): named once, here where they are logged.
+COMMIT_FENCED: Final = "commit_fenced"
 
 _Outcome = Literal["attempted", "fenced", "refused"]
 
@@ -202,7 +205,7 @@ class Fence:
                                  timeout_s=term.op_timeout_s, context=context)
         except Fenced:
             self._count("fenced")
-            term.log.info("commit_fenced", epoch=self._epoch, expected_version=expected_version)
+            term.log.info(COMMIT_FENCED, epoch=self._epoch, expected_version=expected_version)
             raise
         except OutcomeUnknownError as exc:
             return self._resolve_unknown(data, expected_version, context, exc)
@@ -227,7 +230,7 @@ class Fence:
             self._count("refused")
             raise NotLeader(f"{context}: connection lost during the commit ({exc}); it did not apply")
         self._count("fenced")
-        term.log.info("commit_fenced", epoch=self._epoch, expected_version=expected_version,
+        term.log.info(COMMIT_FENCED, epoch=self._epoch, expected_version=expected_version,
                       after="connection loss")
         raise Fenced(f"{context}: connection lost during the commit and the record moved to version "
                      f"{version} by someone else; fenced")

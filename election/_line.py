@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -30,7 +30,12 @@ from tenure.election._identity import Identity
 from tenure.election._layout import NODE_MARK, GroupPaths, sort_nodes
 from tenure.election._transaction import ensure_record_node
 
-__all__ = ["Line", "Look", "OwnNode", "Place", "Verdict"]
+__all__ = ["JOINED", "RELEASED", "RELEASE_INCOMPLETE", "Line", "Look", "OwnNode", "Place", "Verdict"]
+
+# The log events other code reads (the drill, tests, bench): named once, here where they are logged.
+JOINED: Final = "joined"
+RELEASED: Final = "released"
+RELEASE_INCOMPLETE: Final = "release_incomplete"
 
 _CREATE_TRIES = 5
 _REPLICA_CACHE = 1000  # node name → replica id; cleared when it grows past this (names never repeat)
@@ -171,7 +176,7 @@ class Line:
 
     def _adopt(self, path: str, stat: Any, session: int | None) -> OwnNode:
         self._guid = None
-        self._log.info("joined", node=path.rsplit("/", 1)[1], czxid=int(stat.czxid))
+        self._log.info(JOINED, node=path.rsplit("/", 1)[1], czxid=int(stat.czxid))
         return OwnNode(path=path, version=int(stat.version), epoch=int(stat.czxid), session_id=session)
 
     # -- placing -----------------------------------------------------------------------------
@@ -253,19 +258,19 @@ class Line:
             remaining = deadline - self._clock()
             try:
                 self._op(self._client.delete_async(node), timeout_s=max(0.01, min(self._op_timeout_s, remaining)))
-                self._log.info("released", node=node.rsplit("/", 1)[1], attempt=attempt)
+                self._log.info(RELEASED, node=node.rsplit("/", 1)[1], attempt=attempt)
                 return None
             except NoNodeError:
-                self._log.info("released", node=node.rsplit("/", 1)[1], already_gone=True)
+                self._log.info(RELEASED, node=node.rsplit("/", 1)[1], already_gone=True)
                 return None
             except (SessionExpiredError, ConnectionClosedError) as exc:
-                self._log.info("released", node=node.rsplit("/", 1)[1], gone_with_session=type(exc).__name__)
+                self._log.info(RELEASED, node=node.rsplit("/", 1)[1], gone_with_session=type(exc).__name__)
                 return None
             except (KazooException, self._client.handler.timeout_exception) as exc:
                 remaining = deadline - self._clock()
                 if remaining <= 0:
                     self._orphans.append(node)
-                    self._log.warning("release_incomplete", node=node, attempts=attempt, error=type(exc).__name__)
+                    self._log.warning(RELEASE_INCOMPLETE, node=node, attempts=attempt, error=type(exc).__name__)
                     return ElectionError(
                         f"group {self._paths.group}: could not delete election node {node} after {attempt} "
                         f"attempts ({type(exc).__name__}); retrying in the background; it also goes when the "

@@ -10,6 +10,9 @@ import pytest
 
 from bench._cluster import Commit
 from bench._split import SEGMENTS, Event, SplitError, median_segments, read_log, seconds_to, split_change
+from tenure.career.lifecycle import HANDED_OVER, HANDING_OVER, HANDOVER_RECORDED, INAUGURATED, INAUGURATING
+from tenure.career.spark import BATCH_COMMITTED, QUERY_STARTED, SPARK_SESSION_READY
+from tenure.election import ELECTED, RELEASED
 
 OLD, NEW = 7, 9  # the old leader's epoch and the successor's
 
@@ -29,28 +32,28 @@ COMMITS = [commit(10, OLD, 1000.0, "replica-1"), commit(11, OLD, 1002.0, "replic
 ROW = {"from": "replica-1", "to": "replica-2", "first_batch_id": 12, "gap_s": 5.0}
 
 OLD_EVENTS = [
-    ev("released", 900.5, node="n_3"),  # an earlier term's release: before the last commit
-    ev("handed_over", 900.0, epoch=5, outcome="clean"),  # an earlier term of the same replica
-    ev("handing_over", 1002.5, epoch=OLD, outcome="clean"),
-    ev("handed_over", 1003.0, epoch=OLD, outcome="clean", batch=11),  # the career's: query stopped
-    ev("handover_recorded", 1003.2, epoch=OLD, clean=True),
-    ev("released", 1003.5, node="n_7"),
-    ev("handed_over", 1003.6, epoch=OLD, seconds=1.1),  # the runner's, after the release: no outcome
+    ev(RELEASED, 900.5, node="n_3"),  # an earlier term's release: before the last commit
+    ev(HANDED_OVER, 900.0, epoch=5, outcome="clean"),  # an earlier term of the same replica
+    ev(HANDING_OVER, 1002.5, epoch=OLD, outcome="clean"),
+    ev(HANDED_OVER, 1003.0, epoch=OLD, outcome="clean", batch=11),  # the career's: query stopped
+    ev(HANDOVER_RECORDED, 1003.2, epoch=OLD, clean=True),
+    ev(RELEASED, 1003.5, node="n_7"),
+    ev(HANDED_OVER, 1003.6, epoch=OLD, seconds=1.1),  # the runner's, after the release: no outcome
 ]
 NEW_EVENTS = [
-    ev("spark_session_ready", 500.0, master="local[2]"),  # the warm standby's session, long before
-    ev("batch_committed", 600.0, epoch=0, batch=12, warmup=True, read_s=9.0, stage_s=9.0, commit_s=0.0),
-    ev("elected", 800.0, epoch=6),  # the successor's own earlier term
-    ev("inaugurated", 801.0, epoch=6, rolled_forward=0),
-    ev("query_started", 802.0, epoch=6),
-    ev("batch_committed", 803.0, epoch=6, batch=5, read_s=1.0, stage_s=1.0, commit_s=0.01),
-    ev("elected", 1003.8, epoch=NEW),
-    ev("inaugurating", 1003.85, epoch=NEW),
-    ev("inaugurated", 1004.0, epoch=NEW, rolled_forward=0),  # the career's
-    ev("inaugurated", 1004.05, epoch=NEW, seconds=0.25),  # the runner's: no rolled_forward
-    ev("query_started", 1004.7, epoch=NEW),
-    ev("batch_committed", 1007.2, epoch=NEW, batch=12, read_s=1.1, stage_s=0.8, commit_s=0.05),
-    ev("batch_committed", 1009.2, epoch=NEW, batch=13, read_s=1.0, stage_s=0.9, commit_s=0.02),
+    ev(SPARK_SESSION_READY, 500.0, master="local[2]"),  # the warm standby's session, long before
+    ev(BATCH_COMMITTED, 600.0, epoch=0, batch=12, warmup=True, read_s=9.0, stage_s=9.0, commit_s=0.0),
+    ev(ELECTED, 800.0, epoch=6),  # the successor's own earlier term
+    ev(INAUGURATED, 801.0, epoch=6, rolled_forward=0),
+    ev(QUERY_STARTED, 802.0, epoch=6),
+    ev(BATCH_COMMITTED, 803.0, epoch=6, batch=5, read_s=1.0, stage_s=1.0, commit_s=0.01),
+    ev(ELECTED, 1003.8, epoch=NEW),
+    ev(INAUGURATING, 1003.85, epoch=NEW),
+    ev(INAUGURATED, 1004.0, epoch=NEW, rolled_forward=0),  # the career's
+    ev(INAUGURATED, 1004.05, epoch=NEW, seconds=0.25),  # the runner's: no rolled_forward
+    ev(QUERY_STARTED, 1004.7, epoch=NEW),
+    ev(BATCH_COMMITTED, 1007.2, epoch=NEW, batch=12, read_s=1.1, stage_s=0.8, commit_s=0.05),
+    ev(BATCH_COMMITTED, 1009.2, epoch=NEW, batch=13, read_s=1.0, stage_s=0.9, commit_s=0.02),
 ]
 GRACEFUL = {"stop_query": 1.0, "release": 0.5, "election": 0.3, "session": None, "inauguration": 0.2,
             "query_start": 0.7, "planning": 0.4, "read": 1.1, "stage": 0.8, "commit": 0.05, "publish": 0.15}
@@ -78,7 +81,7 @@ def test_graceful_segments_up_to_stage_add_up_to_the_gap() -> None:
 
 def test_cold_successor_counts_its_spark_start_between_election_and_inauguration() -> None:
     """A SparkSession started after the election and before inauguration is the session segment."""
-    events = sorted([*NEW_EVENTS, ev("spark_session_ready", 1003.9, master="local[2]")], key=lambda e: e.at)
+    events = sorted([*NEW_EVENTS, ev(SPARK_SESSION_READY, 1003.9, master="local[2]")], key=lambda e: e.at)
     segments = split_change(COMMITS, ROW, OLD_EVENTS, events, crash=False)["segments_s"]
     assert segments["session"] == pytest.approx(0.1)
     assert segments["inauguration"] == pytest.approx(0.1)  # from the session, not from the election
@@ -103,7 +106,7 @@ def test_crash_without_a_signal_time_is_an_error() -> None:
 
 def test_missing_event_leaves_its_segment_empty_and_its_time_to_the_next() -> None:
     """Without query_started, query_start is None and planning runs from the inauguration."""
-    events = [e for e in NEW_EVENTS if e.event != "query_started"]
+    events = [e for e in NEW_EVENTS if e.event != QUERY_STARTED]
     segments = split_change(COMMITS, ROW, OLD_EVENTS, events, crash=False)["segments_s"]
     assert segments["query_start"] is None
     assert segments["planning"] == pytest.approx(0.7 + 0.4)
@@ -112,7 +115,7 @@ def test_missing_event_leaves_its_segment_empty_and_its_time_to_the_next() -> No
 
 def test_missing_batch_event_leaves_planning_and_read_empty_and_stage_holds_the_rest() -> None:
     """Without the first batch's event, only committed_at is known: the time from query start is in stage."""
-    events = [e for e in NEW_EVENTS if not (e.event == "batch_committed" and e.fields.get("epoch") == NEW)]
+    events = [e for e in NEW_EVENTS if not (e.event == BATCH_COMMITTED and e.fields.get("epoch") == NEW)]
     segments = split_change(COMMITS, ROW, OLD_EVENTS, events, crash=False)["segments_s"]
     assert (segments["planning"], segments["read"], segments["commit"], segments["publish"]) == (None,) * 4
     assert segments["stage"] == pytest.approx(0.4 + 1.1 + 0.8)
@@ -121,7 +124,7 @@ def test_missing_batch_event_leaves_planning_and_read_empty_and_stage_holds_the_
 def test_no_career_handed_over_is_not_replaced_by_the_runners() -> None:
     """A handover that overran logs no career ``handed_over``: stop_query is None, not the runner's event after
     the release (which would swallow the release)."""
-    old = [e for e in OLD_EVENTS if not (e.event == "handed_over" and "outcome" in e.fields and e.at > 1000)]
+    old = [e for e in OLD_EVENTS if not (e.event == HANDED_OVER and "outcome" in e.fields and e.at > 1000)]
     segments = split_change(COMMITS, ROW, old, NEW_EVENTS, crash=False)["segments_s"]
     assert segments["stop_query"] is None
     assert segments["release"] == pytest.approx(1.5)
@@ -129,7 +132,7 @@ def test_no_career_handed_over_is_not_replaced_by_the_runners() -> None:
 
 def test_release_logged_after_the_election_gives_a_zero_election_not_a_negative_one() -> None:
     """The old leader's release line may land after the successor's election line; no segment goes negative."""
-    old = [e if e.event != "released" or e.at < 1000 else ev("released", 1003.9, node="n_7") for e in OLD_EVENTS]
+    old = [e if e.event != RELEASED or e.at < 1000 else ev(RELEASED, 1003.9, node="n_7") for e in OLD_EVENTS]
     segments = split_change(COMMITS, ROW, old, NEW_EVENTS, crash=False)["segments_s"]
     assert segments["release"] == pytest.approx(0.9)
     assert segments["election"] == 0.0
@@ -143,7 +146,7 @@ def test_naive_split_finds_its_term_by_the_election_time_in_its_epoch() -> None:
     epoch = int(1004.25 * 1000)
     commits = [commit(3, 995_000, 1002.0, "replica-1"), commit(4, epoch, 1030.0, "replica-2")]
     old = [ev("stepped_down", 990.0), ev("stepped_down", 1003.0)]
-    new = [ev("elected", 900.0, replica_id="replica-2"), ev("elected", 1004.25, replica_id="replica-2")]
+    new = [ev(ELECTED, 900.0, replica_id="replica-2"), ev(ELECTED, 1004.25, replica_id="replica-2")]
     row = {"from": "replica-1", "to": "replica-2", "first_batch_id": 4}
     split = split_change(commits, row, old, new, crash=False, naive=True)
     assert split["segments_s"] == approx({"stop_query": 1.0, "election": 1.25, "naive_start": 25.75})
@@ -171,13 +174,13 @@ def test_read_log_reads_both_formats_in_time_order_and_skips_other_lines(tmp_pat
         "26/11/22 17:36:30 WARN NativeCodeLoader: Unable to load native-hadoop library",
         'partial line{"event": "elected", "epoch": 9, "timestamp": "2026-11-22T17:37:55.500000Z"}',
         '{"event": "broken", "timestamp": ',
-        json.dumps({"event": "query_started", "epoch": 9, "timestamp": "2026-11-22T17:37:57Z"}),
+        json.dumps({"event": QUERY_STARTED, "epoch": 9, "timestamp": "2026-11-22T17:37:57Z"}),
     ]))
     naive = tmp_path / "replica-1.2.log"
     naive.write_text(json.dumps({"event": "stepped_down", "at": 1795369076.25}) + "\n")
     events = read_log([tenure, naive, tmp_path / "missing.log"])
-    assert [(e.event, e.at) for e in events] == [("elected", 1795369075.5), ("stepped_down", 1795369076.25),
-                                                 ("query_started", 1795369077.0)]
+    assert [(e.event, e.at) for e in events] == [(ELECTED, 1795369075.5), ("stepped_down", 1795369076.25),
+                                                 (QUERY_STARTED, 1795369077.0)]
     assert events[0].fields["epoch"] == 9
 
 

@@ -7,8 +7,10 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from tenure.career.lifecycle import CANARY_HANDOVER, CANARY_SKIPPED
 from tenure.election import read_history
 from tenure.service.local import wait_for
+from tenure.service.replica import CANARY_GAP
 from tests._replicas import ReplicaSet, counter_exactly_once, tenure
 
 
@@ -26,7 +28,7 @@ def test_canaries_hand_over_on_schedule_and_report_their_gap(counter_replicas: R
     for replica in (first, second):
         wait_for(lambda r=replica: r.metrics().get("tenure_canary_gap_seconds", 0) > 0, 10,
                  "a canary gap")
-        assert replica.has_event("canary_handover") and replica.has_event("canary_gap")
+        assert replica.has_event(CANARY_HANDOVER) and replica.has_event(CANARY_GAP)
     assert second.metrics()["tenure_handover_gap_seconds_count"] >= 1
     assert "clean (canary)" in tenure("history", "--zk", zk_hosts, "--group", zk_group).stdout
     counter_exactly_once(tmp_path / "data")
@@ -35,5 +37,5 @@ def test_canaries_hand_over_on_schedule_and_report_their_gap(counter_replicas: R
 def test_a_leader_alone_skips_its_canary(counter_replicas: ReplicaSet) -> None:
     alone = counter_replicas.start("r1", ["--canary-handover-every-s", "0.5"])
     wait_for(alone.is_leader, 30, "r1 to lead")
-    wait_for(lambda: alone.has_event("canary_skipped", reason="no follower in line"), 10, "a skipped canary")
-    assert alone.is_leader() and not alone.has_event("canary_handover")
+    wait_for(lambda: alone.has_event(CANARY_SKIPPED, reason="no follower in line"), 10, "a skipped canary")
+    assert alone.is_leader() and not alone.has_event(CANARY_HANDOVER)

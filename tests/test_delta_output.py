@@ -22,10 +22,12 @@ from deltalake import DeltaTable
 from kazoo.client import KazooClient
 
 from tenure.career.output import batch_of
+from tenure.career.spark import BATCH_COMMITTED, DELTA_VERSION_ADDED
 from tenure.election import GroupPaths
 from tenure.service.drill import read_events
 from tenure.service.local import Topology, wait_for
 from tenure.service.ops import verify
+from tenure.service.replica import FAULT_INJECTED
 
 POINTS = ("after_rename", "inside_delta_commit")
 
@@ -87,7 +89,7 @@ def _commit_record(topology: Topology) -> dict[str, Any]:
 
 
 def _committed_by(topology: Topology, replica_id: str, since: float) -> int:
-    return sum(1 for r, at, _ in _events(topology, "batch_committed") if r == replica_id and at >= since)
+    return sum(1 for r, at, _ in _events(topology, BATCH_COMMITTED) if r == replica_id and at >= since)
 
 
 def _pause_the_leader_at(topology: Topology, point: str) -> tuple[str, int, bool, float]:
@@ -102,7 +104,7 @@ def _pause_the_leader_at(topology: Topology, point: str) -> tuple[str, int, bool
     leader.arm(point, "pause")
 
     def paused() -> bool:
-        injected = [at for r, at, _ in _events(topology, "fault_injected") if r == leader_id and at >= armed]
+        injected = [at for r, at, _ in _events(topology, FAULT_INJECTED) if r == leader_id and at >= armed]
         return bool(injected) and leader.stopped()
 
     wait_for(paused, 120, f"{leader_id} to pause itself at {point}")
@@ -149,7 +151,7 @@ def test_a_reader_sees_whole_batches_and_a_leader_paused_in_its_publish_adds_no_
             assert files == whole[batch], f"version {version} showed part of batch {batch}"
     # The paused leaders' batches: one version each, added by the successor, never by the resumed leader.
     table = str((topology.data_root / "table").resolve())  # not the warm-up's scratch table
-    added = [(r, at, f) for r, at, f in _events(topology, "delta_version_added") if f["path"] == table]
+    added = [(r, at, f) for r, at, f in _events(topology, DELTA_VERSION_ADDED) if f["path"] == table]
     for leader_id, batch, wrote_rows, resumed_at in paused:
         versions = [(r, f) for r, _, f in added if f["batch"] == batch]
         assert len(versions) == (1 if wrote_rows else 0), (batch, versions)

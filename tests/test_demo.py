@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tenure.service.local import TOPOLOGY_STOPPED
+from tenure.service.ops import VERIFIED
 from tests._replicas import REPO
 
 
@@ -31,5 +33,5 @@ def test_demo_kills_the_leader_and_audits_exactly_once(tmp_path: Path) -> None:
     terminal = result.stdout.splitlines() + result.stderr.splitlines()
     assert not [line for line in terminal if line.lstrip().startswith('{"')], result.stderr[-4000:]
     events = [json.loads(line) for line in (tmp_path / "demo" / "logs" / "demo.log").read_text().splitlines()]
-    assert [e["event"] for e in events].count("verified") == 1
-    assert "topology_stopped" in {e["event"] for e in events}
+    assert [e["event"] for e in events].count(VERIFIED) == 1
+    assert TOPOLOGY_STOPPED in {e["event"] for e in events}

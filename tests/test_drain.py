@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from tenure.career.lifecycle import DRAINED, HANDOVER_RECORDED
 from tenure.election import DrainRequest, GroupPaths, group_status, read_history
 from tenure.service.local import wait_for
 from tests._replicas import ReplicaSet, counter_exactly_once, tenure
@@ -35,7 +36,7 @@ def test_a_drained_leader_hands_over_cleanly_and_stays_warm(counter_replicas: Re
     code, body = first.get("/readyz")
     assert code == 503 and json.loads(body)["role"] == "drained"
     assert any(reason.startswith("drained: kernel upgrade") for reason in json.loads(body)["reasons"])
-    assert first.has_event("drained", was_leading=True) and first.has_event("handover_recorded", clean=True)
+    assert first.has_event(DRAINED, was_leading=True) and first.has_event(HANDOVER_RECORDED, clean=True)
     assert read_history(zk_client, zk_group)[0].ended == "clean"
     status = tenure("status", "--zk", zk_hosts, "--group", zk_group)
     assert "drained: r1 since" in status.stdout and "kernel upgrade" in status.stdout
@@ -84,7 +85,7 @@ def test_a_replica_drained_before_it_starts_never_joins(counter_replicas: Replic
     late = counter_replicas.start("r2")
     wait_for(lambda: late.get("/readyz")[0] == 503 and "drained: new disk" in late.get("/readyz")[1], 30,
              "r2 up and reporting drained")
-    assert late.has_event("drained", at_start=True)
+    assert late.has_event(DRAINED, at_start=True)
     assert "r2" not in _in_election(zk_client, zk_group)
     assert tenure("undrain", "r2", "--zk", zk_hosts, "--group", zk_group).returncode == 0
     assert _in_election(zk_client, zk_group) == ["r1", "r2"]

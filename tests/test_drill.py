@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from tenure.career.drills import HANG_ENV
+from tenure.career.lifecycle import RUNNER_STATE
+from tenure.election import SUSPENDED
 from tenure.service.drill import DrillError, read_events, run_drills
 from tenure.service.drill._context import Drill
 from tenure.service.drill._criteria import ScenarioResult, judge
@@ -404,7 +406,7 @@ def test_read_events_survives_a_torn_line(tmp_path: Path) -> None:
     log.write_text("----\nException occurred during processing of request from ('127.0.0.1', 34606)" + event
                    + "\nTraceback (most recent call last):\n{not json\n")
     events = read_events(log, "replica-2")
-    assert [(e.event, e.fields["new"]) for e in events] == [("runner_state", "following")]
+    assert [(e.event, e.fields["new"]) for e in events] == [(RUNNER_STATE, "following")]
 
 
 def test_leader_intervals_from_runner_states() -> None:
@@ -414,10 +416,10 @@ def test_leader_intervals_from_runner_states() -> None:
         return LogEvent(replica, at, event, dict(fields))
 
     events = [
-        ev("r1", 1.0, "runner_state", old="following", new="leading", epoch=7),
-        ev("r1", 3.0, "suspended", epoch=7),
-        ev("r1", 5.0, "runner_state", old="leading", new="backing_off", epoch=7),
-        ev("r2", 4.0, "runner_state", old="following", new="leading", epoch=9),
+        ev("r1", 1.0, RUNNER_STATE, old="following", new="leading", epoch=7),
+        ev("r1", 3.0, SUSPENDED, epoch=7),
+        ev("r1", 5.0, RUNNER_STATE, old="leading", new="backing_off", epoch=7),
+        ev("r2", 4.0, RUNNER_STATE, old="following", new="leading", epoch=9),
     ]
     spans = leader_intervals(events, killed={"r2": 8.0}, end=10.0)
     assert {(s["replica"], s["state"], s["start"], s["end"]) for s in spans} == {

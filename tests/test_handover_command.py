@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from tenure.career.lifecycle import DEFERRED_TO_HANDOVER_TARGET, HANDOVER_RECORDED, HANDOVER_REQUESTED
 from tenure.election import GroupPaths, HandoverRequest, group_status, read_history
 from tenure.service.local import wait_for
 from tenure.service.replica._requests import OperatorRequests
@@ -43,8 +44,8 @@ def test_handover_to_a_named_replica_past_the_next_in_line(counter_replicas: Rep
     assert first == f"handover of epoch {epoch} to r3 requested"
     assert re.fullmatch(r"r3 leads \(epoch \d+\); its first commit came \d+\.\d\d s after r1's last", last), last
     assert counter_replicas.one_leader() is r3
-    assert r2.has_event("deferred_to_handover_target")  # next in line, it stepped aside for the target
-    assert r1.has_event("handover_requested", to="r3") and r1.has_event("handover_recorded", clean=True)
+    assert r2.has_event(DEFERRED_TO_HANDOVER_TARGET)  # next in line, it stepped aside for the target
+    assert r1.has_event(HANDOVER_REQUESTED, to="r3") and r1.has_event(HANDOVER_RECORDED, clean=True)
     assert r1.alive and r2.alive
     wait_for(lambda: _line(zk_client, zk_group)[0] == "r3" and len(_line(zk_client, zk_group)) == 3, 10,
              "r1 and r2 back in line")
@@ -63,7 +64,7 @@ def test_handover_to_the_next_in_line(counter_replicas: ReplicaSet, zk_client: K
     assert done.stdout.strip().splitlines()[-1].startswith("r2 leads")
     assert counter_replicas.one_leader() is r2
     wait_for(lambda: _line(zk_client, zk_group) == ["r2", "r3", "r1"], 10, "r1 at the back of the line")
-    assert r1.has_event("handover_requested", to=None)
+    assert r1.has_event(HANDOVER_REQUESTED, to=None)
 
 
 def test_a_request_from_a_host_whose_clock_is_an_hour_behind_is_honoured(
@@ -76,7 +77,7 @@ def test_a_request_from_a_host_whose_clock_is_an_hour_behind_is_honoured(
     zk_client.create(GroupPaths(zk_group).handover_request,
                      HandoverRequest(epoch, "r3", behind, behind + 60).encode())
     wait_for(lambda: counter_replicas.one_leader() is r3, 30, "r3 to lead")
-    assert r1.has_event("handover_requested", to="r3")
+    assert r1.has_event(HANDOVER_REQUESTED, to="r3")
 
 
 def test_a_request_lives_for_its_timeout_from_when_the_replica_read_it() -> None:

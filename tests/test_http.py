@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from tenure.service.local import wait_for
-from tenure.service.replica import Health, HealthServer
+from tenure.service.replica import HTTP_REQUEST_FAILED, Health, HealthServer
 
 
 def _handlers_done() -> bool:
@@ -52,5 +52,5 @@ def test_a_failing_handler_is_one_log_event(server: HealthServer, capfd: pytest.
             assert client.recv(1024) == b""  # the server closed the connection without a reply
         wait_for(_handlers_done, 10, "the request handler to finish")
     assert [(e["event"], e["error"]) for e in logs] == [
-        ("http_request_failed", "RuntimeError('health snapshot failed')")]
+        (HTTP_REQUEST_FAILED, "RuntimeError('health snapshot failed')")]
     assert "Traceback" not in capfd.readouterr().err

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from tenure.career.spark import BATCH_COMMITTED
 from tenure.service.local import ReplicaProcess, free_port, wait_for
 from tenure.service.ops import verify
 from tenure.service.ops._produce._atomic import fsync_dir, write_hidden_then_rename
+from tenure.service.replica import FAULT_INJECTED
 from tests._powerloss import PowerLossFS, powerloss_fs
 from tests._replicas import REPO, descendants
 
@@ -126,11 +128,11 @@ def test_power_cuts_at_the_worst_moments_lose_nothing_committed(
         for term, point in enumerate(CUTS):
             replica = _start(f"r{term}", zk_hosts, zk_group, data, logs)
             replicas.append(replica)
-            wait_for(lambda r=replica: len(_events(r, "batch_committed")) >= 2, 240,  # type: ignore[misc]
+            wait_for(lambda r=replica: len(_events(r, BATCH_COMMITTED)) >= 2, 240,  # type: ignore[misc]
                      f"r{term}'s second commit")
             replica.arm(point, "pause")
             producer.put(3)
-            wait_for(lambda r=replica: _events(r, "fault_injected"), 120,  # type: ignore[misc]
+            wait_for(lambda r=replica: _events(r, FAULT_INJECTED), 120,  # type: ignore[misc]
                      f"r{term} to reach {point}")
             assert replica.process is not None
             wait_for(lambda r=replica: _stopped(r.process.pid), 30, "the pause")  # type: ignore[misc]

@@ -15,6 +15,15 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from tenure.career.lifecycle import (
+    BACKING_OFF,
+    CAREER_FAILED,
+    HANDED_OVER,
+    HANDOVER_RECORDED,
+    INAUGURATED,
+    INAUGURATING,
+    RUNNER_STATE,
+)
 from tenure.service.local import free_port, wait_for
 from tests._replicas import REPO, Replica, ReplicaSet
 
@@ -84,15 +93,15 @@ def test_sigterm_hands_over_cleanly_and_fast(replicas: ReplicaSet, zk_client: Ka
     wait_for(lambda: leader.metrics().get('tenure_batches_total{outcome=committed}', 0) >= 3, 20, "commits")
     leader.signal(signal.SIGTERM)
     assert leader.wait(HANDOVER_S + 5) == 0
-    recorded = [e for e in leader.log_events() if e.get("event") == "handover_recorded"]
+    recorded = [e for e in leader.log_events() if e.get("event") == HANDOVER_RECORDED]
     assert len(recorded) == 1 and recorded[0]["clean"] is True and recorded[0]["last_batch"] >= 3
     successor = wait_for(replicas.one_leader, 10, "a successor")
-    wait_for(lambda: successor.has_event("inaugurated"), 5, "the successor's inauguration")
-    assert successor.has_event("inaugurating", path="fast", previous=leader.replica_id)
+    wait_for(lambda: successor.has_event(INAUGURATED), 5, "the successor's inauguration")
+    assert successor.has_event(INAUGURATING, path="fast", previous=leader.replica_id)
     # The successor marked its own term in progress: a crash from now on is seen as one.
     record = json.loads(zk_client.get(f"/tenure/{zk_group}/handover")[0])
     assert record["clean"] is False and record["replica_id"] == successor.replica_id
-    gap = _event_time(successor, "inaugurated") - _event_time(leader, "handed_over")
+    gap = _event_time(successor, INAUGURATED) - _event_time(leader, HANDED_OVER)
     assert gap < 1.0, f"successor inaugurated {gap:.3f} s after the handover"
     wait_for(lambda: len(_counter_lines(tmp_path / "data")) > recorded[0]["last_batch"], 10, "successor commits")
     _assert_counter_exactly_once(tmp_path / "data")
@@ -106,9 +115,9 @@ def test_sigkill_successor_within_session_timeout(replicas: ReplicaSet, tmp_path
     leader.signal(signal.SIGKILL)
     leader.wait(10)
     successor = wait_for(replicas.one_leader, SESSION_S + 10, "a successor")
-    wait_for(lambda: successor.has_event("inaugurated"), 5, "the successor's inauguration")
-    assert successor.has_event("inaugurating", path="recovery")
-    took = _event_time(successor, "inaugurated") - killed_at
+    wait_for(lambda: successor.has_event(INAUGURATED), 5, "the successor's inauguration")
+    assert successor.has_event(INAUGURATING, path="recovery")
+    took = _event_time(successor, INAUGURATED) - killed_at
     assert took < SESSION_S + 1.0, f"successor took {took:.2f} s after SIGKILL"
     count = len(_counter_lines(tmp_path / "data"))
     wait_for(lambda: len(_counter_lines(tmp_path / "data")) > count + 2, 10, "successor commits")
@@ -125,8 +134,8 @@ def test_paused_leader_is_fenced_and_steps_down(replicas: ReplicaSet, tmp_path: 
                          SESSION_S + 10, "a successor while the leader is paused")
     before_resume = len(_counter_lines(tmp_path / "data"))
     leader.signal(signal.SIGCONT)
-    wait_for(lambda: leader.has_event("runner_state", old="paused", new="following")
-             or leader.has_event("runner_state", old="leading", new="following"), 15, "the zombie to step down")
+    wait_for(lambda: leader.has_event(RUNNER_STATE, old="paused", new="following")
+             or leader.has_event(RUNNER_STATE, old="leading", new="following"), 15, "the zombie to step down")
     wait_for(lambda: len(_counter_lines(tmp_path / "data")) > before_resume + 5, 10, "successor commits")
     assert successor.is_leader() and not leader.is_leader()
     lines = _assert_counter_exactly_once(tmp_path / "data")
@@ -139,12 +148,12 @@ def test_paused_leader_is_fenced_and_steps_down(replicas: ReplicaSet, tmp_path: 
 def test_failing_career_moves_leadership_and_backs_off(replicas: ReplicaSet, tmp_path: Path) -> None:
     """A career that raises releases leadership to a healthy replica and backs off with growing delays."""
     bad = replicas.start("bad", ["--career", "tests.careers:always_fails"])
-    wait_for(lambda: bad.has_event("career_failed"), 30, "the failing career to raise")
+    wait_for(lambda: bad.has_event(CAREER_FAILED), 30, "the failing career to raise")
     good = replicas.start("good")
     wait_for(good.is_leader, 30, "the healthy replica to lead")
-    wait_for(lambda: len([e for e in bad.log_events() if e.get("event") == "backing_off"]) >= 2
+    wait_for(lambda: len([e for e in bad.log_events() if e.get("event") == BACKING_OFF]) >= 2
              or good.metrics().get('tenure_batches_total{outcome=committed}', 0) >= 5, 20, "progress")
-    delays = [e["seconds"] for e in bad.log_events() if e.get("event") == "backing_off"]
+    delays = [e["seconds"] for e in bad.log_events() if e.get("event") == BACKING_OFF]
     assert delays == sorted(delays) and delays[0] == 0.5
     assert bad.metrics()["tenure_career_failures_total"] >= 1
     wait_for(lambda: len(_counter_lines(tmp_path / "data")) >= 5, 10, "the healthy leader's commits")

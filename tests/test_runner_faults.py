@@ -24,7 +24,19 @@ from structlog.testing import capture_logs
 
 from tenure.career import BatchFailed, CareerContext, CareerObserver, HandoverRecord
 from tenure.career._counter import CounterCareer
-from tenure.career.lifecycle import Runner, RunnerSettings, RunnerState
+from tenure.career.lifecycle import (
+    BACKING_OFF,
+    BATCH_ATTEMPT_FAILED,
+    CAREER_FAILED,
+    HANDED_OVER,
+    HANDOVER_RECORD_NOT_WRITTEN,
+    INAUGURATION_ABANDONED,
+    RUNNER_STATE,
+    STALE_ELECTED_IGNORED,
+    Runner,
+    RunnerSettings,
+    RunnerState,
+)
 from tenure.election import (
     CommitOutcomeUnknown,
     Elected,
@@ -221,9 +233,9 @@ def test_zookeeper_failure_at_inauguration_rejoins_then_leads(harness: Callable[
     elected again, commits; no career failure, no back-off, the process lives."""
     h = harness(**{f"{where}_faults": (fault,)})
     wait_for(h.leading, 20, "the runner to lead after the failed inauguration")
-    abandoned = h.events("inauguration_abandoned")
+    abandoned = h.events(INAUGURATION_ABANDONED)
     assert len(abandoned) == 1 and type(fault).__name__ in abandoned[0]["reason"]
-    assert not h.events("career_failed") and not h.events("backing_off")
+    assert not h.events(CAREER_FAILED) and not h.events(BACKING_OFF)
     assert len(h.career.contexts) == 1, "the career began one term, after the rejoin"
     ctx = h.career.contexts[0]
     assert ctx.epoch > abandoned[0]["epoch"], "the term runs on a new node, not the abandoned one"
@@ -241,9 +253,9 @@ def test_failed_handover_record_at_stop_still_releases(harness: Callable[..., _H
     wait_for(lambda: len(h.counter_lines()) >= 2, 10, "commits")
     h.election.write_faults.append(ConnectionLoss())
     assert h.stop() == 0
-    not_written = h.events("handover_record_not_written")
+    not_written = h.events(HANDOVER_RECORD_NOT_WRITTEN)
     assert len(not_written) == 1 and "ConnectionLoss" in not_written[0]["reason"]
-    assert h.events("handed_over")
+    assert h.events(HANDED_OVER)
     assert zk_client.get_children(f"/tenure/{zk_group}/election") == []
 
 
@@ -270,7 +282,7 @@ def test_stale_elected_is_ignored_and_term_is_tied_to_its_epoch(
         "a term began with an epoch other than its fence's"
     assert h.runner.health().epoch == e2 and h.runner.health().leader
     assert {e for e, _ in h.counter_lines()} == {e2}
-    assert [e["epoch"] for e in h.events("stale_elected_ignored")] == [e1]
+    assert [e["epoch"] for e in h.events(STALE_ELECTED_IGNORED)] == [e1]
 
     # The term's still_leading() answers for that term only: once e2 is over it stays False, although this
     # very election leads again at e3.
@@ -305,7 +317,7 @@ def test_a_batch_failing_term_after_term_is_counted_and_handed_to_the_term_that_
     assert [ctx.set_aside for ctx in h.career.contexts[:3]] == [None, None, None]
     last = h.career.contexts[3].set_aside
     assert last is not None and (last.batch_id, last.attempts) == (7, 3) and "poison pill" in last.error
-    assert [e["attempts"] for e in h.events("batch_attempt_failed")][:3] == [1, 2, 3]
+    assert [e["attempts"] for e in h.events(BATCH_ATTEMPT_FAILED)][:3] == [1, 2, 3]
     assert h.stop() == 0
 
 
@@ -319,7 +331,7 @@ def test_a_batch_failing_while_the_storage_is_down_counts_no_attempt(
     h.career.sick = "data root /srv has 3 MiB free, below the 512 MiB minimum (--min-free-disk-mb)"
     h.career.poison = BatchFailed(7, "batch 7 failed: OSError: No space left on device")
     wait_for(lambda: h.runner.state is RunnerState.UNHEALTHY, 20, "the runner to leave the election")
-    assert not h.events("batch_attempt_failed") and not h.events("backing_off")
+    assert not h.events(BATCH_ATTEMPT_FAILED) and not h.events(BACKING_OFF)
     assert _failed_batch(zk_client, zk_group) is None
     h.career.poison = h.career.sick = None
     wait_for(h.leading, 20, "the runner to lead again once healthy")
@@ -335,12 +347,12 @@ def test_elected_while_spark_cannot_start_gives_the_lock_back_and_rejoins_when_h
     h = harness(gate_open=False)
     h.career.cannot_start = Unresponsive("starting Spark did not answer within 120 s")
     h.gate.open([])
-    wait_for(lambda: bool(h.events("inauguration_abandoned")), 20, "the inauguration to be abandoned")
-    abandoned = h.events("inauguration_abandoned")[0]
+    wait_for(lambda: bool(h.events(INAUGURATION_ABANDONED)), 20, "the inauguration to be abandoned")
+    abandoned = h.events(INAUGURATION_ABANDONED)[0]
     assert "starting Spark did not answer" in abandoned["reason"]
-    assert any(e.get("new") == RunnerState.UNHEALTHY.value for e in h.events("runner_state"))
+    assert any(e.get("new") == RunnerState.UNHEALTHY.value for e in h.events(RUNNER_STATE))
     wait_for(h.leading, 20, "the runner to rejoin and lead once healthy")
     assert h.career.contexts[-1].epoch > abandoned["epoch"], "it leads on a new node, the first was given back"
-    assert not h.events("career_failed") and not h.events("backing_off")
+    assert not h.events(CAREER_FAILED) and not h.events(BACKING_OFF)
     wait_for(lambda: len(h.counter_lines()) >= 3, 10, "commits of the new term")
     assert h.stop() == 0

@@ -18,7 +18,7 @@ import structlog
 from kazoo.client import KazooClient
 
 from tenure.career import BatchFailed, CareerContext, Outcome
-from tenure.career.spark import SparkCareer, SparkCareerConfig, SparkCareerError
+from tenure.career.spark import BATCH_FAILED, SparkCareer, SparkCareerConfig, SparkCareerError
 from tenure.career.spark._warmup import KEEP_WARM_GROUP
 from tenure.election import Elected, Election, Fenced, Identity
 from tenure.service.ops import VerifyReport, verify
@@ -448,7 +448,7 @@ def test_a_failing_batch_raises_batch_failed_with_a_short_error_and_the_log_keep
     message = str(failed.value)
     assert "batch 1 failed" in message and "deep failure" in message and len(message) < 3000, message[:500]
     assert "frame 1999" in str(failed.value.__cause__), "the original error, whole, is chained"
-    logged = [e for e in logs if e["event"] == "batch_failed"]
+    logged = [e for e in logs if e["event"] == BATCH_FAILED]
     assert logged and "frame 1999" in logged[0]["error"], "the log line should keep the whole error"
     assert handover_s < 3.0, f"hand-over took {handover_s:.1f} s of a 3 s budget"
 

@@ -18,7 +18,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tenure.service.local import SparkCluster, SparkClusterError, SparkWorker, free_base_port, wait_for
+from tenure.service.local import (
+    SPARK_PROCESS_DIED,
+    SparkCluster,
+    SparkClusterError,
+    SparkWorker,
+    free_base_port,
+    wait_for,
+)
 from tests._replicas import descendants
 
 TENURE = [sys.executable, "-m", "tenure"]
@@ -310,7 +317,7 @@ def test_cli_prints_master_url_reports_a_death_and_stops_clean(tmp_path: Path) -
         assert len(ours) == 2  # the master and the worker
         worker = next(p for p in ours if b"deploy.worker.Worker" in Path(f"/proc/{p}/cmdline").read_bytes())
         os.kill(worker, signal.SIGKILL)
-        wait_for(lambda: "spark_process_died" in (tmp_path / "stderr.log").read_text(), 10,
+        wait_for(lambda: SPARK_PROCESS_DIED in (tmp_path / "stderr.log").read_text(), 10,
                  "`tenure spark` to report the dead worker")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
@@ -319,7 +326,7 @@ def test_cli_prints_master_url_reports_a_death_and_stops_clean(tmp_path: Path) -
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    died = [ln for ln in (tmp_path / "stderr.log").read_text().splitlines() if "spark_process_died" in ln]
+    died = [ln for ln in (tmp_path / "stderr.log").read_text().splitlines() if SPARK_PROCESS_DIED in ln]
     assert len(died) == 1 and '"process": "worker1"' in died[0], died
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from tenure.career.lifecycle import StallReason
+from tenure.career.lifecycle import STALLED, StallReason
 from tenure.election import GroupPaths, read_history
 from tenure.service.local import wait_for
 from tenure.service.ops._status import fetch_status, format_status_table
@@ -96,7 +96,7 @@ def test_a_hung_control_loop_gives_the_lock_up_and_exits(counter_replicas: Repli
     assert took_over_s < gave_up_s + 2, f"r2 led {took_over_s - gave_up_s:.1f} s after r1 exited"
     before = len(counter_exactly_once(tmp_path / "data"))
     wait_for(lambda: len(counter_exactly_once(tmp_path / "data")) > before + 5, 15, "r2 to count on")
-    stalled = [e for e in r1.log_events() if e.get("event") == "stalled"]
+    stalled = [e for e in r1.log_events() if e.get("event") == STALLED]
     assert stalled and stalled[0]["reason"] == StallReason.CONTROL_LOOP.value
     terms = read_history(zk_client, zk_group)
     ended = next(t for t in terms if t.replica_id == "r1")
@@ -153,7 +153,7 @@ def test_a_full_event_queue_is_a_fail_stop(zk_hosts: str, zk_client: KazooClient
             proc.kill()
             proc.wait()
     events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
-    stalled = [e for e in events if e.get("event") == "stalled"]
+    stalled = [e for e in events if e.get("event") == STALLED]
     assert stalled and stalled[0]["reason"] == StallReason.EVENT_QUEUE_FULL.value, log.read_text()[-2000:]
     assert not zk_client.get_children(paths.election), "the node should have gone with the closed session"
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from tenure.career.drills import HANG_ENV, POISON_PILL
+from tenure.career.lifecycle import STALLED
+from tenure.career.spark import ROW_FUNCTION_TIMED_OUT
 from tenure.election import GroupPaths, group_status, read_history
 from tenure.service.local import Topology, sample_key
 from tenure.service.ops import connected, verify
@@ -85,7 +87,7 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
         took_over_s = time.monotonic() - froze_at
         assert gave_up_s < 3 + 1 + 3, f"the frozen leader gave up {gave_up_s:.1f} s after the freeze"
         assert took_over_s < gave_up_s + 15, f"a successor committed {took_over_s:.1f} s after the freeze"
-        stalled = [e for e in _events(topology, third.replica_id) if e.get("event") == "stalled"]
+        stalled = [e for e in _events(topology, third.replica_id) if e.get("event") == STALLED]
         assert stalled and stalled[0]["reason"] == "spark_unresponsive"
         with connected(topology.ensemble.connect_string) as client:
             ended = [t for t in read_history(client, topology.group) if t.replica_id == third.replica_id]
@@ -160,10 +162,10 @@ def test_a_row_function_that_hangs_in_one_replica_moves_the_lock(tmp_path: Path)
             path.unlink(missing_ok=True)
         topology.stop()
         listener.close()
-    reasons = [next(e for e in _events(topology, r) if e.get("event") == "stalled")["reason"]
+    reasons = [next(e for e in _events(topology, r) if e.get("event") == STALLED)["reason"]
                for r in ("replica-1", second.replica_id)]
     assert reasons == ["no_progress", "no_progress"]
-    timeouts = [e for e in _events(topology, "replica-1") if e.get("event") == "row_function_timed_out"]
+    timeouts = [e for e in _events(topology, "replica-1") if e.get("event") == ROW_FUNCTION_TIMED_OUT]
     assert timeouts, "replica-1's calls should have timed out, not hung"
     report = verify(topology.data_root)
     assert report.ok and report.ids_written == 200 and report.ids_dead_lettered == 0, report.render()

@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
-from tenure.service.local import Topology, free_port, wait_for
+from tenure.career.lifecycle import HANDED_OVER
+from tenure.election import RELEASE_INCOMPLETE
+from tenure.service.local import REPLICA_STOPPED, TOPOLOGY_STOPPED, Topology, free_port, wait_for
 from tests._prometheus import alerts, prometheus_binary, query, running_prometheus
 from tests._replicas import REPO, descendants
 
@@ -62,7 +64,7 @@ def test_up_elects_one_leader_and_stops_clean(tmp_path: Path) -> None:
                  "every child process to be gone")
         rest = proc.stdout.read()
         assert not [ln for ln in rest.splitlines() if ln.startswith('{"')], "events belong in logs/up.log"
-        assert '"event": "topology_stopped"' in (tmp_path / "logs" / "up.log").read_text()
+        assert f'"event": "{TOPOLOGY_STOPPED}"' in (tmp_path / "logs" / "up.log").read_text()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -109,14 +111,14 @@ def test_ctrl_c_at_a_terminal_stops_in_the_promised_order(tmp_path: Path) -> Non
         _, status = os.waitpid(pid, 0)
         text = _ANSI.sub("", out.decode(errors="replace"))
         assert os.waitstatus_to_exitcode(status) == 0, text[-3000:]
-        assert "replica_stopped" not in text, "the terminal shows the report; events go to logs/up.log"
+        assert REPLICA_STOPPED not in text, "the terminal shows the report; events go to logs/up.log"
         events = [json.loads(line) for line in (tmp_path / "logs" / "up.log").read_text().splitlines()]
         names = [e["event"] for e in events]
-        stopped = [(e["exit_code"], e["replica_id"]) for e in events if e["event"] == "replica_stopped"]
+        stopped = [(e["exit_code"], e["replica_id"]) for e in events if e["event"] == REPLICA_STOPPED]
         assert [code for code, _ in stopped] == [0, 0, 0], names
         leader_log = (tmp_path / "logs" / f"{stopped[-1][1]}.log").read_text()
-        assert '"handed_over"' in leader_log and "release_incomplete" not in leader_log
-        assert names.index("replica_stopped") < names.index("topology_stopped")
+        assert f'"{HANDED_OVER}"' in leader_log and RELEASE_INCOMPLETE not in leader_log
+        assert names.index(REPLICA_STOPPED) < names.index(TOPOLOGY_STOPPED)
         wait_for(lambda: not any(Path(f"/proc/{p}").exists() for p in children), 15, "every child process to be gone")
     finally:
         with contextlib.suppress(ChildProcessError):

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tenure.career.output import batch_of, batch_versions, snapshot_files
+from tenure.career.spark import BATCH_COMMITTED
 from tenure.service.local import ReplicaProcess, free_port, wait_for
 from tenure.service.ops import verify
 from tests._replicas import REPO
@@ -64,7 +65,7 @@ def _start(name: str, code: Path, zk_hosts: str, group: str, data: Path, logs: P
 
 def _commits(replica: ReplicaProcess) -> int:
     assert replica.process is not None and replica.process.poll() is None, replica.log_path.read_text()[-2000:]
-    return replica.log_path.read_text(errors="replace").count('"batch_committed"')
+    return replica.log_path.read_text(errors="replace").count(f'"{BATCH_COMMITTED}"')
 
 
 def test_a_data_root_of_the_previous_release_is_carried_on(zk_hosts: str, zk_group: str, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from kazoo.client import KazooClient
 
 from tenure.career.queue import REASONS, classify_line
 from tenure.election import GroupPaths
-from tenure.service.ops import write_lines
+from tenure.service.ops import VERIFIED, write_lines
 from tenure.service.ops._verify import (
     CONTENT_FIELDS,
     LATE_REASON,
@@ -503,7 +503,7 @@ def test_cli_exit_codes_and_json_on_stdout(root: Path) -> None:
     assert json.loads(merged.stdout)["ok"] is True, "`verify --json 2>&1` must be exactly one JSON document"
     logged = subprocess.run([sys.executable, "-m", "tenure", "--log-level", "info", "verify", "--data-root",
                              str(root), "--json"], capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
-    assert '"event": "verified"' in logged.stderr, "--log-level given: its events are shown on stderr"
+    assert f'"event": "{VERIFIED}"' in logged.stderr, "--log-level given: its events are shown on stderr"
     body = json.loads(clean.stdout)
     assert body["ok"] is True and body["rows_compared"] == 60 and body["content_mismatches"] == 0
     assert {"ids_late", "late_rows", "late_repeats", "wrongly_late", "retry_batch", "retry_oldest_age_s",

@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import structlog
 from kazoo.exceptions import KazooException
@@ -56,9 +56,40 @@ from tenure.election import (
     Unresponsive,
 )
 
-__all__ = ["Runner"]
+__all__ = ["Runner"]  # and the log event names below, which the package exports
 
-_log = structlog.get_logger("tenure.runner")
+#: the runner's logger: its events carry ``logger="tenure.runner"``
+RUNNER_LOGGER: Final = "tenure.runner"
+
+# The log events other code reads (the drill, tests, bench): named once, here where they are logged.
+# ``inaugurated`` and ``handed_over`` are the Spark career's too (its own logger): it imports them from here.
+RUNNER_STARTING: Final = "runner_starting"
+RUNNER_STATE: Final = "runner_state"  # fields old, new (RunnerState values), epoch
+INAUGURATING: Final = "inaugurating"
+INAUGURATED: Final = "inaugurated"
+INAUGURATION_ABANDONED: Final = "inauguration_abandoned"
+LEADERSHIP_SUSPENDED: Final = "leadership_suspended"
+HANDING_OVER: Final = "handing_over"
+HANDOVER_RECORDED: Final = "handover_recorded"
+HANDOVER_RECORD_NOT_WRITTEN: Final = "handover_record_not_written"
+HANDED_OVER: Final = "handed_over"
+FENCED: Final = "fenced"
+EXECUTE_NOT_LEADER: Final = "execute_not_leader"
+COMMIT_OUTCOME_UNKNOWN: Final = "commit_outcome_unknown"
+CAREER_FAILED: Final = "career_failed"
+BACKING_OFF: Final = "backing_off"  # after a career failure, before rejoining
+HANDOVER_REQUESTED: Final = "handover_requested"  # the leader acts on `tenure handover` (field to)
+DEFERRED_TO_HANDOVER_TARGET: Final = "deferred_to_handover_target"  # one ahead of the target steps aside
+STALLED: Final = "stalled"  # the replica gives its lock up and exits (fields reason, detail, batch, epoch)
+STALE_ELECTED_IGNORED: Final = "stale_elected_ignored"
+BATCH_ATTEMPT_FAILED: Final = "batch_attempt_failed"
+LEFT_ELECTION: Final = "left_election"
+HEALTHY_AGAIN: Final = "healthy_again"
+DRAINED: Final = "drained"
+CANARY_HANDOVER: Final = "canary_handover"
+CANARY_SKIPPED: Final = "canary_skipped"
+
+_log = structlog.get_logger(RUNNER_LOGGER)
 
 
 class Runner:
@@ -166,7 +197,7 @@ class Runner:
 
     def run(self) -> int:
         """Prepare, join, lead when elected, and return the exit code once stopped."""
-        self._log.info("runner_starting")
+        self._log.info(RUNNER_STARTING)
         self._career.prepare()
         if self._stop_requested:
             self._transition(RunnerState.STOPPING)
@@ -180,7 +211,7 @@ class Runner:
         if self._drain.request is None:
             self._transition(RunnerState.FOLLOWING)
         else:
-            self._log.info("drained", reason=self._drain.request.reason, at_start=True)
+            self._log.info(DRAINED, reason=self._drain.request.reason, at_start=True)
             self._transition(RunnerState.DRAINED)
         self._requests.watch()
         self._progress.tick()
@@ -229,7 +260,7 @@ class Runner:
         if new not in TRANSITIONS[self._state]:
             raise TenureError(f"runner cannot go from {self._state.value} to {new.value}: this is a bug, "
                               "please report it with the log")
-        self._log.info("runner_state", old=self._state.value, new=new.value, epoch=self._epoch)
+        self._log.info(RUNNER_STATE, old=self._state.value, new=new.value, epoch=self._epoch)
         old, self._state = self._state, new
         leading = new is RunnerState.LEADING
         self._progress.working(leading, new_term=leading and old is RunnerState.FOLLOWING)
@@ -247,7 +278,7 @@ class Runner:
                     self._inaugurate(epoch)
             case Suspended(reason=reason):
                 if self._state is RunnerState.LEADING:
-                    self._log.warning("leadership_suspended", reason=reason, epoch=self._epoch)
+                    self._log.warning(LEADERSHIP_SUSPENDED, reason=reason, epoch=self._epoch)
                     self._transition(RunnerState.PAUSED)
             case Resumed():
                 if self._state is RunnerState.PAUSED:
@@ -302,18 +333,18 @@ class Runner:
             # Queued before the election lost that term (and perhaps won another): its Revoked, and the new
             # term's own Elected, are behind it on the queue. Starting a term here would pair this epoch with
             # the newer term's fence.
-            self._log.info("stale_elected_ignored", epoch=epoch, current_epoch=current)
+            self._log.info(STALE_ELECTED_IGNORED, epoch=epoch, current_epoch=current)
             return
         step_aside, granted = self._pending_handover(epoch)
         if step_aside:
-            self._log.info("deferred_to_handover_target", epoch=epoch)
+            self._log.info(DEFERRED_TO_HANDOVER_TARGET, epoch=epoch)
             self._release_and_rejoin()
             return
         self._epoch = epoch
         try:
             fence = self._election.fence()  # the fence carries the epoch of the term it was read in
             if fence.epoch != epoch:
-                self._log.info("stale_elected_ignored", epoch=epoch, current_epoch=fence.epoch)
+                self._log.info(STALE_ELECTED_IGNORED, epoch=epoch, current_epoch=fence.epoch)
                 return
             raw = self._election.read_handover()
             previous = None if raw is None else HandoverRecord.from_json(raw)
@@ -327,10 +358,10 @@ class Runner:
             # ZooKeeper failed (or the term ended) before the term began: nothing of the career ran, so this
             # is no career failure. Give the node up and stand in line again, rather than leave the
             # election leading a replica that does not work.
-            self._log.warning("inauguration_abandoned", epoch=epoch, reason=f"{type(exc).__name__}: {exc}")
+            self._log.warning(INAUGURATION_ABANDONED, epoch=epoch, reason=f"{type(exc).__name__}: {exc}")
             self._release_and_rejoin()
             return
-        self._log.info("inaugurating", epoch=epoch,
+        self._log.info(INAUGURATING, epoch=epoch,
                        path="fast" if ctx.after_clean_handover else "recovery",
                        previous=None if previous is None else previous.replica_id)
         try:
@@ -338,7 +369,7 @@ class Runner:
         except Unresponsive as exc:
             # Elected while Spark (or the storage) does not answer: give the lock back now and wait out of the
             # line until the health check passes again, rather than hold a term nobody works for.
-            self._log.warning("inauguration_abandoned", epoch=epoch, reason=str(exc))
+            self._log.warning(INAUGURATION_ABANDONED, epoch=epoch, reason=str(exc))
             self._health.reason = str(exc)
             self._leave_election(RunnerState.UNHEALTHY, f"unhealthy: {exc}", term_ended=True)
             return
@@ -346,7 +377,7 @@ class Runner:
                 self._election.client.handler.timeout_exception) as exc:
             # The term ended, or ZooKeeper failed, before the career's term began (the career checks its
             # leadership before any step a stale leader must not take): no career failure, no back-off.
-            self._log.warning("inauguration_abandoned", epoch=epoch, reason=f"{type(exc).__name__}: {exc}")
+            self._log.warning(INAUGURATION_ABANDONED, epoch=epoch, reason=f"{type(exc).__name__}: {exc}")
             self._release_and_rejoin()
             return
         except Exception as exc:
@@ -360,7 +391,7 @@ class Runner:
         self._saw_leader(self._settings.replica_id)
         self._observer.inaugurated(self._clock() - started)
         self._transition(RunnerState.LEADING)
-        self._log.info("inaugurated", epoch=epoch, seconds=round(self._clock() - started, 3))
+        self._log.info(INAUGURATED, epoch=epoch, seconds=round(self._clock() - started, 3))
 
     def _poison(self) -> FailedBatch | None:
         """The batch this term must set aside: one that failed ``max_batch_attempts`` terms in a row."""
@@ -392,10 +423,10 @@ class Runner:
             return worked
         except NotLeader as exc:
             # Suspended between the check and the commit: the Suspended event follows on the queue.
-            self._log.info("execute_not_leader", epoch=self._epoch, reason=str(exc))
+            self._log.info(EXECUTE_NOT_LEADER, epoch=self._epoch, reason=str(exc))
             return False
         except Fenced as exc:
-            self._log.warning("fenced", epoch=self._epoch, reason=str(exc))
+            self._log.warning(FENCED, epoch=self._epoch, reason=str(exc))
             self._end_term(Outcome.REVOKED, "fenced")
             self._release_and_rejoin()
             return False
@@ -403,7 +434,7 @@ class Runner:
             # A commit's reply was lost and could not be read back (from the control thread or from a batch):
             # ZooKeeper, not the career, failed. End the term without a failure back-off; the next leader's
             # inauguration recovers from what is stored.
-            self._log.warning("commit_outcome_unknown", epoch=self._epoch, reason=str(exc))
+            self._log.warning(COMMIT_OUTCOME_UNKNOWN, epoch=self._epoch, reason=str(exc))
             self._end_term(Outcome.REVOKED, "commit outcome unknown")
             self._release_and_rejoin()
             return False
@@ -427,7 +458,7 @@ class Runner:
 
     def _end_term(self, outcome: Outcome, reason: str) -> int | None:
         started = self._clock()
-        self._log.info("handing_over", outcome=outcome.value, reason=reason, epoch=self._epoch)
+        self._log.info(HANDING_OVER, outcome=outcome.value, reason=reason, epoch=self._epoch)
         last_batch = None
         try:
             last_batch = self._career.hand_over(outcome)
@@ -474,13 +505,13 @@ class Runner:
             return
         self._failures += 1
         self._observer.career_failed()
-        self._log.error("career_failed", phase=phase, epoch=self._epoch, failures=self._failures,
+        self._log.error(CAREER_FAILED, phase=phase, epoch=self._epoch, failures=self._failures,
                         batch=batch_id, exc_info=exc)
         ended = f"{phase} raised {type(exc).__name__}"
         last_batch = self._end_term(Outcome.FAILED, ended)
         if batch_id is not None and self._zk_connected:
             failed = self._count_attempt(batch_id, f"{type(exc).__name__}: {exc}")
-            self._log.warning("batch_attempt_failed", batch=batch_id, attempts=failed.attempts,
+            self._log.warning(BATCH_ATTEMPT_FAILED, batch=batch_id, attempts=failed.attempts,
                               max_attempts=self._settings.max_batch_attempts, epoch=self._epoch)
             self._write_handover(clean=False, last_batch=last_batch, reason=f"{ended} on batch {batch_id}")
         delay = min(self._settings.failure_backoff_s * 2 ** (self._failures - 1), self._settings.failure_backoff_max_s)
@@ -489,7 +520,7 @@ class Runner:
         except TenureError:
             self._log.exception("release_failed", epoch=self._epoch)
         self._rejoin_at = self._clock() + delay
-        self._log.warning("backing_off", seconds=delay, failures=self._failures)
+        self._log.warning(BACKING_OFF, seconds=delay, failures=self._failures)
         self._transition(RunnerState.BACKING_OFF)
 
     def _hand_over_cleanly(self, reason: str) -> None:
@@ -503,9 +534,9 @@ class Runner:
         successor then takes the recovery path: the record still says clean=False)."""
         try:
             self._election.write_handover(self._handover_record(clean=clean, last_batch=last_batch, reason=reason))
-            self._log.info("handover_recorded", clean=clean, last_batch=last_batch, epoch=self._epoch)
+            self._log.info(HANDOVER_RECORDED, clean=clean, last_batch=last_batch, epoch=self._epoch)
         except self._zookeeper_errors() as exc:
-            self._log.warning("handover_record_not_written", reason=f"{type(exc).__name__}: {exc}",
+            self._log.warning(HANDOVER_RECORD_NOT_WRITTEN, reason=f"{type(exc).__name__}: {exc}",
                               epoch=self._epoch)
 
     def _handover_requested(self, request: HandoverRequest) -> None:
@@ -514,7 +545,7 @@ class Runner:
         if not self._handovers.honour(request, self._state, self._epoch):
             return
         started = self._clock()
-        self._log.info("handover_requested", to=request.to, epoch=self._epoch)
+        self._log.info(HANDOVER_REQUESTED, to=request.to, epoch=self._epoch)
         self._hand_over_cleanly(f"handover requested to {request.to or 'the next in line'}")
         self._observer.handover_took(self._clock() - started)
         self._release_and_rejoin()
@@ -526,13 +557,13 @@ class Runner:
         try:
             successor = CanarySchedule.successor(self._election.contenders())
         except self._zookeeper_errors() as exc:
-            self._log.warning("canary_skipped", reason=f"the line is unreadable: {type(exc).__name__}: {exc}")
+            self._log.warning(CANARY_SKIPPED, reason=f"the line is unreadable: {type(exc).__name__}: {exc}")
             return
         if successor is None:
-            self._log.info("canary_skipped", reason="no follower in line")
+            self._log.info(CANARY_SKIPPED, reason="no follower in line")
             return
         started = self._clock()
-        self._log.info("canary_handover", to=successor, epoch=self._epoch)
+        self._log.info(CANARY_HANDOVER, to=successor, epoch=self._epoch)
         self._hand_over_cleanly(CANARY)
         self._observer.handover_took(self._clock() - started)
         self._release_and_rejoin()
@@ -553,7 +584,7 @@ class Runner:
             case HealthStep.LEAVE:
                 self._leave_election(RunnerState.UNHEALTHY, f"unhealthy: {self._health.reason}")
             case HealthStep.REJOIN:
-                self._log.info("healthy_again")
+                self._log.info(HEALTHY_AGAIN)
                 self._election.join()
                 self._transition(RunnerState.FOLLOWING)
             case HealthStep.NOTHING:
@@ -572,7 +603,7 @@ class Runner:
             self._log.exception("release_failed", epoch=self._epoch)
         if was_leading:
             self._observer.handover_took(self._clock() - started)
-        self._log.warning("left_election", reason=reason, state=to.value, was_leading=was_leading,
+        self._log.warning(LEFT_ELECTION, reason=reason, state=to.value, was_leading=was_leading,
                           epoch=self._epoch)
         self._transition(to)
 
@@ -583,7 +614,7 @@ class Runner:
         match self._drain.changed(request, self._state, unhealthy=self._health.reason is not None):
             case DrainStep.LEAVE | DrainStep.PARK as step:
                 assert request is not None
-                self._log.info("drained", reason=request.reason, was_leading=was_leading, epoch=self._epoch)
+                self._log.info(DRAINED, reason=request.reason, was_leading=was_leading, epoch=self._epoch)
                 if step is DrainStep.PARK:
                     self._transition(RunnerState.DRAINED)
                 else:
@@ -611,7 +642,7 @@ class Runner:
             self._exit_code = 1
         if was_leading:
             self._observer.handover_took(self._clock() - started)
-            self._log.info("handed_over", epoch=self._epoch, seconds=round(self._clock() - started, 3))
+            self._log.info(HANDED_OVER, epoch=self._epoch, seconds=round(self._clock() - started, 3))
         self._transition(RunnerState.STOPPED)
 
     # -- fail-stop ---------------------------------------------------------------------------------------------
@@ -642,7 +673,7 @@ class Runner:
         step 3 no process of it is left.
         """
         self._observer.stalled(stall.reason)
-        self._log.error("stalled", reason=stall.reason.value, detail=stall.detail, batch=stall.batch_id,
+        self._log.error(STALLED, reason=stall.reason.value, detail=stall.detail, batch=stall.batch_id,
                         epoch=self._epoch, state=self._state.value)
         if self._state in (RunnerState.LEADING, RunnerState.PAUSED) and self._epoch is not None:
             try:

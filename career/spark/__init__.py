@@ -8,18 +8,29 @@ path" follows a record through it; "Data root layout" names every folder.
 
 What is guaranteed: every distinct valid id is written once and every bad line quarantined once, across any
 number of leader changes, provided the data root has atomic rename (local disk, HDFS) and a repeat of an id
-arrives within ``dedup_window`` of its first copy. What is not: readers may briefly see part of the newest
-batch while its part files are being renamed into place; a repeat later than the dedup window is quarantined
-as late (its seq is at or below its key's published high-water mark), not written again.
+arrives within ``dedup_window`` of its first copy. Each committed batch becomes one version of each Delta output
+table it writes to (``tenure.career.output``), so a Delta reader sees whole batches only; a plain Parquet reader
+of ``table/`` may briefly see part of the newest batch while its part files are being renamed into place. A
+repeat later than the dedup window is quarantined as late (its seq is at or below its key's published
+high-water mark), not written again.
 """
 
-from tenure.career.spark._career import SparkCareer
+from tenure.career.spark._batch import BATCH_COMMITTED, BATCH_FAILED, BATCH_FENCED, ROW_FUNCTION_TIMED_OUT
+from tenure.career.spark._career import QUERY_STARTED, SparkCareer
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._errors import HandingOverError, SparkCareerError
 from tenure.career.spark._hooks import HookError
-from tenure.career.spark._session import build_session
+from tenure.career.spark._session import SPARK_SESSION_READY, build_session
+from tenure.career.spark._storage import DELTA_VERSION_ADDED
 
 __all__ = [
+    "BATCH_COMMITTED",
+    "BATCH_FAILED",
+    "BATCH_FENCED",
+    "DELTA_VERSION_ADDED",
+    "QUERY_STARTED",
+    "ROW_FUNCTION_TIMED_OUT",
+    "SPARK_SESSION_READY",
     "HandingOverError",
     "HookError",
     "SparkCareer",

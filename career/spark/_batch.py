@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import pyarrow.compute as pc
 from pyspark import StorageLevel
@@ -50,7 +50,13 @@ from tenure.career.spark._storage import Layout, finish_publish, is_published, p
 from tenure.career.spark._term import Term, committed_batch, mark_consumed
 from tenure.election._errors import Fenced, NotLeader
 
-__all__ = ["BatchWriter"]
+__all__ = ["BATCH_COMMITTED", "BATCH_FAILED", "BATCH_FENCED", "ROW_FUNCTION_TIMED_OUT", "BatchWriter"]
+
+# The log events other code reads (the drill, tests, bench): named once, here where they are logged.
+BATCH_COMMITTED: Final = "batch_committed"
+BATCH_FENCED: Final = "batch_fenced"
+BATCH_FAILED: Final = "batch_failed"
+ROW_FUNCTION_TIMED_OUT: Final = "row_function_timed_out"
 
 
 #: Fields of a commit record that a batch which writes no table carries over from the one before it.
@@ -137,7 +143,7 @@ class BatchWriter:
         except Fenced as exc:
             outcome = "fenced"
             term.error = exc
-            term.log.warning("batch_fenced", batch=batch_id, epoch=term.epoch, error=str(exc))
+            term.log.warning(BATCH_FENCED, batch=batch_id, epoch=term.epoch, error=str(exc))
             raise
         except (HandingOverError, NotLeader) as exc:
             outcome = "deferred"
@@ -146,7 +152,7 @@ class BatchWriter:
             raise
         except BaseException as exc:
             term.error, term.failed = exc, batch_id
-            term.log.error("batch_failed", batch=batch_id, epoch=term.epoch,
+            term.log.error(BATCH_FAILED, batch=batch_id, epoch=term.epoch,
                            error=f"{type(exc).__name__}: {exc}"[:_LOGGED_ERROR])  # repr() of a PythonException is empty
             # Spark gets a short error: its interruption check runs a backtracking regex over the message and
             # overflows the JVM's stack on a long py4j trace (StreamExecution.PROXY_ERROR), losing the error.
@@ -285,7 +291,7 @@ class BatchWriter:
         publish_s = time.monotonic() - publish_started - published.delta_s
         if retry:
             self._observer.retry_waiting(int(retry["retry_waiting"]))
-        term.log.info("batch_committed", batch=batch_id, epoch=term.epoch, written=counts["written"],
+        term.log.info(BATCH_COMMITTED, batch=batch_id, epoch=term.epoch, written=counts["written"],
                       durable_s=round(durable_s, 4), read_s=round(read_s, 3), stage_s=round(stage_s, 3),
                       commit_s=round(commit_s, 3), publish_s=round(publish_s, 3),
                       delta_s=round(published.delta_s, 4),
@@ -422,7 +428,7 @@ class BatchWriter:
         stuck = (timed_out == failed_now and counts["written"] == 0) if called else None
         if timed_out:
             counts["timed_out"] = timed_out
-            term.log.warning("row_function_timed_out", batch=batch_id, epoch=term.epoch, records=timed_out,
+            term.log.warning(ROW_FUNCTION_TIMED_OUT, batch=batch_id, epoch=term.epoch, records=timed_out,
                              failed=failed_now, written=counts["written"])
         path = layout.staging(layout.retry, term.epoch, batch_id)
         write_parquet(snapshot, path)

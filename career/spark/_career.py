@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import structlog
 from kazoo.exceptions import KazooException
@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from tenure.career._deadline import Probe, call_within
 from tenure.career._health import StorageHealth
 from tenure.career._protocol import BatchFailed, CareerContext, CareerObserver, Outcome
+from tenure.career.lifecycle import HANDED_OVER, INAUGURATED
 from tenure.career.spark._batch import BatchWriter
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._errors import SparkCareerError
@@ -42,7 +43,10 @@ from tenure.career.spark._term import Term, TermClock, committed_batch, no_fault
 from tenure.career.spark._warmup import KeepWarm, warm_up
 from tenure.election._errors import CommitOutcomeUnknown, ElectionError, Fenced, NotLeader, Unresponsive
 
-__all__ = ["SparkCareer"]
+__all__ = ["QUERY_STARTED", "SparkCareer"]
+
+# The log events other code reads (the drill, tests, bench): named once, here where they are logged.
+QUERY_STARTED: Final = "query_started"
 
 _POLL_S = 0.02
 _PROGRESS_EVERY_S = 1.0  # how often the query's progress is read for rows dropped by watermark
@@ -232,7 +236,7 @@ class SparkCareer:
         removed = remove_dead_staging(layout, ctx.epoch)
         self._term = term
         archived = self._housekeeper.archive_committed(term)
-        log.info("inaugurated", epoch=ctx.epoch, batch=term.last_committed, rolled_forward=rolled,
+        log.info(INAUGURATED, epoch=ctx.epoch, batch=term.last_committed, rolled_forward=rolled,
                  removed_staging=len(removed), archived=archived, clean=ctx.after_clean_handover,
                  **({"adopted_as_delta": adopted} if adopted else {}),
                  checkpoint_from=copied_from, seconds=round(self._clock() - started, 3))
@@ -303,7 +307,7 @@ class SparkCareer:
         # Only if Spark's checkpoint has the batch: then no re-run needs its files.
         self._housekeeper.archive_committed(term)
         self._term = None
-        term.log.info("handed_over", outcome=outcome.value, batch=term.last_committed, timed_out=timed_out,
+        term.log.info(HANDED_OVER, outcome=outcome.value, batch=term.last_committed, timed_out=timed_out,
                       seconds=round(self._clock() - started, 3))
         if self._session_per_term:
             self._stop_application(term)
@@ -396,7 +400,7 @@ class SparkCareer:
             lambda: start_query(session, self._config, self._layout, writer, name=name, checkpoint=term.checkpoint,
                                 marks=self._layout.queue.marks(self._marks.group), clock=term.clock),
             self._config.warmup_timeout_s, "starting the streaming query")
-        term.log.info("query_started", query=name, seconds=round(self._clock() - started, 3))
+        term.log.info(QUERY_STARTED, query=name, seconds=round(self._clock() - started, 3))
 
     def _recover_query(self, term: Term) -> bool:
         """The query has stopped on its own. Restart it after a leadership pause; otherwise raise."""

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import structlog
 from pyspark.sql import SparkSession
 
-__all__ = ["SESSION_CONF", "build_session", "use_driver_python"]
+__all__ = ["SESSION_CONF", "SPARK_SESSION_READY", "build_session", "use_driver_python"]
+
+# The log events other code reads (the drill, tests, bench): named once, here where they are logged.
+SPARK_SESSION_READY: Final = "spark_session_ready"
 
 _log = structlog.get_logger("tenure.career.spark")
 
@@ -76,7 +79,7 @@ def build_session(
         if key.startswith("spark.sql."):
             session.conf.set(key, value)
     use_driver_python(session, master)
-    _log.info("spark_session_ready", master=base.sparkContext.master, owned=owned,
+    _log.info(SPARK_SESSION_READY, master=base.sparkContext.master, owned=owned,
               version=base.version)
     return session, owned
 

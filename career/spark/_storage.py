@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import structlog
 
@@ -31,6 +31,7 @@ from tenure.career.output import (
 from tenure.career.queue import QueueLayout, is_hidden, is_queue_file
 
 __all__ = [
+    "DELTA_VERSION_ADDED",
     "CheckpointSync",
     "Layout",
     "Published",
@@ -52,6 +53,9 @@ __all__ = [
 ]
 
 _log = structlog.get_logger("tenure.career.spark")
+
+DELTA_VERSION_ADDED: Final = "delta_version_added"
+"""Logged when a publish adds a batch's version to an output's Delta table (fields output, path, batch, version)."""
 
 _EPOCH_PREFIX = "epoch="
 
@@ -384,7 +388,7 @@ def finish_publish(layout: Layout, record: Mapping[str, Any], fault: Callable[[s
                                     before_commit=lambda: fault("inside_delta_commit"))
             if version is not None:
                 versions += 1
-                _log.info("delta_version_added", output=name, path=str(output), batch=batch_id, version=version)
+                _log.info(DELTA_VERSION_ADDED, output=name, path=str(output), batch=batch_id, version=version)
     delta_s = time.monotonic() - started
     for name in ("retry", "order"):
         if name in staged:

@@ -1,8 +1,9 @@
 """What a drill observes while it runs: the replicas' JSON logs, the commit record, the replicas' /metrics.
 
 The commit record is polled every 50 ms (each change kept), the replicas' ``/metrics`` scraped every 200 ms
-(kept per process, so a killed replica's last counts stay), and the logs are read back on demand. The event and
-metric names the drill reads are gathered below, with where each is defined.
+(kept per process, so a killed replica's last counts stay), and the logs are read back on demand. The event names
+the drill reads are imported from the modules that log them and re-exported here; the metric samples it reads
+are gathered below.
 """
 
 from __future__ import annotations
@@ -20,9 +21,29 @@ from typing import Any, Final
 
 from kazoo.client import KazooClient
 
-from tenure.election import GroupPaths
+from tenure.career.lifecycle import (
+    BACKING_OFF,
+    CAREER_FAILED,
+    COMMIT_OUTCOME_UNKNOWN,
+    DEFERRED_TO_HANDOVER_TARGET,
+    EXECUTE_NOT_LEADER,
+    FENCED,
+    HANDED_OVER,
+    HANDING_OVER,
+    HANDOVER_RECORDED,
+    HANDOVER_REQUESTED,
+    INAUGURATED,
+    INAUGURATING,
+    LEADERSHIP_SUSPENDED,
+    RUNNER_LOGGER,
+    RUNNER_STARTING,
+    RUNNER_STATE,
+    STALLED,
+)
+from tenure.career.spark import BATCH_FAILED, BATCH_FENCED
+from tenure.election import COMMIT_FENCED, JOINED, RESUMED, REVOKED, SUSPENDED, GroupPaths
 from tenure.service.local import ReplicaProcess, Topology, sample_key, scrape
-from tenure.service.replica import BATCHES, COMMITS_FENCED, IS_LEADER, LEADER_EPOCH, RunnerState
+from tenure.service.replica import BATCHES, COMMITS_FENCED, FAULT_INJECTED, IS_LEADER, LEADER_EPOCH, RunnerState
 
 __all__ = [
     "BACKING_OFF",
@@ -61,40 +82,11 @@ __all__ = [
     "read_events",
 ]
 
-# -- the log events the drill reads ------------------------------------------------------------------------------
-# Event names are bare strings where they are logged (no constant to import): kept here, in one place, under the
-# module that emits each, so a renamed event is found by grepping for it.
-
-# career/lifecycle/_runner.py (logger ``tenure.runner``)
-RUNNER_LOGGER: Final = "tenure.runner"
-RUNNER_STARTING: Final = "runner_starting"
-RUNNER_STATE: Final = "runner_state"  # fields old, new (RunnerState values), epoch
-INAUGURATING: Final = "inaugurating"
-INAUGURATED: Final = "inaugurated"  # career/spark/_career.py logs one too (its own logger)
-LEADERSHIP_SUSPENDED: Final = "leadership_suspended"
-HANDING_OVER: Final = "handing_over"
-HANDOVER_RECORDED: Final = "handover_recorded"
-HANDED_OVER: Final = "handed_over"  # career/spark/_career.py logs one too
-FENCED: Final = "fenced"
-EXECUTE_NOT_LEADER: Final = "execute_not_leader"
-COMMIT_OUTCOME_UNKNOWN: Final = "commit_outcome_unknown"
-CAREER_FAILED: Final = "career_failed"
-BACKING_OFF: Final = "backing_off"  # after a career failure, before rejoining
-HANDOVER_REQUESTED: Final = "handover_requested"  # the leader acts on `tenure handover` (field to)
-DEFERRED_TO_HANDOVER_TARGET: Final = "deferred_to_handover_target"  # a replica ahead of the target steps aside
-STALLED: Final = "stalled"  # the replica gives its lock up and exits (fields reason, detail, batch, epoch)
-# election/_election.py
-JOINED: Final = "joined"
-SUSPENDED: Final = "suspended"
-RESUMED: Final = "resumed"
-REVOKED: Final = "revoked"
-# election/_fence.py
-COMMIT_FENCED: Final = "commit_fenced"
-# career/spark/_career.py
-BATCH_FENCED: Final = "batch_fenced"
-BATCH_FAILED: Final = "batch_failed"
-# service/replica/_faults.py
-FAULT_INJECTED: Final = "fault_injected"
+# -- the log events the drill reads -------------------------------------------------------------------------------
+# Each event name is a constant defined once beside the code that logs it, imported above and re-exported here:
+# the runner's from tenure.career.lifecycle (logger RUNNER_LOGGER; the Spark career logs INAUGURATED and
+# HANDED_OVER too, under its own logger), the election's and the fence's from tenure.election, the batch outcomes
+# from tenure.career.spark, FAULT_INJECTED from tenure.service.replica.
 
 #: ``runner_state``'s values the drill reads (career/lifecycle/_states.py ``RunnerState``)
 FOLLOWING: Final = RunnerState.FOLLOWING.value

@@ -13,8 +13,16 @@ from tenure.service.local._ensemble import (
     start_ensemble,
 )
 from tenure.service.local._netns import NetNamespace, NetnsError, netns_unavailable
-from tenure.service.local._spark_cluster import SparkCluster, SparkClusterError, SparkDaemon, SparkWorker
+from tenure.service.local._spark_cluster import (
+    SPARK_PROCESS_DIED,
+    SparkCluster,
+    SparkClusterError,
+    SparkDaemon,
+    SparkWorker,
+)
 from tenure.service.local._topology import (
+    REPLICA_STOPPED,
+    TOPOLOGY_STOPPED,
     ReplicaLaunch,
     ReplicaProcess,
     ReplicaStatus,
@@ -27,6 +35,9 @@ from tenure.service.local._up import run_up
 from tenure.service.local._wait import wait_for
 
 __all__ = [
+    "REPLICA_STOPPED",
+    "SPARK_PROCESS_DIED",
+    "TOPOLOGY_STOPPED",
     "Ensemble",
     "EnsembleError",
     "NetNamespace",

@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import psutil
 import structlog
@@ -25,7 +25,10 @@ from tenure.election import TenureError
 from tenure.service.local._ensemble import EnsembleError, _port_free, die_with_parent, find_java
 from tenure.service.local._wait import watch_until_stopped
 
-__all__ = ["SparkCluster", "SparkClusterError", "SparkDaemon", "SparkWorker"]
+__all__ = ["SPARK_PROCESS_DIED", "SparkCluster", "SparkClusterError", "SparkDaemon", "SparkWorker"]
+
+# The log events other code reads (the drill, tests, bench): named once, here where they are logged.
+SPARK_PROCESS_DIED: Final = "spark_process_died"
 
 _log = structlog.get_logger("tenure.spark")
 
@@ -490,7 +493,7 @@ class SparkCluster:
 
     def _report_death(self, name: str) -> None:
         d = self.master if name == "master" else self.worker(name)
-        _log.error("spark_process_died", process=name, port=d.port,
+        _log.error(SPARK_PROCESS_DIED, process=name, port=d.port,
                    exit_code=d.process.returncode if d.process else None, log=str(d.log))
 
     def stop(self) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tenure.career.lifecycle import STALLED
 from tenure.service.local._topology import ReplicaProcess, Topology
 from tenure.service.replica import EXIT_STALLED
 
@@ -97,11 +98,11 @@ def _stall_detail(replica: ReplicaProcess, tail_bytes: int = 65536) -> str:
     except OSError:
         return ""
     for line in reversed(lines):
-        if '"stalled"' in line and line.startswith("{"):
+        if f'"{STALLED}"' in line and line.startswith("{"):
             try:
                 event = json.loads(line)
             except ValueError:
                 continue
-            if event.get("event") == "stalled":
+            if event.get("event") == STALLED:
                 return f": {event.get('detail')}"
     return ""

@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import psutil
 import structlog
@@ -35,7 +36,21 @@ from tenure.service.replica import (
     tree_pids,
 )
 
-__all__ = ["ReplicaLaunch", "ReplicaProcess", "ReplicaStatus", "Topology", "free_port", "sample_key", "scrape"]
+__all__ = [
+    "REPLICA_STOPPED",
+    "TOPOLOGY_STOPPED",
+    "ReplicaLaunch",
+    "ReplicaProcess",
+    "ReplicaStatus",
+    "Topology",
+    "free_port",
+    "sample_key",
+    "scrape",
+]
+
+# The log events other code reads (the drill, tests, bench): named once, here where they are logged.
+REPLICA_STOPPED: Final = "replica_stopped"
+TOPOLOGY_STOPPED: Final = "topology_stopped"
 
 _log = structlog.get_logger("tenure.up")
 
@@ -388,8 +403,8 @@ class Topology:
         ordered = sorted(self.replicas, key=lambda r: statuses[r.replica_id].leader)
         for replica in ordered:
             code = replica.stop(self.handover_timeout_s + 10)
-            _log.info("replica_stopped", replica_id=replica.replica_id, exit_code=code)
+            _log.info(REPLICA_STOPPED, replica_id=replica.replica_id, exit_code=code)
         if self.spark is not None:
             self.spark.stop()
         self.ensemble.stop()
-        _log.info("topology_stopped")
+        _log.info(TOPOLOGY_STOPPED)

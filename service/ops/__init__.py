@@ -11,10 +11,18 @@ from tenure.service.ops._handover import HandoverDone, HandoverError, request_ha
 from tenure.service.ops._history import format_history, show_history
 from tenure.service.ops._produce import Producer, ProducerError, produce, write_lines
 from tenure.service.ops._status import fetch_status, format_status_table, show_status
-from tenure.service.ops._verify import CONTENT_FIELDS, VerifyReport, check_data_root, read_committed_batch, verify
+from tenure.service.ops._verify import (
+    CONTENT_FIELDS,
+    VERIFIED,
+    VerifyReport,
+    check_data_root,
+    read_committed_batch,
+    verify,
+)
 
 __all__ = [
     "CONTENT_FIELDS",
+    "VERIFIED",
     "DrainError",
     "HandoverDone",
     "HandoverError",

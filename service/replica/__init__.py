@@ -6,9 +6,9 @@ replica carries no operator tool and no local infrastructure.
 
 from tenure.career.lifecycle import RunnerState, StallReason
 from tenure.service.replica._config import ReplicaConfig, load_config
-from tenure.service.replica._faults import FAULT_POINTS, FaultFile, InjectedFault, arm
+from tenure.service.replica._faults import FAULT_INJECTED, FAULT_POINTS, FaultFile, InjectedFault, arm
 from tenure.service.replica._four_letter import four_letter_word
-from tenure.service.replica._health import Health, HealthServer
+from tenure.service.replica._health import HTTP_REQUEST_FAILED, Health, HealthServer
 from tenure.service.replica._lifecycle import EXIT_STALLED
 from tenure.service.replica._logs import configure_logging, log_to_file
 from tenure.service.replica._metrics import (
@@ -35,13 +35,17 @@ from tenure.service.replica._registry import (
     register_group,
     registered_groups,
 )
+from tenure.service.replica._term_record import CANARY_GAP
 
 __all__ = [
     "BATCHES",
+    "CANARY_GAP",
     "COMMITS_FENCED",
     "CONTROL_LOOP_AGE",
     "EXIT_STALLED",
+    "FAULT_INJECTED",
     "FAULT_POINTS",
+    "HTTP_REQUEST_FAILED",
     "IS_LEADER",
     "LEADER_EPOCH",
     "PROGRESS_AGE",

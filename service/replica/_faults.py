@@ -23,7 +23,10 @@ import structlog
 from tenure.election import TenureError
 from tenure.service.replica._proctree import pause_tree
 
-__all__ = ["FAULT_ACTIONS", "FAULT_POINTS", "FaultFile", "InjectedFault", "arm"]
+__all__ = ["FAULT_ACTIONS", "FAULT_INJECTED", "FAULT_POINTS", "FaultFile", "InjectedFault", "arm"]
+
+# The log events other code reads (the drill, tests, bench): named once, here where they are logged.
+FAULT_INJECTED: Final = "fault_injected"
 
 FAULT_POINTS: Final[dict[str, str]] = {
     "inaugurate": "inside inaugurate: the commit record is read, nothing rolled forward or removed yet",
@@ -79,7 +82,7 @@ class FaultFile:
             self._path.unlink()
         except FileNotFoundError:
             return  # another thread took it first
-        _log.warning("fault_injected", point=point, action=action, pid=os.getpid())
+        _log.warning(FAULT_INJECTED, point=point, action=action, pid=os.getpid())
         sys.stderr.flush()
         if action == "pause":
             pause_tree(os.getpid())

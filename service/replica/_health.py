@@ -8,12 +8,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Final
 
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-__all__ = ["Health", "HealthServer"]
+__all__ = ["HTTP_REQUEST_FAILED", "Health", "HealthServer"]
+
+# The log events other code reads (the drill, tests, bench): named once, here where they are logged.
+HTTP_REQUEST_FAILED: Final = "http_request_failed"
 
 _log = structlog.get_logger("tenure.http")
 
@@ -82,7 +85,7 @@ class _Server(ThreadingHTTPServer):
         error = sys.exc_info()[1]
         if isinstance(error, ConnectionError):
             return
-        _log.error("http_request_failed", client=str(client_address[0]), error=repr(error))
+        _log.error(HTTP_REQUEST_FAILED, client=str(client_address[0]), error=repr(error))
 
 
 class HealthServer:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from kazoo.exceptions import KazooException
 from structlog.typing import FilteringBoundLogger
@@ -18,7 +18,10 @@ from tenure.career.lifecycle import CANARY
 from tenure.election import Fence, TenureError, TermHistory, TermRecord
 from tenure.service.replica._metrics import Metrics
 
-__all__ = ["TermRecorder"]
+__all__ = ["CANARY_GAP", "TermRecorder"]
+
+# The log events other code reads (the drill, tests, bench): named once, here where they are logged.
+CANARY_GAP: Final = "canary_gap"
 
 _PROGRESS_EVERY_S = 30.0
 
@@ -83,7 +86,7 @@ class TermRecorder:
         self._metrics.handover_gap.observe(gap)
         if previous.reason == CANARY:
             self._metrics.canary_gap.set(gap)
-            self._log.info("canary_gap", seconds=round(gap, 3), previous_epoch=previous.epoch)
+            self._log.info(CANARY_GAP, seconds=round(gap, 3), previous_epoch=previous.epoch)
 
     def _update(self, what: str, **changes: Any) -> None:
         epoch = self._epoch

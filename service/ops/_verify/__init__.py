@@ -7,7 +7,7 @@ each input, ``_content`` and ``_late`` check rows against their queue lines, ``_
 ``_report``.
 """
 
-from tenure.service.ops._verify._audit import read_committed_batch, verify
+from tenure.service.ops._verify._audit import VERIFIED, read_committed_batch, verify
 from tenure.service.ops._verify._content import CONTENT_FIELDS
 from tenure.service.ops._verify._files import VerifyError, check_data_root, iter_queue_files
 from tenure.service.ops._verify._late import LATE_REASON
@@ -16,6 +16,7 @@ from tenure.service.ops._verify._report import VerifyReport
 __all__ = [
     "CONTENT_FIELDS",
     "LATE_REASON",
+    "VERIFIED",
     "VerifyError",
     "VerifyReport",
     "check_data_root",
