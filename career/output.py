@@ -153,17 +153,36 @@ def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str,
     file here. The new log entry is fsynced before returning. ``before_commit`` is called once the table has
     been read and its transaction version checked, just before the version is written (a fault hook).
 
+    Batches published in the folder after the table's transaction version and before ``batch_id`` but in no
+    version (renamed by an earlier release's leader during a rolling upgrade) are added first, one version each,
+    in batch order, with the epoch their rows carry.
+
     Raises:
         OutputSchemaError: a column of the batch's files has another type than the table's.
         DeltaError: the table could not be read or written (the batch's publish is retried by its re-run).
     """
-    files = _batch_files(folder, batch_id)
+    names = _names(folder)
+    files = _files_of(folder, names, batch_id)
     if not files:
         return None
     if not _has_commit(folder):
         before_commit()
         if (made := _create(folder, batch_id, epoch=epoch, replica_id=replica_id)) is not None:
             return made
+    covered = covered_batch(folder)
+    if covers(covered, batch_id):
+        return None
+    missed = sorted({b for n in names if (b := batch_of(n)) is not None and not covers(covered, b) and b < batch_id})
+    for gap in missed:
+        gap_files = _files_of(folder, names, gap)
+        _add_version(folder, gap, gap_files, epoch=_epoch_in(gap_files[0], epoch), replica_id="")
+    return _add_version(folder, batch_id, files, epoch=epoch, replica_id=replica_id, before_commit=before_commit)
+
+
+def _add_version(folder: Path, batch_id: int, files: list[Path], *, epoch: int, replica_id: str,
+                 before_commit: Callable[[], None] = lambda: None) -> int | None:
+    """Commit ``files`` as batch ``batch_id``'s version, unless the table covers the batch already; a race lost
+    on the same batch (Delta's transaction conflict) is that, too."""
     table = DeltaTable(str(folder))
     if covers(table.transaction_version(APP_ID), batch_id):
         return None
@@ -179,9 +198,25 @@ def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str,
         if covers(covered_batch(folder), batch_id):  # lost the race to a replica finishing the same batch
             return None
         raise
-    version = DeltaTable(str(folder)).version()
+    version = _version_of(folder, batch_id)
     _sync_log(folder, version)
     return version
+
+
+def _version_of(folder: Path, batch_id: int) -> int:
+    """The version that holds batch ``batch_id`` (a table object's own version does not move on its commit)."""
+    table = DeltaTable(str(folder))
+    for entry in table.history(limit=20):
+        if entry.get(_BATCH) == str(batch_id):
+            return int(entry["version"])
+    return table.version()
+
+
+def _epoch_in(path: Path, default: int) -> int:
+    """The ``_epoch`` a part file's rows carry (every output row does), else ``default``."""
+    column = pq.read_table(path, columns=["_epoch"]).column("_epoch") if "_epoch" in pq.read_schema(path).names \
+        else None
+    return int(column[0].as_py()) if column is not None and len(column) else default
 
 
 def adopt_table(folder: Path, batch_id: int, *, epoch: int, replica_id: str) -> int | None:
@@ -237,13 +272,16 @@ def _metadata(batch_id: int, epoch: int, replica_id: str) -> dict[str, Any]:
     return {_BATCH: str(batch_id), _EPOCH: str(epoch), _REPLICA: replica_id}
 
 
-def _batch_files(folder: Path, batch_id: int) -> list[Path]:
-    prefix = f"batch-{batch_id:012d}-"
+def _names(folder: Path) -> list[str]:
     try:
-        names = os.listdir(folder)
+        return os.listdir(folder)
     except FileNotFoundError:
         return []
-    return sorted(folder / n for n in names if n.startswith(prefix) and n.endswith(".parquet"))
+
+
+def _files_of(folder: Path, names: Iterable[str], batch_id: int) -> list[Path]:
+    """The published part files of batch ``batch_id`` among ``names`` (the folder's listing)."""
+    return sorted(folder / n for n in names if batch_of(n) == batch_id)
 
 
 def _published_files(folder: Path, up_to: int) -> list[Path]:

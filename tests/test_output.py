@@ -160,3 +160,20 @@ def test_the_log_entry_is_durable_and_readable_by_a_plain_json_reader(tmp_path: 
     txn = next(x["txn"] for x in lines if "txn" in x)
     assert (info["tenure.batch"], info["tenure.epoch"], info["tenure.replica"]) == ("0", "7", "r1")
     assert (txn["appId"], txn["version"]) == (APP_ID, 0)
+
+
+def test_batches_an_earlier_release_published_during_a_rolling_upgrade_get_their_own_versions_first(
+        tmp_path: Path) -> None:
+    """A leader of the release before the Delta outputs renames batches 2 and 3 into an adopted table; the next
+    publish (batch 4) adds them first, one version each, in order, with the epoch their rows carry."""
+    table = tmp_path / "table"
+    for batch in (0, 1):
+        _part(table, batch, 2)
+        publish_batch(table, batch, epoch=7, replica_id="r1")
+    for batch in (2, 3):
+        _part(table, batch, 3)  # rows carry epoch 7: the earlier release's term
+    _part(table, 4, 1)
+    assert publish_batch(table, 4, epoch=9, replica_id="r2") == 4
+    assert [(v.version, v.batch, v.epoch, v.replica) for v in batch_versions(table)] == [
+        (0, 0, 7, "r1"), (1, 1, 7, "r1"), (2, 2, 7, ""), (3, 3, 7, ""), (4, 4, 9, "r2")]
+    assert len(_ids(table)) == 2 + 2 + 3 + 3 + 1
