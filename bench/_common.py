@@ -36,6 +36,11 @@ class BenchContext:
     work: Path
     out: Path
     budget_s: float | None = None  # stop starting new rounds past this (a busy machine); None: no limit
+    rounds: int | None = None  # rounds of a benchmark that alternates runs (throughput, latency); None: its own
+
+    def rounds_or(self, default: int) -> int:
+        """``--rounds`` if given, else 1 with ``--quick``, else ``default``."""
+        return self.rounds if self.rounds is not None else (1 if self.quick else default)
 
 
 @dataclass(frozen=True)

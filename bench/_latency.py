@@ -209,7 +209,7 @@ def run_latency(ctx: BenchContext) -> Result:
     """At each load, alternate bare and tenure runs fed by the same producer; compare latency and batch cost."""
     seconds = 30 if ctx.quick else 90
     skip = 1 if ctx.quick else _SKIP_BATCHES
-    rounds = 1 if ctx.quick else 2
+    rounds = ctx.rounds_or(2)
     loads = ["light"] if ctx.quick else list(_LOADS)
     result = Result(
         name="latency", title="End-to-end latency and batch duration: tenure's leader vs the bare query",

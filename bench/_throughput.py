@@ -125,7 +125,7 @@ def run_throughput(ctx: BenchContext) -> Result:
     """Alternate bare and tenure runs over the same produced records; compare steady-state records/s."""
     records = 60_000 if ctx.quick else 1_000_000
     per_file = 2_000 if ctx.quick else _RECORDS_PER_FILE  # quick: still enough batches for a steady state
-    rounds = 1 if ctx.quick else 2
+    rounds = ctx.rounds_or(2)
     result = Result(
         name="throughput", title="Throughput: tenure's leader vs the bare query, and the ratio",
         command="python -m bench.run --only throughput",

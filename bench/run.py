@@ -59,7 +59,8 @@ def run_one(name: str, ctx: BenchContext) -> Result:
     work = ctx.work / name
     work.mkdir(parents=True, exist_ok=True)
     try:
-        result = _load(name)(BenchContext(quick=ctx.quick, work=work, out=ctx.out, budget_s=ctx.budget_s))
+        result = _load(name)(BenchContext(quick=ctx.quick, work=work, out=ctx.out, budget_s=ctx.budget_s,
+                                          rounds=ctx.rounds))
     except Exception as exc:
         traceback.print_exc()
         result = Result(name=name, title=name, command=f"python -m bench.run --only {name}",
@@ -69,6 +70,8 @@ def run_one(name: str, ctx: BenchContext) -> Result:
     result.params["load_avg_1m_before_after"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]
     if ctx.quick:
         result.command += " --quick"
+    if ctx.rounds is not None:
+        result.command += f" --rounds {ctx.rounds}"
     write_result(ctx.out, result)
     return result
 
@@ -138,6 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget-min", type=float, default=None,
                         help="per benchmark: start no new handover, crash or round past this many minutes "
                              "(for a busy machine; the result says how many were done)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="rounds of the benchmarks that alternate tenure and a baseline (throughput, latency; "
+                             "default 2): more rounds average out the baseline's own spread")
     parser.add_argument("--log-level", default="warning", help="the bench process's own log level")
     args = parser.parse_args(args_list)
     configure_logging(args.log_level, json=False)
@@ -146,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out is None:
         args.out = _RESULTS / (datetime.now(UTC).strftime("%Y-%m-%d") + ("-quick" if args.quick else ""))
     ctx = BenchContext(quick=args.quick, work=work, out=args.out,
-                       budget_s=args.budget_min * 60 if args.budget_min else None)
+                       budget_s=args.budget_min * 60 if args.budget_min else None, rounds=args.rounds)
     started = time.monotonic()
     results: list[Result] = []
     try:

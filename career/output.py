@@ -25,7 +25,9 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Callable, Iterable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,10 +88,12 @@ DELTA_LOG = "_delta_log"
 
 TABLE_CONFIGURATION: dict[str, str | None] = {
     "delta.appendOnly": "true",
-    # A checkpoint every 100 versions keeps a reader's log replay short; log entries older than 30 days are
-    # removed when a checkpoint is written, which bounds time travel to 30 days (the data files stay).
+    # A checkpoint every 100 versions keeps a reader's log replay short; log entries older than 7 days (the
+    # archive's default retention of queue files) are removed when a checkpoint is written: a batch every 1.5 s
+    # leaves 400 000 entries in 7 days, which every reader's listing of the log pays for. Time travel reaches
+    # back as far (the data files stay).
     "delta.checkpointInterval": "100",
-    "delta.logRetentionDuration": "interval 30 days",
+    "delta.logRetentionDuration": "interval 7 days",
     "delta.enableExpiredLogCleanup": "true",
 }
 """The properties every output table is created with (README, "Reading the output")."""
@@ -169,46 +173,88 @@ def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str,
         before_commit()
         if (made := _create(folder, batch_id, epoch=epoch, replica_id=replica_id)) is not None:
             return made
-    covered = covered_batch(folder)
+    with _open(folder) as table:
+        return _publish(table, folder, names, batch_id, files, epoch=epoch, replica_id=replica_id,
+                        before_commit=before_commit)
+
+
+_OPEN: OrderedDict[Path, tuple[threading.Lock, int, DeltaTable]] = OrderedDict()
+_OPEN_LOCK = threading.Lock()
+_OPEN_MAX = 8  # a replica's three outputs, and the warm-up's scratch ones
+
+
+@contextlib.contextmanager
+def _open(folder: Path) -> Iterator[DeltaTable]:
+    """The table at ``folder``, kept open by this process and brought up to date: loading it anew replays the
+    log from its last checkpoint (up to 100 entries, ~20 ms), bringing it up to date reads only new entries.
+    One caller at a time per table (the career's batch and control threads both publish). A table whose log
+    folder is another one than when it was opened (the output moved aside and a new table begun) is loaded anew.
+    """
+    key = folder.absolute()
+    log = (key / DELTA_LOG).stat().st_ino
+    with _OPEN_LOCK:
+        if key not in _OPEN or _OPEN[key][1] != log:
+            _OPEN[key] = (threading.Lock(), log, DeltaTable(str(key)))
+            while len(_OPEN) > _OPEN_MAX:
+                _OPEN.popitem(last=False)
+        _OPEN.move_to_end(key)
+        lock, _log_folder, table = _OPEN[key]
+    with lock:
+        table.update_incremental()
+        yield table
+
+
+def _publish(table: DeltaTable, folder: Path, names: list[str], batch_id: int, files: list[Path], *, epoch: int,
+             replica_id: str, before_commit: Callable[[], None]) -> int | None:
+    covered = table.transaction_version(APP_ID)
     if covers(covered, batch_id):
         return None
     missed = sorted({b for n in names if (b := batch_of(n)) is not None and not covers(covered, b) and b < batch_id})
     for gap in missed:
         gap_files = _files_of(folder, names, gap)
-        _add_version(folder, gap, gap_files, epoch=_epoch_in(gap_files[0], epoch), replica_id="")
-    return _add_version(folder, batch_id, files, epoch=epoch, replica_id=replica_id, before_commit=before_commit)
+        _add_version(table, folder, gap, gap_files, epoch=_epoch_in(gap_files[0], epoch), replica_id="")
+    return _add_version(table, folder, batch_id, files, epoch=epoch, replica_id=replica_id,
+                        before_commit=before_commit)
 
 
-def _add_version(folder: Path, batch_id: int, files: list[Path], *, epoch: int, replica_id: str,
-                 before_commit: Callable[[], None] = lambda: None) -> int | None:
-    """Commit ``files`` as batch ``batch_id``'s version, unless the table covers the batch already; a race lost
-    on the same batch (Delta's transaction conflict) is that, too."""
-    table = DeltaTable(str(folder))
+def _add_version(table: DeltaTable, folder: Path, batch_id: int, files: list[Path], *, epoch: int,
+                 replica_id: str, before_commit: Callable[[], None] = lambda: None) -> int | None:
+    """Commit ``files`` as batch ``batch_id``'s version on ``table`` (up to date), unless the table covers the
+    batch already; a race lost on the same batch (Delta's transaction conflict) is that, too."""
     if covers(table.transaction_version(APP_ID), batch_id):
         return None
     if _evolve(table, files):
-        table = DeltaTable(str(folder))
+        table.update_incremental()
     before_commit()
+    read = table.version()
     properties = CommitProperties(custom_metadata=_metadata(batch_id, epoch, replica_id),
                                   app_transactions=[Transaction(APP_ID, batch_id)])
     try:
         table.create_write_transaction([_add(p) for p in files], mode="append", schema=table.schema(),
                                        commit_properties=properties, post_commithook_properties=_HOOKS)
     except CommitFailedError:
-        if covers(covered_batch(folder), batch_id):  # lost the race to a replica finishing the same batch
+        table.update_incremental()
+        if covers(table.transaction_version(APP_ID), batch_id):  # lost the race to a replica finishing the batch
             return None
         raise
-    version = _version_of(folder, batch_id)
+    version = _version_of(table, folder, read, batch_id)
     _sync_log(folder, version)
+    table.update_incremental()
     return version
 
 
-def _version_of(folder: Path, batch_id: int) -> int:
-    """The version that holds batch ``batch_id`` (a table object's own version does not move on its commit)."""
-    table = DeltaTable(str(folder))
-    for entry in table.history(limit=20):
-        if entry.get(_BATCH) == str(batch_id):
-            return int(entry["version"])
+def _version_of(table: DeltaTable, folder: Path, read: int, batch_id: int) -> int:
+    """The version the commit made: the one after ``read`` (the version it was read at) when that entry is this
+    batch's, else the one the log names (a table object's own version does not move on its commit, and delta-rs
+    commits at a later version when another writer's entry came in between without conflict)."""
+    entry = folder / DELTA_LOG / f"{read + 1:020d}.json"
+    with contextlib.suppress(FileNotFoundError):
+        if f'"{_BATCH}":"{batch_id}"' in entry.read_text().replace(" ", ""):
+            return read + 1
+    table.update_incremental()
+    for info in table.history(limit=max(1, table.version() - read)):
+        if info.get(_BATCH) == str(batch_id):
+            return int(info["version"])
     return table.version()
 
 
@@ -290,10 +336,10 @@ def _published_files(folder: Path, up_to: int) -> list[Path]:
 
 
 def _has_commit(folder: Path) -> bool:
-    try:
-        return any(n.endswith(".json") for n in os.listdir(folder / DELTA_LOG))
-    except FileNotFoundError:
-        return False
+    """Whether the table has a version: its first log entry, or a checkpoint once the clean-up removed that
+    (without listing the log, which holds an entry per batch for the retention period)."""
+    log = folder / DELTA_LOG
+    return (log / f"{0:020d}.json").exists() or (log / "_last_checkpoint").exists()
 
 
 def _add(path: Path) -> AddAction:

@@ -6,8 +6,10 @@ delta-rs. The Spark career's use of it, under paused leaders, is in ``tests/test
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -108,8 +110,13 @@ def test_two_replicas_racing_on_one_batch_make_one_version(tmp_path: Path) -> No
         except BaseException as exc:
             errors.append(exc)
 
+    @contextlib.contextmanager
+    def own_handle(folder: Path) -> Iterator[DeltaTable]:
+        yield DeltaTable(str(folder))  # each replica is a process with its own handle on the table
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DeltaTable, "create_write_transaction", slow)
+        patch.setattr("tenure.career.output._open", own_handle)
         threads = [threading.Thread(target=publish, args=(r,)) for r in ("r1", "r2")]
         for t in threads:
             t.start()
@@ -177,3 +184,19 @@ def test_batches_an_earlier_release_published_during_a_rolling_upgrade_get_their
     assert [(v.version, v.batch, v.epoch, v.replica) for v in batch_versions(table)] == [
         (0, 0, 7, "r1"), (1, 1, 7, "r1"), (2, 2, 7, ""), (3, 3, 7, ""), (4, 4, 9, "r2")]
     assert len(_ids(table)) == 2 + 2 + 3 + 3 + 1
+
+
+def test_a_table_begun_anew_under_the_same_path_is_not_written_through_an_old_handle(tmp_path: Path) -> None:
+    """The output moved aside and a new table begun (by another replica, say): this process's open handle on
+    the old table must not write the new one's next version (it would skip its versions)."""
+    table = tmp_path / "table"
+    for batch in (0, 1, 2):
+        _part(table, batch, 1)
+        publish_batch(table, batch, epoch=7, replica_id="r1")
+    table.rename(tmp_path / "table-aside")
+    _part(table, 3, 1)
+    assert publish_batch(table, 3, epoch=9, replica_id="r2") == 0  # the new table's first version
+    _part(table, 4, 1)
+    assert publish_batch(table, 4, epoch=9, replica_id="r2") == 1
+    assert [v.batch for v in batch_versions(table)] == [3, 4]
+    assert len(_ids(table)) == 2
