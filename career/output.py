@@ -385,7 +385,8 @@ def check_batch_schema(folder: Path, files: Iterable[Path]) -> None:
         OutputSchemaError: the column, both types and the fix.
     """
     if _has_commit(folder):
-        _new_columns(DeltaTable(str(folder)), files)
+        with _open(folder) as table:
+            _new_columns(table, files)
 
 
 def _new_columns(table: DeltaTable, files: Iterable[Path]) -> list[pa.Field]:
