@@ -292,6 +292,9 @@ def test_cli_port_clash_exits_nonzero_with_one_line(tmp_path: Path) -> None:
     """`tenure zk` on a held port prints one error line and exits 2."""
     base = free_zk_base_port(1)
     with socket.socket() as holder:
+        # As the free-port probe and the JVM do: a connection of an earlier test lingering in TIME_WAIT on this
+        # port would refuse a plain bind; a listening socket still holds the port against ZooKeeper's.
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         holder.bind(("127.0.0.1", base))
         holder.listen()
         result = subprocess.run([*TENURE, "zk", "--servers", "1", "--port", str(base), "--dir", str(tmp_path)],

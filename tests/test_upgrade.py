@@ -11,9 +11,11 @@ every earlier file, none of them rewritten; each later batch is a version of its
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import tarfile
+import time
 from io import BytesIO
 from pathlib import Path
 
@@ -43,13 +45,22 @@ def _previous_release(into: Path) -> Path:
     return into
 
 
+_last_stamp = [0]
+
+
 def _put(landing: Path, first: int, files: int) -> None:
+    """Queue files in production order, each stamped at least 10 ms after the one before: the previous release
+    read same-millisecond files in any order (Spark's file source; the bug the queue source fixed), and would
+    quarantine a file's records as late behind a later file's."""
     for f in range(first, first + files):
         name = f"p-{f:05d}.jsonl"
         lines = [json.dumps({"id": f"{f}-{i}", "key": f"k{i % 5}", "seq": f * PER_FILE + i, "ts": i, "payload": {}})
                  for i in range(PER_FILE)]
-        (landing / f".{name}").write_text("\n".join(lines) + "\n")
-        (landing / f".{name}").rename(landing / name)
+        hidden = landing / f".{name}"
+        hidden.write_text("\n".join(lines) + "\n")
+        _last_stamp[0] = max(time.time_ns(), _last_stamp[0] + 10_000_000)
+        os.utime(hidden, ns=(_last_stamp[0], _last_stamp[0]))
+        hidden.rename(landing / name)
 
 
 def _start(name: str, code: Path, zk_hosts: str, group: str, data: Path, logs: Path,
