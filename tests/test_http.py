@@ -11,8 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+from tenure.career.lifecycle import RunnerHealth
 from tenure.service.local import wait_for
-from tenure.service.replica import HTTP_REQUEST_FAILED, Health, HealthServer
+from tenure.service.replica import HTTP_REQUEST_FAILED, HealthServer
 
 
 def _handlers_done() -> bool:
@@ -29,7 +30,7 @@ def server() -> Iterator[HealthServer]:
 def test_a_client_that_hangs_up_leaves_no_traceback(server: HealthServer, capfd: pytest.CaptureFixture[str]) -> None:
     """A scraper that timed out while the replica was paused resets its connection; a traceback on stderr would
     tear the JSON log line being written at that moment (the zombie drill lost a state change to one)."""
-    server.start(lambda: Health(live=True, ready=True, leader=False, role="following"))
+    server.start(lambda: RunnerHealth(live=True, ready=True, leader=False, role="following"))
     for _ in range(20):
         client = socket.create_connection(("127.0.0.1", server.port))
         client.sendall(b"GET /metrics HTTP/1.1\r\nHost: tenure\r\n\r\n")
@@ -42,7 +43,7 @@ def test_a_client_that_hangs_up_leaves_no_traceback(server: HealthServer, capfd:
 def test_a_failing_handler_is_one_log_event(server: HealthServer, capfd: pytest.CaptureFixture[str]) -> None:
     """A bug behind an endpoint is logged as ``http_request_failed`` naming the error, not printed raw."""
 
-    def broken() -> Health:
+    def broken() -> RunnerHealth:
         raise RuntimeError("health snapshot failed")
 
     server.start(broken)

@@ -8,7 +8,7 @@ from tenure.career.lifecycle import RunnerState, StallReason
 from tenure.service.replica._config import ReplicaConfig, load_config
 from tenure.service.replica._faults import FAULT_INJECTED, FAULT_POINTS, FaultFile, InjectedFault, arm
 from tenure.service.replica._four_letter import four_letter_word
-from tenure.service.replica._health import HTTP_REQUEST_FAILED, Health, HealthServer
+from tenure.service.replica._health import HTTP_REQUEST_FAILED, HealthServer
 from tenure.service.replica._lifecycle import EXIT_STALLED
 from tenure.service.replica._logs import configure_logging, log_to_file
 from tenure.service.replica._metrics import (
@@ -56,7 +56,6 @@ __all__ = [
     "ZK_CONNECTED",
     "FaultFile",
     "GroupError",
-    "Health",
     "HealthServer",
     "InjectedFault",
     "Metrics",

@@ -6,35 +6,21 @@ import json
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-__all__ = ["HTTP_REQUEST_FAILED", "Health", "HealthServer"]
+from tenure.career.lifecycle import RunnerHealth
+
+__all__ = ["HTTP_REQUEST_FAILED", "HealthServer"]
 
 # The log events other code reads (the drill, tests, bench): named once, here where they are logged.
 HTTP_REQUEST_FAILED: Final = "http_request_failed"
 
 _log = structlog.get_logger("tenure.http")
-
-
-@dataclass(frozen=True)
-class Health:
-    """A snapshot of the replica's health, taken by the runner.
-
-    ``live``: the control loop ticks (independent of ZooKeeper). ``ready``: connected, in the election and,
-    with warm standby, Spark ready — true on followers too. ``leader``: leading with the writer active.
-    """
-
-    live: bool
-    ready: bool
-    leader: bool
-    role: str
-    epoch: int | None = None
-    reasons: list[str] = field(default_factory=list)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -45,7 +31,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/metrics":
             self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
             return
-        checks: dict[str, Callable[[Health], bool]] = {
+        checks: dict[str, Callable[[RunnerHealth], bool]] = {
             "/livez": lambda h: h.live,
             "/readyz": lambda h: h.ready,
             "/leader": lambda h: h.leader,
@@ -75,7 +61,8 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], registry: CollectorRegistry) -> None:
         self.registry = registry
-        self.health: Callable[[], Health] = lambda: Health(live=True, ready=False, leader=False, role="starting")
+        self.health: Callable[[], RunnerHealth] = lambda: RunnerHealth(live=True, ready=False, leader=False,
+                                                                       role="starting")
         super().__init__(address, _Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -107,7 +94,7 @@ class HealthServer:
     def port(self) -> int:
         return int(self._server.server_address[1])
 
-    def start(self, health: Callable[[], Health]) -> None:
+    def start(self, health: Callable[[], RunnerHealth]) -> None:
         self._server.health = health
         self._thread.start()
 

@@ -13,7 +13,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import asdict
 from types import FrameType
 
 import structlog
@@ -29,7 +28,6 @@ from tenure.career.lifecycle import (
     TermJournal,
 )
 from tenure.election import Election, ElectionEvent
-from tenure.service.replica._health import Health
 from tenure.service.replica._metrics import Metrics
 from tenure.service.replica._proctree import tree_pids
 from tenure.service.replica._progress import Progress
@@ -37,7 +35,7 @@ from tenure.service.replica._requests import OperatorRequests
 from tenure.service.replica._term_record import TermRecorder
 from tenure.service.replica._watchdog import StallLimits, Watchdog
 
-__all__ = ["EXIT_HANDOVER_OVERRUN", "EXIT_STALLED", "ReplicaControl", "RunnerMetrics", "build_runner", "health_of"]
+__all__ = ["EXIT_HANDOVER_OVERRUN", "EXIT_STALLED", "ReplicaControl", "RunnerMetrics", "build_runner"]
 
 _log = structlog.get_logger("tenure.runner")
 
@@ -84,11 +82,6 @@ class RunnerMetrics:
 
     def stalled(self, reason: StallReason) -> None:
         self._metrics.stalls.labels(reason.value).inc()
-
-
-def health_of(runner: Runner) -> Health:
-    """The runner's health snapshot, as the HTTP server serves it."""
-    return Health(**asdict(runner.health()))
 
 
 class ReplicaControl:

@@ -20,7 +20,7 @@ from tenure.election import ConfigError, Election, ElectionEvent, Identity
 from tenure.service.replica._config import ReplicaConfig
 from tenure.service.replica._four_letter import four_letter_word
 from tenure.service.replica._health import HealthServer
-from tenure.service.replica._lifecycle import build_runner, health_of
+from tenure.service.replica._lifecycle import build_runner
 from tenure.service.replica._metrics import Metrics
 from tenure.service.replica._progress import Progress
 from tenure.service.replica._registry import register_group, registered_groups
@@ -168,7 +168,7 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
 
     control.install_signal_handlers()
     metrics.zk_connected.set(1 if client.connected else 0)
-    server.start(lambda: health_of(runner))
+    server.start(runner.health)
     _log.info("replica_started", metrics_port=server.port, career=config.career, zk=config.zk)
     try:
         return runner.run()
