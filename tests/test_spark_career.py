@@ -252,14 +252,16 @@ def test_exactly_once_warm_then_second_term_reads_only_new_files(
     career2.close()
 
 
-@pytest.mark.parametrize("point", ["after_stage", "after_commit", "after_publish"])
+@pytest.mark.parametrize("point", ["after_stage", "after_commit", "after_rename", "inside_delta_commit",
+                                   "after_publish"])
 def test_crash_window_then_new_leader_exactly_once(
     spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path, point: str
 ) -> None:
-    """A crash forced inside a batch — after staging, after the fenced commit, or after publishing — then a
-    new leader (new epoch) on the same data root: output ends exactly once. After 'after_commit' the new
-    leader's inaugurate rolls the publish forward; after 'after_stage' it deletes the dead staging; after
-    'after_publish' Spark re-runs the batch and the career skips it."""
+    """A crash forced inside a batch — after staging, after the fenced commit, after the publish renames,
+    inside the Delta commit, or after publishing — then a new leader (new epoch) on the same data root: output
+    ends exactly once (the audit checks the Delta versions too). After 'after_commit' the new leader's
+    inaugurate rolls the publish forward, and after the renames its Delta version; after 'after_stage' it
+    deletes the dead staging; from 'after_rename' on, Spark re-runs the batch and the career skips it."""
     root = tmp_path / "data"
     q = Queue(root)
     q.standard(files=3)

@@ -593,16 +593,8 @@ class Runner:
     def _leave_election(self, to: RunnerState, reason: str, *, term_ended: bool = False) -> None:
         """Hand over cleanly when leading (unless the term already ended), release the node, and wait out of the
         election in state ``to``."""
-        started = self._clock()
         was_leading = self._state in (RunnerState.LEADING, RunnerState.PAUSED) and not term_ended
-        if was_leading:
-            self._hand_over_cleanly(reason)
-        try:
-            self._election.release(self._settings.handover_timeout_s)
-        except TenureError:
-            self._log.exception("release_failed", epoch=self._epoch)
-        if was_leading:
-            self._observer.handover_took(self._clock() - started)
+        self._hand_over_and_release(reason, was_leading)
         self._log.warning(LEFT_ELECTION, reason=reason, state=to.value, was_leading=was_leading,
                           epoch=self._epoch)
         self._transition(to)
@@ -633,17 +625,27 @@ class Runner:
         started = self._clock()
         was_leading = self._state in (RunnerState.LEADING, RunnerState.PAUSED)
         self._transition(RunnerState.STOPPING)
+        if not self._hand_over_and_release(reason, was_leading):
+            self._exit_code = 1
+        if was_leading:
+            self._log.info(HANDED_OVER, epoch=self._epoch, seconds=round(self._clock() - started, 3))
+        self._transition(RunnerState.STOPPED)
+
+    def _hand_over_and_release(self, reason: str, was_leading: bool) -> bool:
+        """Hand over cleanly when ``was_leading``, then release the election node (the observer is told how long
+        both took); returns whether the release succeeded."""
+        started = self._clock()
         if was_leading:
             self._hand_over_cleanly(reason)
         try:
             self._election.release(self._settings.handover_timeout_s)
+            released = True
         except TenureError:
             self._log.exception("release_failed", epoch=self._epoch)
-            self._exit_code = 1
+            released = False
         if was_leading:
             self._observer.handover_took(self._clock() - started)
-            self._log.info(HANDED_OVER, epoch=self._epoch, seconds=round(self._clock() - started, 3))
-        self._transition(RunnerState.STOPPED)
+        return released
 
     # -- fail-stop ---------------------------------------------------------------------------------------------
 
