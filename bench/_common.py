@@ -9,15 +9,19 @@ import os
 import platform
 import re
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 __all__ = [
     "ENSEMBLE_ATTEMPTS",
     "ENSEMBLE_START_S",
     "BenchContext",
+    "CpuMeter",
     "Result",
     "Target",
     "machine",
@@ -37,6 +41,7 @@ class BenchContext:
     out: Path
     budget_s: float | None = None  # stop starting new rounds past this (a busy machine); None: no limit
     rounds: int | None = None  # rounds of a benchmark that alternates runs (throughput, latency); None: its own
+    recipes: tuple[str, ...] | None = None  # the handover benchmark's recipes to run; None: all
 
     def rounds_or(self, default: int) -> int:
         """``--rounds`` if given, else 1 with ``--quick``, else ``default``."""
@@ -201,3 +206,79 @@ def process_tree_rss(pid: int) -> int:
         todo += children.get(current, [])
     return total
 
+
+
+def _cpu_category(proc: psutil.Process, measured: set[int], roots: list[int]) -> str:
+    if proc.pid in measured:
+        if proc.pid in roots:
+            return "driver"
+        with contextlib.suppress(psutil.Error):
+            if proc.name() == "java":
+                return "jvm"
+        return "workers"
+    if proc.pid == os.getpid():
+        return "bench"
+    with contextlib.suppress(psutil.Error):
+        if any("QuorumPeerMain" in part for part in proc.cmdline()):
+            return "zookeeper"
+    return "other"
+
+
+class CpuMeter:
+    """CPU seconds spent by every process on the machine between two readings, by category: ``measured`` (a
+    process tree under test: its root process ``driver``, its ``jvm`` and its other descendants ``workers``, such
+    as Spark's Python workers), ``zookeeper`` (the embedded ensemble's servers), ``bench`` (this
+    process: pollers, timelines) and ``other``; plus the machine's steal and I/O wait, and the wall seconds.
+
+    Why: a ratio of two runs means little when something else took the cores during one of them.
+    """
+
+    def __init__(self) -> None:
+        self._start: dict[int, tuple[float, float]] = {}
+        self._started = 0.0
+        self._roots: list[int] = []
+        self._machine: Any = None
+
+    def start(self, *roots: int) -> None:
+        self._roots = list(roots)
+        self._started = time.monotonic()
+        self._machine = psutil.cpu_times()
+        self._start = self._read()
+
+    def _read(self) -> dict[int, tuple[float, float]]:
+        times: dict[int, tuple[float, float]] = {}
+        for proc in psutil.process_iter(["create_time"]):
+            with contextlib.suppress(psutil.Error):
+                cpu = proc.cpu_times()
+                # With the children it has reaped: a Python worker that exits leaves its time to its parent.
+                times[proc.pid] = (proc.info["create_time"],
+                                   cpu.user + cpu.system + cpu.children_user + cpu.children_system)
+        return times
+
+    def _measured(self) -> set[int]:
+        pids: set[int] = set()
+        for root in self._roots:
+            with contextlib.suppress(psutil.Error):
+                parent = psutil.Process(root)
+                pids |= {root, *(child.pid for child in parent.children(recursive=True))}
+        return pids
+
+    def stop(self) -> dict[str, float]:
+        """CPU seconds by category since :meth:`start`, ``wall_s``, and ``cores_busy`` (all CPU / wall)."""
+        end, wall = self._read(), time.monotonic() - self._started
+        machine = psutil.cpu_times()
+        measured = self._measured()
+        spent: dict[str, float] = dict.fromkeys(("driver", "jvm", "workers", "zookeeper", "bench", "other"), 0.0)
+        for pid, (created, cpu) in end.items():
+            before = self._start.get(pid)
+            used = cpu - before[1] if before is not None and before[0] == created else cpu
+            with contextlib.suppress(psutil.Error):
+                spent[_cpu_category(psutil.Process(pid), measured, self._roots)] += max(used, 0.0)
+        figures = {f"{name}_cpu_s": round(value, 2) for name, value in spent.items()}
+        figures["measured_cpu_s"] = round(spent["driver"] + spent["jvm"] + spent["workers"], 2)
+        # Time the hypervisor gave this machine's cores to others, and time they sat waiting for the disk.
+        figures["steal_s"] = round(getattr(machine, "steal", 0.0) - getattr(self._machine, "steal", 0.0), 2)
+        figures["iowait_s"] = round(getattr(machine, "iowait", 0.0) - getattr(self._machine, "iowait", 0.0), 2)
+        figures["wall_s"] = round(wall, 2)
+        figures["cores_busy"] = round(sum(spent.values()) / wall, 3) if wall > 0 else 0.0
+        return figures

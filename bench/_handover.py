@@ -21,7 +21,18 @@ from bench._cluster import (
 )
 from bench._common import BenchContext, Result, Target, percentiles
 from bench._plots import add_plot, change_plot
-from bench._split import SEGMENTS, Event, SplitError, median_segments, read_log, split_change, steady_interval_s
+from bench._split import (
+    PROGRESS_FIGURES,
+    SEGMENTS,
+    Event,
+    SplitError,
+    batch_progress,
+    median_segments,
+    read_log,
+    split_change,
+    steady_interval_s,
+    steady_progress,
+)
 
 __all__ = ["change", "run_failover", "run_handover", "stats", "steady"]
 
@@ -132,6 +143,9 @@ def _split_rows(cluster: Cluster, commits: list[Commit], rows: list[dict[str, An
                                     naive=isinstance(cluster, NaiveCluster)))
             if not isinstance(cluster, NaiveCluster):
                 row["successor_batch_interval_s"] = steady_interval_s(events[row["to"]], row["new_epoch"])
+                row["first_batch_progress"] = batch_progress(events[row["to"]], row["new_epoch"],
+                                                             row["first_batch_id"])
+                row["old_steady_progress"] = steady_progress(events[row["from"]], row["old_epoch"])
         except (SplitError, KeyError, ValueError, OSError) as exc:
             row["split_error"] = f"{type(exc).__name__}: {exc}"
 
@@ -145,8 +159,17 @@ def _segment_tables(changes: dict[str, list[dict[str, Any]]], noun: str, total_k
               **{SEGMENTS[k]: v for k, v in (r.get("segments_s") or {}).items()},
               **({"split error": r["split_error"]} if "split_error" in r else {})}
              for label, rows in changes.items() for i, r in enumerate(rows)]
-    return {"Where the time goes: median seconds per segment (medians do not add up to the median total)": medians,
-            f"Every {noun}: seconds per segment": every}
+    progress = [{"recipe": label, "#": i + 1, "batch": name, **figures}
+                for label, rows in changes.items() for i, r in enumerate(rows)
+                for name, figures in ((f"successor's first ({r.get('first_batch_id')})", r.get("first_batch_progress")),
+                                      ("old leader's steady (median)", r.get("old_steady_progress")))
+                if figures]
+    tables = {"Where the time goes: median seconds per segment (medians do not add up to the median total)": medians,
+              f"Every {noun}: seconds per segment": every}
+    if progress:
+        tables[f"Every {noun}: Spark's progress of the successor's first batch and of the old leader's steady "
+               f"batches ({', '.join(PROGRESS_FIGURES)}: ms, rows, MiB; `batch_progress` events)"] = progress
+    return tables
 
 
 def _run_recipes(ctx: BenchContext, recipes: list[tuple[str, Callable[[Path], Cluster]]], count: int, *,
@@ -193,7 +216,11 @@ def handover_targets(warm: list[dict[str, Any]], summary: dict[str, dict[str, An
         out.append(Target(f"tenure warm gap {stat} (s)", value,
                           f"≤ successor's steady batch {batch} s + {slack:g} s = {limit} s",
                           None if limit is None or value is None else value <= limit))
-    out.append(Target("gap p50 ratio tenure-warm / naive", ratio, "≤ 0.1", ratio is not None and ratio <= 0.1))
+    out.append(Target("gap p50 ratio tenure-warm / naive", ratio, "≤ 0.1", None if ratio is None else ratio <= 0.1))
+    gaps = [r["gap_s"] for r in warm]
+    growth = round(gaps[-1] / gaps[0], 3) if len(gaps) >= 2 and gaps[0] > 0 else None
+    out.append(Target(f"tenure warm gap: last / first of {len(gaps)} consecutive handovers", growth, "≤ 1.2",
+                      None if growth is None else growth <= 1.2))
     return out
 
 
@@ -221,6 +248,12 @@ def run_handover(ctx: BenchContext) -> Result:
         ("naive", lambda d: NaiveCluster(d, rate=_RATE)),
         ("tenure-cold", lambda d: TenureCluster(d, standby="cold", rate=_RATE)),
     ]
+    if ctx.recipes is not None:
+        unknown = set(ctx.recipes) - {label for label, _ in recipes}
+        if unknown:
+            raise ValueError(f"--recipes: no recipe {sorted(unknown)}; choose from {[r for r, _ in recipes]}")
+        recipes = [(label, factory) for label, factory in recipes if label in ctx.recipes]
+        result.params["recipes"] = list(ctx.recipes)
     changes = _run_recipes(ctx, recipes, count, crash=False, result=result)
     summary: dict[str, dict[str, Any]] = {}
     for label, rows in changes.items():

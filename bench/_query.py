@@ -61,6 +61,7 @@ def start_query(spark: SparkSession, config: SparkCareerConfig, *, checkpoint: P
             ).collect()
             by_kind = {r["kind"]: int(r["n"]) for r in rows}
             files = sorted(f.rsplit("/", 1)[-1] for r in rows for f in r["files"] if f)
+            read = time.time()
             if by_kind.get(KIND_ROW):
                 table_rows(df, epoch=epoch, batch_id=batch_id,
                            partitions=output_partitions(by_kind[KIND_ROW], config.shuffle_partitions)) \
@@ -70,7 +71,7 @@ def start_query(spark: SparkSession, config: SparkCareerConfig, *, checkpoint: P
                     .parquet(quarantine.resolve().as_uri())
         finally:
             df.unpersist()
-        on_batch({"batch_id": batch_id, "started_at": started, "committed_at": time.time(),
+        on_batch({"batch_id": batch_id, "started_at": started, "read_at": read, "committed_at": time.time(),
                   "written": by_kind.get(KIND_ROW, 0), "quarantined": by_kind.get(KIND_BAD, 0), "files": files})
 
     return (stream.writeStream.foreachBatch(write)

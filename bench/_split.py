@@ -50,14 +50,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tenure.career.lifecycle import HANDED_OVER, INAUGURATED
-from tenure.career.spark import BATCH_COMMITTED, QUERY_STARTED, SPARK_SESSION_READY
+from tenure.career.spark import BATCH_COMMITTED, BATCH_PROGRESS, QUERY_STARTED, SPARK_SESSION_READY
 from tenure.election import ELECTED, RELEASED
 
 if TYPE_CHECKING:
     from bench._cluster import Commit
 
-__all__ = ["SEGMENTS", "Event", "SplitError", "median_segments", "read_log", "seconds_to", "split_change",
-           "steady_interval_s"]
+__all__ = ["PROGRESS_FIGURES", "SEGMENTS", "Event", "SplitError", "batch_progress", "median_segments", "read_log",
+           "seconds_to", "split_change", "steady_interval_s", "steady_progress"]
 
 # Every segment in time order, with the label tables and plots show. A split carries the keys of its kind only.
 SEGMENTS: dict[str, str] = {
@@ -247,3 +247,48 @@ def steady_interval_s(events: Sequence[Event], epoch: int) -> float | None:
              and "read_s" in e.fields]
     intervals = [b - a for a, b in itertools.pairwise(times)]
     return round(statistics.median(intervals), 3) if intervals else None
+
+
+#: The figures of a batch's ``batch_progress`` the handover tables show: Spark's time split (ms), and the dedup
+#: state store's: rows, memory, time in updates (the operator's input included) and in evicting expired ids, its
+#: commit, and loading it (RocksDB: the load, the changelog files replayed and their time, files copied in).
+PROGRESS_FIGURES: tuple[str, ...] = (
+    "latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution",
+    "state_rows", "state_memory_mib", "state_update_ms", "state_removal_ms", "state_commit_ms", "state_load_ms",
+    "changelogs_replayed", "replay_ms", "files_copied",
+)
+_ROCKSDB = {"state_load_ms": "rocksdbLoadLatencyMs", "changelogs_replayed": "rocksdbNumReplayChangelogFiles",
+            "replay_ms": "rocksdbReplayChangeLogLatencyMs", "files_copied": "rocksdbFilesCopied"}
+
+
+def _progress_row(event: Event) -> dict[str, float | None]:
+    """One ``batch_progress`` event as :data:`PROGRESS_FIGURES` (None where the event lacks one)."""
+    durations = event.fields.get("duration_ms") or {}
+    state = (event.fields.get("state") or [{}])[0]
+    metrics = state.get("metrics") or {}
+    memory = state.get("memory_bytes")
+    row: dict[str, float | None] = {key: durations.get(key) for key in PROGRESS_FIGURES[:6]}
+    row |= {"state_rows": state.get("rows"),
+            "state_memory_mib": round(memory / (1 << 20), 1) if memory is not None else None,
+            "state_update_ms": state.get("update_ms"), "state_removal_ms": state.get("removal_ms"),
+            "state_commit_ms": state.get("commit_ms")}
+    row |= {key: metrics.get(name) for key, name in _ROCKSDB.items()}
+    return row
+
+
+def batch_progress(events: Sequence[Event], epoch: int, batch_id: int) -> dict[str, float | None] | None:
+    """Spark's progress of batch ``batch_id`` of term ``epoch`` (its ``batch_progress`` event), or None."""
+    found = _find(events, BATCH_PROGRESS, match=lambda e: _epoch(epoch)(e) and e.fields.get("batch") == batch_id)
+    return None if found is None else _progress_row(found)
+
+
+def steady_progress(events: Sequence[Event], epoch: int, skip: int = 3) -> dict[str, float | None] | None:
+    """The median of each progress figure over term ``epoch``'s batches after its first ``skip``, or None."""
+    rows = [_progress_row(e) for e in events if e.event == BATCH_PROGRESS and _epoch(epoch)(e)][skip:]
+    if not rows:
+        return None
+    medians: dict[str, float | None] = {}
+    for key in PROGRESS_FIGURES:
+        values = [value for r in rows if (value := r[key]) is not None]
+        medians[key] = round(statistics.median(values), 1) if values else None
+    return medians

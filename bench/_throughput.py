@@ -3,17 +3,19 @@ of every run's per-batch rate over time."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from bench._cluster import CommitTimeline, TenureCluster
-from bench._common import BenchContext, Result, Target, percentiles
+from bench._cluster import TenureCluster
+from bench._common import BenchContext, CpuMeter, Result, Target, percentiles
 from bench._plots import add_plot, rate_plot
 from tenure.career.queue import QueueLayout
 from tenure.career.spark import BATCH_COMMITTED
@@ -39,9 +41,12 @@ def _steady_rate(batches: list[dict[str, Any]]) -> dict[str, Any]:
     records = sum(b["written"] for b in steady)
     intervals = [b["committed_at"] - a["committed_at"] for a, b in zip(data[_SKIP_BATCHES - 1:], steady, strict=False)]
     in_batch = [b["committed_at"] - b["started_at"] for b in steady if "started_at" in b]
+    read = [b["read_at"] - b["started_at"] for b in steady if "read_at" in b]
     return {"records_per_s": round(records / span, 1) if span > 0 else None, "steady_records": records,
             **({"in_batch_s": {k: (round(v, 3) if isinstance(v, float) else v)
                                for k, v in percentiles(in_batch).items()}} if in_batch else {}),
+            **({"read_s": {k: (round(v, 3) if isinstance(v, float) else v)
+                           for k, v in percentiles(read).items()}} if read else {}),
             "steady_batches": len(steady), "batches": len(data), "contiguous": contiguous,
             "batch_interval_s": {k: (round(v, 3) if isinstance(v, float) else v)
                                  for k, v in percentiles(intervals).items()},
@@ -69,12 +74,25 @@ def _run_bare(work: Path, source: Path, records: int) -> dict[str, Any]:
     data_root = work / "data"
     _fill_landing(source, data_root)
     out = work / "batches.json"
+    meter = CpuMeter()
     with (work / "bare.log").open("ab") as log:
-        subprocess.run([sys.executable, "-m", "bench._bare", "--data-root", str(data_root), "--records",
-                        str(records), "--out", str(out), "--timeout-s", f"{_TIMEOUT_S:g}"],
-                       stdout=log, stderr=subprocess.STDOUT, check=True, timeout=_TIMEOUT_S + 120)
+        bare = subprocess.Popen([sys.executable, "-m", "bench._bare", "--data-root", str(data_root), "--records",
+                                 str(records), "--out", str(out), "--timeout-s", f"{_TIMEOUT_S:g}"],
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            meter.start(bare.pid)
+            deadline = time.monotonic() + _TIMEOUT_S + 120
+            while not out.exists() and bare.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            cpu = meter.stop()  # the query has stopped; its JVM is still there to be counted
+            if bare.wait(timeout=max(deadline - time.monotonic(), 1.0)) != 0:
+                raise RuntimeError(f"the bare query failed (exit {bare.returncode}); see {work / 'bare.log'}")
+        finally:
+            if bare.poll() is None:
+                bare.kill()
+                bare.wait()
     body = json.loads(out.read_text())
-    return {**_steady_rate(body["batches"]), "rate_over_time": _rate_over_time(body["batches"])}
+    return {**_steady_rate(body["batches"]), "rate_over_time": _rate_over_time(body["batches"]), "cpu": cpu}
 
 
 def _run_tenure(work: Path, source: Path, records: int) -> dict[str, Any]:
@@ -83,23 +101,57 @@ def _run_tenure(work: Path, source: Path, records: int) -> dict[str, Any]:
     cluster.start()
     try:
         # Linked once the replica runs: its warm-up (a minute or more) dwarfs the milliseconds this takes.
+        meter = CpuMeter()
+        meter.start(*(pid for pid in [cluster.pid("replica-1")] if pid is not None))
         _fill_landing(source, cluster.data_root)
-        with CommitTimeline(cluster.connect_string, cluster.group) as timeline:
-            deadline = time.monotonic() + _TIMEOUT_S
-            while sum(c.written for c in timeline.snapshot()) < records:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"tenure wrote {sum(c.written for c in timeline.snapshot())} of {records} "
-                                       f"records in {_TIMEOUT_S:g} s; see {cluster.topology.logs}")
-                if cluster.pid("replica-1") is None:
-                    raise RuntimeError(f"the tenure replica exited; see {cluster.topology.logs}")
-                time.sleep(0.2)
-            batches = [{"batch_id": c.batch_id, "committed_at": c.committed_at, "written": c.written}
-                       for c in timeline.snapshot()]
+        log = cluster.topology.logs / "replica-1.log"
+        deadline = time.monotonic() + _TIMEOUT_S
+        while True:
+            batches = _logged_batches(log)
+            written = sum(b["written"] for b in batches)
+            if written >= records:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"tenure wrote {written} of {records} records in {_TIMEOUT_S:g} s; "
+                                   f"see {cluster.topology.logs}")
+            if cluster.pid("replica-1") is None:
+                raise RuntimeError(f"the tenure replica exited; see {cluster.topology.logs}")
+            time.sleep(0.5)
+        cpu = meter.stop()
     finally:
         cluster.stop()
     steps = _batch_steps(cluster.topology.logs / "replica-1.log")
     return {**_steady_rate(batches), "rate_over_time": _rate_over_time(batches), "steps_s": steps,
-            "durable_s": steps.get("durable_s", {}), "in_batch_s": steps.get("in_batch_s", {})}
+            "durable_s": steps.get("durable_s", {}), "in_batch_s": steps.get("in_batch_s", {}), "cpu": cpu}
+
+
+_DISTURBED_CORES = 0.1
+"""A run during which processes outside it (``other`` in its CPU figures) used more cores than this on average
+competed for the 2 cores: its rate says more about them than about the query."""
+
+
+def _disturbed(run: dict[str, Any]) -> bool:
+    cpu = run.get("cpu") or {}
+    return bool(cpu.get("wall_s")) and cpu.get("other_cpu_s", 0.0) / cpu["wall_s"] > _DISTURBED_CORES
+
+
+def _logged_batches(log: Path) -> list[dict[str, Any]]:
+    """The leader's committed batches from its ``batch_committed`` events (the warm-up's left out): id, records
+    written, and when it ended and began (the event's time, and that less its ``batch_s``).
+
+    Read from the log rather than by polling the commit record, so the measurement adds no load of its own to
+    ZooKeeper or to the 2 cores (a poll every 20 ms cost this process about 0.03 cores, plus ZooKeeper's answers)."""
+    batches = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{") and f'"{BATCH_COMMITTED}"' in line:
+            with contextlib.suppress(ValueError, KeyError):
+                event = json.loads(line)
+                if event.get("warmup") or "written" not in event:
+                    continue
+                ended = datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+                batches.append({"batch_id": int(event["batch"]), "committed_at": ended,
+                                "started_at": ended - float(event["batch_s"]), "written": int(event["written"])})
+    return batches
 
 
 _STEPS = ("durable_s", "read_s", "stage_s", "commit_s", "publish_s", "delta_s")
@@ -155,8 +207,17 @@ def run_throughput(ctx: BenchContext) -> Result:
                      "steady batches": r.get("steady_batches"),
                      "batch interval p50 s": (r.get("batch_interval_s") or {}).get("p50"),
                      "in foreachBatch p50 s": (r.get("in_batch_s") or {}).get("p50"),
+                     "read p50 s": (r.get("read_s") or r.get("steps_s", {}).get("read_s") or {}).get("p50"),
                      "checkpoint fsyncs p50 / p99 s": (f"{r['durable_s'].get('p50')} / {r['durable_s'].get('p99')}"
                                                        if r.get("durable_s") else "")} for r in runs]
+
+    result.tables["CPU during each run, in cores (CPU seconds / wall seconds), by process"] = [
+        {"run": r["run"], "round": r["round"], "wall s": r["cpu"]["wall_s"],
+         **{name: round(r["cpu"][f"{name}_cpu_s"] / r["cpu"]["wall_s"], 3)
+            for name in ("measured", "driver", "jvm", "workers", "zookeeper", "bench", "other")},
+         "all": r["cpu"]["cores_busy"],
+         "steal": round(r["cpu"]["steal_s"] / r["cpu"]["wall_s"], 3),
+         "iowait": round(r["cpu"]["iowait_s"] / r["cpu"]["wall_s"], 3)} for r in runs if r.get("cpu", {}).get("wall_s")]
 
     result.tables["tenure's steady batch, step by step: p50 / p99 s"] = [
         {"round": r["round"], **{step.removesuffix("_s"): f"{r['steps_s'][step].get('p50')} / "
@@ -164,13 +225,25 @@ def run_throughput(ctx: BenchContext) -> Result:
                                  for step in (*_STEPS, "in_batch_s") if step in r.get("steps_s", {})}}
         for r in runs if r["run"] == "tenure"]
 
+    disturbed = [r for r in runs if _disturbed(r)]
+    counted = [r for r in runs if r not in disturbed]
+    if not {r["run"] for r in counted} >= {"bare", "tenure"}:
+        counted = runs  # nothing to compare without them: keep every run, and say so below
+    if disturbed:
+        names = ", ".join(f"{r['run']} round {r['round']}" for r in disturbed)
+        result.notes.append(
+            f"Disturbed (other processes used more than {_DISTURBED_CORES:g} cores meanwhile: `other` in the CPU "
+            f"table): {names}; "
+            + ("left out of the ratio." if counted is not runs else "kept: without them one side has no run."))
+
     def mean(kind: str) -> float | None:
-        rates = [r["records_per_s"] for r in runs if r["run"] == kind and r["records_per_s"]]
+        rates = [r["records_per_s"] for r in counted if r["run"] == kind and r["records_per_s"]]
         return sum(rates) / len(rates) if rates else None
 
     bare, tenure = mean("bare"), mean("tenure")
     ratio = round(tenure / bare, 3) if bare and tenure else None
-    result.figures = {"runs": runs, "bare_records_per_s": bare, "tenure_records_per_s": tenure, "ratio": ratio}
+    result.figures = {"runs": runs, "bare_records_per_s": bare, "tenure_records_per_s": tenure, "ratio": ratio,
+                      "disturbed_runs": [[r["run"], r["round"]] for r in disturbed]}
     result.targets.append(Target("throughput ratio tenure / bare", ratio, "≥ 0.95",
                                  ratio is not None and ratio >= 0.95))
     add_plot(result, ctx.out, lambda path: rate_plot(
@@ -186,14 +259,25 @@ def run_throughput(ctx: BenchContext) -> Result:
         "Checkpoint fsyncs: each tenure batch first fsyncs what Spark wrote to its checkpoint since the batch "
         "before (`CheckpointSync`), timed as `durable_s` in the replica's `batch_committed` events.",
         "tenure runs as one `tenure run --career spark` replica (the leader; no followers competing for the 2 "
-        "cores); its batch times come from the commit records, the bare query's from `foreachBatch`.",
+        "cores); its batch times come from its `batch_committed` events (the time each is logged, just after the "
+        "batch's publish, and that less its `batch_s`), the bare query's from `foreachBatch`.",
         "In foreachBatch: the median steady batch's time inside the batch function (the bare query's "
-        "`foreachBatch` from start to its last write; tenure's `batch_s`, from its `batch_committed` events). The "
+        "`foreachBatch` from start to its last write; tenure's `batch_s`, from its `batch_committed` events). "
+        "Read: the first action over the batch, which runs the source, the line splitter and deduplication (the "
+        "bare query's aggregation by kind; tenure's `read_s`). The "
         "rest of the batch interval is Spark's own: planning (the source's listing), the offset and commit logs, "
         "the state store. The step table splits tenure's batch: `durable` (checkpoint fsyncs), `read` (reading "
         "and counting), `stage` (every output written and fsynced), `commit` (the fenced ZooKeeper write), "
         "`publish` (renames), `delta` (the batch's Delta commit in each output table it wrote to, log fsynced "
         "included); the rest of `in_batch` is the commit-record read, marking and archiving.",
+        "CPU: every process's CPU seconds from the moment the query's input is in place (tenure: landing filled "
+        "once the replica runs; bare: the query's process started) until the last record is written, by process: "
+        "`measured` is the query's process tree: `driver` its Python process (the replica, or the bare query), `jvm` "
+        "Spark's JVM, `workers` Spark's Python workers; "
+        "`zookeeper` the embedded ensemble's servers (tenure runs only), `bench` this process (it reads the "
+        "replica's log twice a second), `other` the rest of the machine (`bench/_common.py`, `CpuMeter`); "
+        "`steal` is time the hypervisor ran something else on the machine's cores, `iowait` idle time waiting for "
+        "the disk (both machine-wide, from `/proc/stat`). The machine has 2 cores.",
         "Plot: each batch's records over the time since the previous batch's commit, against the time since the "
         "run's first commit (`rate_over_time` in each run's figures).",
     ]

@@ -9,6 +9,7 @@ a later run into the same folder overwrites only for the benchmarks it ran, and 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -59,8 +60,7 @@ def run_one(name: str, ctx: BenchContext) -> Result:
     work = ctx.work / name
     work.mkdir(parents=True, exist_ok=True)
     try:
-        result = _load(name)(BenchContext(quick=ctx.quick, work=work, out=ctx.out, budget_s=ctx.budget_s,
-                                          rounds=ctx.rounds))
+        result = _load(name)(dataclasses.replace(ctx, work=work))
     except Exception as exc:
         traceback.print_exc()
         result = Result(name=name, title=name, command=f"python -m bench.run --only {name}",
@@ -144,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=None,
                         help="rounds of the benchmarks that alternate tenure and a baseline (throughput, latency; "
                              "default 2): more rounds average out the baseline's own spread")
+    parser.add_argument("--recipes", nargs="+", default=None, metavar="RECIPE",
+                        help="the handover benchmark's recipes to run (tenure-warm, naive, tenure-cold; default "
+                             "all): its targets that compare recipes need the ones they name")
     parser.add_argument("--log-level", default="warning", help="the bench process's own log level")
     args = parser.parse_args(args_list)
     configure_logging(args.log_level, json=False)
@@ -152,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out is None:
         args.out = _RESULTS / (datetime.now(UTC).strftime("%Y-%m-%d") + ("-quick" if args.quick else ""))
     ctx = BenchContext(quick=args.quick, work=work, out=args.out,
-                       budget_s=args.budget_min * 60 if args.budget_min else None, rounds=args.rounds)
+                       budget_s=args.budget_min * 60 if args.budget_min else None, rounds=args.rounds,
+                       recipes=tuple(args.recipes) if args.recipes else None)
     started = time.monotonic()
     results: list[Result] = []
     try:

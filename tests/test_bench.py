@@ -6,6 +6,7 @@ Speed is never asserted here: these are benchmarks, and the machines are noisy. 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from bench import run
-from bench._common import Result, Target, markdown_table, percentiles, write_result
+from bench._common import CpuMeter, Result, Target, markdown_table, percentiles, write_result
 from bench._plots import add_plot, change_plot, latency_plot, rate_plot
-from bench._throughput import _rate_over_time, _steady_rate
+from bench._throughput import _disturbed, _logged_batches, _rate_over_time, _steady_rate
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -49,6 +50,43 @@ def test_steady_rate_skips_warm_up_batches_and_flags_gaps() -> None:
     assert figures["records_per_s"] == 100.0  # 6 batches of 100 records over 6 s (batch 3 to batch 9)
     assert figures["contiguous"] is True
     assert _steady_rate([b for b in batches if b["batch_id"] != 5])["contiguous"] is False
+
+
+def test_logged_batches_are_the_leaders_committed_batches_without_the_warm_up(tmp_path: Path) -> None:
+    """The throughput bench reads tenure's batches from the replica's log: the warm-up's and other events are
+    left out, a partial last line is skipped, and each batch began ``batch_s`` before its event."""
+    log = tmp_path / "replica-1.log"
+    lines = [
+        {"event": "batch_committed", "warmup": True, "batch": 0, "written": 5, "batch_s": 1.0,
+         "timestamp": "2026-11-26T10:00:00Z"},
+        {"event": "inaugurated", "epoch": 1, "timestamp": "2026-11-26T10:00:01Z"},
+        {"event": "batch_committed", "epoch": 1, "batch": 0, "written": 100, "batch_s": 1.5,
+         "timestamp": "2026-11-26T10:00:03.500000Z"},
+        {"event": "batch_skipped", "batch": 0, "timestamp": "2026-11-26T10:00:04Z"},
+    ]
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines) + "Spark says hello\n" +
+                   '{"event": "batch_committed", "epoch": 1, "bat')
+    (batch,) = _logged_batches(log)
+    assert batch["batch_id"] == 0 and batch["written"] == 100
+    assert batch["committed_at"] - batch["started_at"] == pytest.approx(1.5)
+    assert batch["committed_at"] % 60 == pytest.approx(3.5)
+
+
+def test_a_run_is_disturbed_when_other_processes_took_more_than_a_tenth_of_a_core() -> None:
+    """Other processes' CPU over the run's wall time decides; a run without CPU figures is not judged."""
+    assert _disturbed({"cpu": {"wall_s": 50.0, "other_cpu_s": 70.0}})
+    assert not _disturbed({"cpu": {"wall_s": 50.0, "other_cpu_s": 3.0, "zookeeper_cpu_s": 20.0}})
+    assert not _disturbed({"cpu": {}}) and not _disturbed({})
+
+
+def test_cpu_meter_counts_a_child_that_exited_with_its_parent(tmp_path: Path) -> None:
+    """A process tree's CPU includes children that exited before the reading (as Spark's Python workers do)."""
+    meter = CpuMeter()
+    meter.start(os.getpid())
+    subprocess.run([sys.executable, "-c", "sum(range(30_000_000))"], check=True)
+    figures = meter.stop()
+    assert figures["driver_cpu_s"] >= 0.3, figures
+    assert figures["wall_s"] > 0 and figures["cores_busy"] > 0
 
 
 def test_result_renders_targets_and_errors() -> None:

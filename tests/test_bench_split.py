@@ -9,9 +9,19 @@ from typing import Any
 import pytest
 
 from bench._cluster import Commit
-from bench._split import SEGMENTS, Event, SplitError, median_segments, read_log, seconds_to, split_change
+from bench._split import (
+    SEGMENTS,
+    Event,
+    SplitError,
+    batch_progress,
+    median_segments,
+    read_log,
+    seconds_to,
+    split_change,
+    steady_progress,
+)
 from tenure.career.lifecycle import HANDED_OVER, HANDING_OVER, HANDOVER_RECORDED, INAUGURATED, INAUGURATING
-from tenure.career.spark import BATCH_COMMITTED, QUERY_STARTED, SPARK_SESSION_READY
+from tenure.career.spark import BATCH_COMMITTED, BATCH_PROGRESS, QUERY_STARTED, SPARK_SESSION_READY
 from tenure.election import ELECTED, RELEASED
 
 OLD, NEW = 7, 9  # the old leader's epoch and the successor's
@@ -191,3 +201,25 @@ def test_median_segments_labels_each_segment_and_skips_rows_without_a_split() ->
             {"segments_s": {"election": 0.2, "session": None, "read": 2.0}},
             {"split_error": "SplitError: …"}]
     assert median_segments(rows) == {SEGMENTS["election"]: 0.2, SEGMENTS["session"]: None, SEGMENTS["read"]: 2.0}
+
+
+def _progress(at: float, epoch: int, batch: int, add_batch: int, rows: int) -> Event:
+    return ev(BATCH_PROGRESS, at, epoch=epoch, batch=batch, input_rows=10,
+              duration_ms={"latestOffset": 5, "addBatch": add_batch, "triggerExecution": add_batch + 50},
+              state=[{"operator": "dedupeWithinWatermark", "rows": rows, "memory_bytes": 2 << 20, "commit_ms": 7,
+                      "update_ms": 30, "metrics": {"rocksdbFilesCopied": 3, "rocksdbLoadLatencyMs": 40}}])
+
+
+def test_batch_progress_finds_the_terms_batch_and_steady_progress_takes_medians_after_the_first_ones() -> None:
+    """The successor's first batch is matched by epoch and id (a warm-up's epoch-0 batch of the same id is not
+    it); the steady figures are medians over the term's batches after its first three."""
+    events = [_progress(600.0, 0, 12, 9000, 1), _progress(1007.3, NEW, 12, 2500, 400)] + [
+        _progress(1010.0 + i, OLD, 20 + i, 1000 + 100 * i, 100 + i) for i in range(6)]
+    first = batch_progress(events, NEW, 12)
+    assert first is not None and first["addBatch"] == 2500 and first["state_rows"] == 400
+    assert first["state_memory_mib"] == 2.0 and first["files_copied"] == 3 and first["state_load_ms"] == 40
+    assert first["walCommit"] is None and first["replay_ms"] is None
+    assert batch_progress(events, NEW, 13) is None
+    steady = steady_progress(events, OLD)
+    assert steady is not None and steady["addBatch"] == 1400.0 and steady["state_rows"] == 104.0  # of 1300–1500
+    assert steady_progress(events, 99) is None

@@ -18,7 +18,14 @@ import structlog
 from kazoo.client import KazooClient
 
 from tenure.career import BatchFailed, CareerContext, Outcome
-from tenure.career.spark import BATCH_FAILED, SparkCareer, SparkCareerConfig, SparkCareerError
+from tenure.career.spark import (
+    BATCH_COMMITTED,
+    BATCH_FAILED,
+    BATCH_PROGRESS,
+    SparkCareer,
+    SparkCareerConfig,
+    SparkCareerError,
+)
 from tenure.career.spark._warmup import KEEP_WARM_GROUP
 from tenure.election import Elected, Election, Fenced, Identity
 from tenure.service.ops import VerifyReport, verify
@@ -546,3 +553,41 @@ def test_rows_spark_drops_by_watermark_are_counted_and_logged(spark: Any, zk_cli
     assert observer.total("written") == 0  # 10 records, 2 repeats, 2 bad lines and 2 file markers dropped
     assert sum(observer.dropped) == 16, observer.dropped
     assert not audit(root).ok
+
+
+def test_each_batch_logs_its_spark_progress_once_even_after_an_idle_trigger(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
+) -> None:
+    """Every committed batch gets exactly one ``batch_progress`` event (Spark's time split and the dedup state),
+    also the first batch after an idle trigger: the query's ``recentProgress`` reports that trigger under the id
+    of the batch that runs next (checked here), so the career's former reader, which skipped ids it had seen,
+    lost that batch's own progress and the rows it dropped by watermark."""
+    root = tmp_path / "data"
+    q = Queue(root)
+    q.standard(files=2, per_file=5)
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "100ms")  # idle reports come quickly
+    try:
+        with structlog.testing.capture_logs() as logs, leadership(zk_client, zk_group, "r1") as (_, ctx):
+            career = SparkCareer(make_config(root, max_files_per_trigger=1), Recorder(), replica_id="r1")
+            career.inaugurate(ctx)
+
+            def logged(event: str) -> list[int]:
+                return sorted(e["batch"] for e in logs if e["event"] == event)
+
+            run_until(career, lambda: logged(BATCH_PROGRESS) == [0, 1], timeout_s=120)
+            assert career._term is not None
+            query = career._term.query  # white-box: see Spark report an idle trigger before the next file
+            run_until(career, lambda: any(p.batchId == 2 and "addBatch" not in p.durationMs
+                                          for p in query.recentProgress), timeout_s=60)
+            q.standard(files=1, per_file=5, start=100)
+            run_until(career, lambda: logged(BATCH_PROGRESS) == [0, 1, 2], timeout_s=120)
+            career.hand_over(Outcome.CLEAN)
+        career.close()
+    finally:
+        spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
+    assert logged(BATCH_PROGRESS) == logged(BATCH_COMMITTED) == [0, 1, 2]
+    for event in (e for e in logs if e["event"] == BATCH_PROGRESS):
+        assert {"addBatch", "latestOffset", "triggerExecution"} <= set(event["duration_ms"]), event
+        assert event["input_rows"] > 0 and event["epoch"] == ctx.epoch, event
+        (dedup,) = event["state"]
+        assert dedup["rows"] > 0 and dedup["commit_ms"] >= 0 and dedup["metrics"], dedup

@@ -20,6 +20,7 @@ from tenure.career.spark._career import QUERY_STARTED, SparkCareer
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._errors import HandingOverError, SparkCareerError
 from tenure.career.spark._hooks import HookError
+from tenure.career.spark._progress import BATCH_PROGRESS
 from tenure.career.spark._session import SPARK_SESSION_READY, build_session
 from tenure.career.spark._storage import DELTA_VERSION_ADDED
 
@@ -27,6 +28,7 @@ __all__ = [
     "BATCH_COMMITTED",
     "BATCH_FAILED",
     "BATCH_FENCED",
+    "BATCH_PROGRESS",
     "DELTA_VERSION_ADDED",
     "QUERY_STARTED",
     "ROW_FUNCTION_TIMED_OUT",

@@ -7,6 +7,7 @@ the query from the runner's control thread.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -27,6 +28,7 @@ from tenure.career.spark._errors import SparkCareerError
 from tenure.career.spark._hooks import Hooks, check_transform, load_hook
 from tenure.career.spark._housekeeping import Housekeeper
 from tenure.career.spark._marks import ConsumptionMarks
+from tenure.career.spark._progress import BATCH_PROGRESS, ProgressInbox, progress_figures
 from tenure.career.spark._query import query_name, start_query
 from tenure.career.spark._session import build_session, use_driver_python
 from tenure.career.spark._storage import (
@@ -49,7 +51,6 @@ __all__ = ["QUERY_STARTED", "SparkCareer"]
 QUERY_STARTED: Final = "query_started"
 
 _POLL_S = 0.02
-_PROGRESS_EVERY_S = 1.0  # how often the query's progress is read for rows dropped by watermark
 _STANDBY_MASTER = "local[1]"  # a follower's warm-up when the leader's master is a cluster
 #: A batch that fails for one of these failed because ZooKeeper did, not because of its data: no attempt counts.
 _INFRASTRUCTURE = (ElectionError, KazooException, Unresponsive)
@@ -123,7 +124,7 @@ class SparkCareer:
         self._term: Term | None = None
         self._keep_warm: KeepWarm | None = None
         self._faults = faults if faults is not None else no_fault
-        self._next_progress_read = 0.0
+        self._progress = ProgressInbox()
         self._housekeeper = Housekeeper(self._layout, config, observer, clock, self._faults)
         self._jvm = Probe("Spark's JVM", config.probe_timeout_s)  # every call from the control thread into Spark
         self._application_stopped: threading.Event | None = None  # set once a term's own Spark has stopped
@@ -262,29 +263,24 @@ class SparkCareer:
         if not self._jvm(lambda: bool(query.isActive)) and not self._recover_query(term):
             return False
         self._housekeeper.run(term)
-        self._count_dropped(term, query)
+        self._report_progress(term)
         with term.lock:
             changed = term.completed != term.reported
             term.reported = term.completed
         return changed
 
-    def _count_dropped(self, term: Term, query: Any) -> None:
-        """Report rows Spark dropped as older than the watermark (about once a second, from the query's recent
-        progress): they are in no output, so they are logged and counted, never silent."""
-        now = self._clock()
-        if now < self._next_progress_read:
-            return
-        self._next_progress_read = now + _PROGRESS_EVERY_S
-        dropped = 0
-        for progress in self._jvm(lambda: query.recentProgress):
-            if progress.batchId <= term.progress_seen:
-                continue
-            term.progress_seen = progress.batchId
-            dropped += sum(op.numRowsDroppedByWatermark for op in progress.stateOperators)
-        if dropped:
-            term.log.error("rows_dropped_by_watermark", rows=dropped, batch=term.progress_seen,
-                           effect="these rows are in no output: `tenure verify` counts their ids as lost")
-            self._observer.records_dropped(dropped)
+    def _report_progress(self, term: Term) -> None:
+        """Log each batch's Spark progress (``batch_progress``: where its time went, its state store), and report
+        rows Spark dropped as older than the watermark: they are in no output, so they are logged and counted,
+        never silent."""
+        for progress in self._progress.drain():
+            dropped = sum(op.numRowsDroppedByWatermark for op in progress.stateOperators)
+            if dropped:
+                term.log.error("rows_dropped_by_watermark", rows=dropped, batch=progress.batchId,
+                               effect="these rows are in no output: `tenure verify` counts their ids as lost")
+                self._observer.records_dropped(dropped)
+            if "addBatch" in progress.durationMs:  # a trigger that ran a batch (not an idle one)
+                term.log.info(BATCH_PROGRESS, **progress_figures(progress))
 
     def hand_over(self, outcome: Outcome) -> int | None:
         """End the term; returns the last committed batch id.
@@ -304,6 +300,8 @@ class SparkCareer:
             timed_out = not self._wait_for_quiet(term, started + self._wait_s)
         if query is not None:
             self._stop_query(term, query)
+        self._report_progress(term)
+        self._progress.watch(None)
         # Only if Spark's checkpoint has the batch: then no re-run needs its files.
         self._housekeeper.archive_committed(term)
         self._term = None
@@ -351,6 +349,11 @@ class SparkCareer:
             self._keep_warm = None
         if self._term is not None:
             self.hand_over(Outcome.FAILED)
+        session = self._session
+        if session is not None:
+            # A session this career did not start lives on: it must stop calling this career's listener.
+            with contextlib.suppress(Exception):  # stopped, or its JVM gone: the listener went with it
+                self._jvm(lambda: session.streams.removeListener(self._progress))
         if self._owned:
             self._stop_session()
         self._session = None
@@ -379,6 +382,7 @@ class SparkCareer:
             self._session, self._owned = build_session(
                 master, app_name=self._config.app_name,
                 shuffle_partitions=self._config.shuffle_partitions, extra_conf=conf)
+            self._session.streams.addListener(self._progress)
         else:
             use_driver_python(self._session, master)
         return self._session
@@ -396,10 +400,13 @@ class SparkCareer:
                              self._faults)
         name = query_name(self._replica_id, term.epoch, term.restarts)
         term.error, term.failed = None, None
-        term.query = call_within(
-            lambda: start_query(session, self._config, self._layout, writer, name=name, checkpoint=term.checkpoint,
-                                marks=self._layout.queue.marks(self._marks.group), clock=term.clock),
-            self._config.warmup_timeout_s, "starting the streaming query")
+        def start() -> Any:
+            query = start_query(session, self._config, self._layout, writer, name=name, checkpoint=term.checkpoint,
+                                marks=self._layout.queue.marks(self._marks.group), clock=term.clock)
+            self._progress.watch(str(query.runId))
+            return query
+
+        term.query = call_within(start, self._config.warmup_timeout_s, "starting the streaming query")
         term.log.info(QUERY_STARTED, query=name, seconds=round(self._clock() - started, 3))
 
     def _recover_query(self, term: Term) -> bool:

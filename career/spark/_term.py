@@ -78,7 +78,6 @@ class Term:
     restarts: int = 0
     order: tuple[str | None, HighWaterMarks] | None = None  # the per-key marks as of a commit record's "order"
     marked: int | None = None  # the last batch whose queue files this term marked consumed
-    progress_seen: int = -1  # the last batch whose query progress was read (rows dropped by watermark)
     durable: CheckpointSync = field(init=False)  # fsyncs what Spark wrote to the checkpoint
 
     def __post_init__(self) -> None:

@@ -1,0 +1,101 @@
+"""Each batch's Spark progress, delivered once and without polling the JVM.
+
+Spark reports a ``StreamingQueryProgress`` after it commits a batch to the checkpoint, so after the batch's
+``foreachBatch`` (and its ``batch_committed`` event) has returned. A :class:`ProgressInbox` is a
+``StreamingQueryListener``: Spark's listener thread calls it once per progress, and it only posts the progress
+(of the one query run it was told to watch) for the control thread, which logs each batch's as
+``batch_progress`` and counts rows dropped by watermark.
+
+Why a listener and not ``query.recentProgress``: that property converts every retained progress (up to 100) over
+py4j on each call, so a leader reading it once a second converts the same progresses again and again; and a
+progress of a trigger without data carries the id of the batch that runs next, so "newer than the last id read"
+skipped that batch's own progress.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any, Final
+
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+__all__ = ["BATCH_PROGRESS", "ProgressInbox", "progress_figures"]
+
+# The log event other code reads (the bench's handover split): named once, here.
+BATCH_PROGRESS: Final = "batch_progress"
+
+_KEPT = 1000  # progresses waiting for the control thread at most (it drains them every loop)
+
+
+def progress_figures(progress: Any) -> dict[str, Any]:
+    """What a batch's ``StreamingQueryProgress`` says about where its time went, as log fields.
+
+    ``duration_ms`` is Spark's split (``latestOffset``: the source's listing; ``queryPlanning``; ``addBatch``: the
+    ``foreachBatch``; ``walCommit`` and ``commitOffsets``: the offset and commit logs; ``triggerExecution``: all
+    of it). ``state`` has one entry per stateful operator (deduplication): its rows, memory, and the time its
+    updates, removals and commit took, plus the state store's own metrics (RocksDB's commit, load and cache
+    figures, under Spark's names).
+    """
+    figures: dict[str, Any] = {
+        "batch": progress.batchId,
+        "input_rows": progress.numInputRows,
+        "duration_ms": dict(progress.durationMs),
+    }
+    state = [{
+        "operator": op.operatorName,
+        "rows": op.numRowsTotal,
+        "updated": op.numRowsUpdated,
+        "removed": op.numRowsRemoved,
+        "dropped_by_watermark": op.numRowsDroppedByWatermark,
+        "memory_bytes": op.memoryUsedBytes,
+        "update_ms": op.allUpdatesTimeMs,
+        "removal_ms": op.allRemovalsTimeMs,
+        "commit_ms": op.commitTimeMs,
+        "stores": op.numStateStoreInstances,
+        "metrics": dict(op.customMetrics),
+    } for op in progress.stateOperators]
+    if state:
+        figures["state"] = state
+    return figures
+
+
+class ProgressInbox(StreamingQueryListener):
+    """Receives every query's progress on Spark's listener thread; keeps only the watched run's.
+
+    The control thread calls :meth:`watch` with a query's ``runId`` when it starts the query and :meth:`drain`
+    from then on; nothing here changes career state.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._run_id: str | None = None
+        self._waiting: collections.deque[Any] = collections.deque(maxlen=_KEPT)
+
+    def watch(self, run_id: str | None) -> None:
+        """Keep the progress of query run ``run_id`` from now on (None: keep none); drops what was waiting."""
+        with self._lock:
+            self._run_id = run_id
+            self._waiting.clear()
+
+    def drain(self) -> list[Any]:
+        """The watched run's progresses posted since the last call, oldest first."""
+        with self._lock:
+            taken = list(self._waiting)
+            self._waiting.clear()
+        return taken
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+        progress = event.progress
+        with self._lock:
+            if self._run_id is not None and str(progress.runId) == self._run_id:
+                self._waiting.append(progress)
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+        pass
