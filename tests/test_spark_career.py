@@ -18,6 +18,7 @@ import structlog
 from kazoo.client import KazooClient
 
 from tenure.career import BatchFailed, CareerContext, Outcome
+from tenure.career.lifecycle import INAUGURATED
 from tenure.career.spark import (
     BATCH_COMMITTED,
     BATCH_FAILED,
@@ -586,6 +587,8 @@ def test_each_batch_logs_its_spark_progress_once_even_after_an_idle_trigger(
     finally:
         spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
     assert logged(BATCH_PROGRESS) == logged(BATCH_COMMITTED) == [0, 1, 2]
+    (inaugurated,) = [e for e in logs if e["event"] == INAUGURATED]  # the time before the first batch, split
+    assert 0 <= inaugurated["checkpoint_s"] + inaugurated["outputs_s"] <= inaugurated["seconds"] + 0.002, inaugurated
     for event in (e for e in logs if e["event"] == BATCH_PROGRESS):
         assert {"addBatch", "latestOffset", "triggerExecution"} <= set(event["duration_ms"]), event
         assert event["input_rows"] > 0 and event["epoch"] == ctx.epoch, event

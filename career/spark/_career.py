@@ -212,13 +212,16 @@ class SparkCareer:
                          "a newer leader has committed")
         if not ctx.still_leading():
             raise NotLeader(f"inaugurate(epoch {ctx.epoch}): leadership lost before the term started")
+        copying = self._clock()
         try:
             checkpoint, copied_from = adopt_checkpoint(layout, ctx.epoch)
         except StaleTermError as exc:
             raise Fenced(str(exc)) from exc
+        checkpoint_s = self._clock() - copying
         term = Term(ctx=ctx, log=log, marks=self._marks, checkpoint=checkpoint, clock=TermClock(record))
         rolled = 0
         adopted: list[str] = []
+        outputs_s = 0.0
         committed = committed_batch(record)
         if record is not None and committed is not None:
             # Batch ids are the checkpoint's: a checkpoint that never planned the committed batch (deleted,
@@ -231,16 +234,19 @@ class SparkCareer:
                     "Restore the checkpoint, or start a new consumer group with a new data root")
             term.last_committed = committed
             term.last_record = record
+            outputs = self._clock()
             if not is_published(layout, record):
                 rolled = finish_publish(layout, record).moved
             adopted = adopt_outputs(layout, record)  # a data root of a release before the Delta outputs
+            outputs_s = self._clock() - outputs
         removed = remove_dead_staging(layout, ctx.epoch)
         self._term = term
         archived = self._housekeeper.archive_committed(term)
         log.info(INAUGURATED, epoch=ctx.epoch, batch=term.last_committed, rolled_forward=rolled,
                  removed_staging=len(removed), archived=archived, clean=ctx.after_clean_handover,
                  **({"adopted_as_delta": adopted} if adopted else {}),
-                 checkpoint_from=copied_from, seconds=round(self._clock() - started, 3))
+                 checkpoint_from=copied_from, checkpoint_s=round(checkpoint_s, 3), outputs_s=round(outputs_s, 3),
+                 seconds=round(self._clock() - started, 3))
 
     def execute(self) -> bool:
         """Start the query on the first call, then check its health; True if a batch finished since last call.
