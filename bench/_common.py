@@ -207,7 +207,6 @@ def process_tree_rss(pid: int) -> int:
     return total
 
 
-
 def _cpu_category(proc: psutil.Process, measured: set[int], roots: list[int]) -> str:
     if proc.pid in measured:
         if proc.pid in roots:

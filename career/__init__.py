@@ -2,21 +2,30 @@
 
 The Spark consumer is ``tenure.career.spark`` (imported on its own, as it loads Spark); the queue's contract is
 ``tenure.career.queue``; ``CounterCareer`` is a small career for tests and drills.
+
+The names below are imported when first used (``tenure.career._lazy`` says why).
 """
 
-from tenure.career._counter import CounterCareer
-from tenure.career._deadline import Probe, call_within
-from tenure.career._health import StorageHealth
-from tenure.career._protocol import (
-    BatchFailed,
-    Career,
-    CareerContext,
-    CareerObserver,
-    FailedBatch,
-    Fence,
-    HandoverRecord,
-    Outcome,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tenure.career._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from tenure.career._counter import CounterCareer
+    from tenure.career._deadline import Probe, call_within
+    from tenure.career._health import StorageHealth
+    from tenure.career._protocol import (
+        BatchFailed,
+        Career,
+        CareerContext,
+        CareerObserver,
+        FailedBatch,
+        Fence,
+        HandoverRecord,
+        Outcome,
+    )
 
 __all__ = [
     "BatchFailed",
@@ -32,3 +41,15 @@ __all__ = [
     "StorageHealth",
     "call_within",
 ]
+
+_HOMES = {
+    "CounterCareer": "_counter",
+    "Probe": "_deadline",
+    "call_within": "_deadline",
+    "StorageHealth": "_health",
+    **dict.fromkeys(["BatchFailed", "Career", "CareerContext", "CareerObserver", "FailedBatch", "Fence",
+                     "HandoverRecord", "Outcome"], "_protocol"),
+}
+
+
+__getattr__ = lazy_exports(__name__, _HOMES)

@@ -13,16 +13,25 @@ table it writes to (``tenure.career.output``), so a Delta reader sees whole batc
 of ``table/`` may briefly see part of the newest batch while its part files are being renamed into place. A
 repeat later than the dedup window is quarantined as late (its seq is at or below its key's published
 high-water mark), not written again.
+
+The names below are imported when first used (``tenure.career._lazy`` says why).
 """
 
-from tenure.career.spark._batch import BATCH_COMMITTED, BATCH_FAILED, BATCH_FENCED, ROW_FUNCTION_TIMED_OUT
-from tenure.career.spark._career import QUERY_STARTED, SparkCareer
-from tenure.career.spark._config import SparkCareerConfig
-from tenure.career.spark._errors import HandingOverError, SparkCareerError
-from tenure.career.spark._hooks import HookError
-from tenure.career.spark._progress import BATCH_PROGRESS
-from tenure.career.spark._session import SPARK_SESSION_READY, build_session
-from tenure.career.spark._storage import DELTA_VERSION_ADDED
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tenure.career._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from tenure.career.spark._batch import BATCH_COMMITTED, BATCH_FAILED, BATCH_FENCED, ROW_FUNCTION_TIMED_OUT
+    from tenure.career.spark._career import QUERY_STARTED, SparkCareer
+    from tenure.career.spark._config import SparkCareerConfig
+    from tenure.career.spark._errors import HandingOverError, SparkCareerError
+    from tenure.career.spark._hooks import HookError
+    from tenure.career.spark._progress import BATCH_PROGRESS
+    from tenure.career.spark._session import SPARK_SESSION_READY, build_session
+    from tenure.career.spark._storage import DELTA_VERSION_ADDED
 
 __all__ = [
     "BATCH_COMMITTED",
@@ -40,3 +49,17 @@ __all__ = [
     "SparkCareerError",
     "build_session",
 ]
+
+_HOMES = {
+    **dict.fromkeys(["BATCH_COMMITTED", "BATCH_FAILED", "BATCH_FENCED", "ROW_FUNCTION_TIMED_OUT"], "_batch"),
+    **dict.fromkeys(["QUERY_STARTED", "SparkCareer"], "_career"),
+    "SparkCareerConfig": "_config",
+    **dict.fromkeys(["HandingOverError", "SparkCareerError"], "_errors"),
+    "HookError": "_hooks",
+    "BATCH_PROGRESS": "_progress",
+    **dict.fromkeys(["SPARK_SESSION_READY", "build_session"], "_session"),
+    "DELTA_VERSION_ADDED": "_storage",
+}
+
+
+__getattr__ = lazy_exports(__name__, _HOMES)

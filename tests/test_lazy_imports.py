@@ -1,0 +1,39 @@
+"""The career's packages load their exported names on first use, so that Spark's Python processes, which import
+the queue source's module alone to unpickle it, do not load the whole career first (``tenure.career._lazy``)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+# What importing the career eagerly brings along: its lifecycle, the Spark career and their libraries.
+_HEAVY = ("tenure.career._counter", "tenure.career._protocol", "tenure.career.spark._career",
+          "tenure.career.spark._batch", "structlog", "pandas", "deltalake", "kazoo")
+
+
+def test_the_queue_source_module_imports_without_the_rest_of_the_career() -> None:
+    probe = ("import json, sys, tenure.career.spark._intake; "
+             "print(json.dumps(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = set(json.loads(done.stdout))
+    assert "tenure.career.spark._intake" in loaded
+    assert sorted(loaded & set(_HEAVY)) == []
+
+
+@pytest.mark.parametrize("package", ["tenure.career", "tenure.career.spark"])
+def test_every_exported_name_resolves_and_no_other(package: str) -> None:
+    module = importlib.import_module(package)
+    assert set(module._HOMES) == set(module.__all__)
+    for name in module.__all__:
+        value = getattr(module, name)
+        assert getattr(importlib.import_module(f"{package}.{module._HOMES[name]}"), name) is value
+    with pytest.raises(AttributeError, match="no attribute 'SparkCarrer'"):
+        module.SparkCarrer  # noqa: B018 (the lookup is the test)
+    namespace: dict[str, object] = {}
+    exec(f"from {package} import *", namespace)
+    assert set(module.__all__) <= set(namespace)
