@@ -223,6 +223,17 @@ def _cpu_category(proc: psutil.Process, measured: set[int], roots: list[int]) ->
     return "other"
 
 
+def _describe(cpu_s: float, pid: int) -> str:
+    """``"<command line, shortened> (<CPU> s)"`` of a process, or ``""`` for none."""
+    if not pid:
+        return ""
+    try:
+        command = " ".join(psutil.Process(pid).cmdline()) or psutil.Process(pid).name()
+    except psutil.Error:
+        command = f"pid {pid}"
+    return f"{command[:80]} ({cpu_s:.1f} s)"
+
+
 class CpuMeter:
     """CPU seconds spent by every process on the machine between two readings, by category: ``measured`` (a
     process tree under test: its root process ``driver``, its ``jvm`` and its other descendants ``workers``, such
@@ -262,18 +273,25 @@ class CpuMeter:
                 pids |= {root, *(child.pid for child in parent.children(recursive=True))}
         return pids
 
-    def stop(self) -> dict[str, float]:
-        """CPU seconds by category since :meth:`start`, ``wall_s``, and ``cores_busy`` (all CPU / wall)."""
+    def stop(self) -> dict[str, Any]:
+        """CPU seconds by category since :meth:`start`, ``wall_s``, ``cores_busy`` (all CPU / wall), and
+        ``heaviest_other``: the command line and CPU seconds of the ``other`` process that used the most (a
+        process that exited counts with the parent that reaped it, such as the shell that ran it)."""
         end, wall = self._read(), time.monotonic() - self._started
         machine = psutil.cpu_times()
         measured = self._measured()
         spent: dict[str, float] = dict.fromkeys(("driver", "jvm", "workers", "zookeeper", "bench", "other"), 0.0)
+        heaviest: tuple[float, int] = (0.0, 0)
         for pid, (created, cpu) in end.items():
             before = self._start.get(pid)
-            used = cpu - before[1] if before is not None and before[0] == created else cpu
+            used = max(cpu - before[1] if before is not None and before[0] == created else cpu, 0.0)
             with contextlib.suppress(psutil.Error):
-                spent[_cpu_category(psutil.Process(pid), measured, self._roots)] += max(used, 0.0)
-        figures = {f"{name}_cpu_s": round(value, 2) for name, value in spent.items()}
+                category = _cpu_category(psutil.Process(pid), measured, self._roots)
+                spent[category] += used
+                if category == "other":
+                    heaviest = max(heaviest, (used, pid))
+        figures: dict[str, Any] = {f"{name}_cpu_s": round(value, 2) for name, value in spent.items()}
+        figures["heaviest_other"] = _describe(*heaviest)
         figures["measured_cpu_s"] = round(spent["driver"] + spent["jvm"] + spent["workers"], 2)
         # Time the hypervisor gave this machine's cores to others, and time they sat waiting for the disk.
         figures["steal_s"] = round(getattr(machine, "steal", 0.0) - getattr(self._machine, "steal", 0.0), 2)

@@ -230,7 +230,8 @@ def run_throughput(ctx: BenchContext) -> Result:
     if not {r["run"] for r in counted} >= {"bare", "tenure"}:
         counted = runs  # nothing to compare without them: keep every run, and say so below
     if disturbed:
-        names = ", ".join(f"{r['run']} round {r['round']}" for r in disturbed)
+        names = ", ".join(f"{r['run']} round {r['round']} (most: `{r['cpu'].get('heaviest_other') or '?'}`)"
+                          for r in disturbed)
         result.notes.append(
             f"Disturbed (other processes used more than {_DISTURBED_CORES:g} cores meanwhile: `other` in the CPU "
             f"table): {names}; "

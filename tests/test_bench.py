@@ -9,8 +9,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from bench import run
@@ -87,6 +89,30 @@ def test_cpu_meter_counts_a_child_that_exited_with_its_parent(tmp_path: Path) ->
     figures = meter.stop()
     assert figures["driver_cpu_s"] >= 0.3, figures
     assert figures["wall_s"] > 0 and figures["cores_busy"] > 0
+
+
+def test_cpu_meter_names_the_other_process_that_used_the_most() -> None:
+    """A disturbed run says what disturbed it: the busiest process outside the measured tree, by command line."""
+    spin = "import time\nend = time.time() + 0.8\nwhile time.time() < end: pass\ntime.sleep(60)"
+    measured = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "measured-tree"])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "idle-neighbour"])
+    meter = CpuMeter()
+    meter.start(measured.pid)
+    busy = subprocess.Popen([sys.executable, "-c", spin, "busy-neighbour"])
+    try:
+        deadline = time.monotonic() + 30
+        while psutil.Process(busy.pid).cpu_times().user < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        figures = meter.stop()
+        busy_s = sum(psutil.Process(busy.pid).cpu_times()[:2])
+    finally:
+        for proc in (measured, idle, busy):
+            proc.kill()
+            proc.wait()
+    assert figures["other_cpu_s"] >= busy_s >= 0.5, figures
+    named, _, used = figures["heaviest_other"].rpartition(" (")
+    # On a busy machine another process may have used more than ours: then it must be named, with its seconds.
+    assert "busy-neighbour" in named or float(used.removesuffix(" s)")) >= busy_s - 0.05, figures
 
 
 def test_result_renders_targets_and_errors() -> None:

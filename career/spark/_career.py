@@ -406,6 +406,7 @@ class SparkCareer:
                              self._faults)
         name = query_name(self._replica_id, term.epoch, term.restarts)
         term.error, term.failed = None, None
+
         def start() -> Any:
             query = start_query(session, self._config, self._layout, writer, name=name, checkpoint=term.checkpoint,
                                 marks=self._layout.queue.marks(self._marks.group), clock=term.clock)
