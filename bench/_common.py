@@ -228,7 +228,8 @@ def _describe(cpu_s: float, pid: int) -> str:
     if not pid:
         return ""
     try:
-        command = " ".join(psutil.Process(pid).cmdline()) or psutil.Process(pid).name()
+        proc = psutil.Process(pid)
+        command = " ".join(proc.cmdline()) or proc.name()
     except psutil.Error:
         command = f"pid {pid}"
     return f"{command[:80]} ({cpu_s:.1f} s)"

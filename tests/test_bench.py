@@ -93,7 +93,8 @@ def test_cpu_meter_counts_a_child_that_exited_with_its_parent(tmp_path: Path) ->
 
 def test_cpu_meter_names_the_other_process_that_used_the_most() -> None:
     """A disturbed run says what disturbed it: the busiest process outside the measured tree, by command line."""
-    spin = "import time\nend = time.time() + 0.8\nwhile time.time() < end: pass\ntime.sleep(60)"
+    # Spins for 0.6 CPU seconds, then sleeps: its CPU no longer moves when the meter and the test read it.
+    spin = "import time\nwhile time.process_time() < 0.6: pass\ntime.sleep(60)"
     measured = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "measured-tree"])
     idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "idle-neighbour"])
     meter = CpuMeter()
@@ -101,7 +102,9 @@ def test_cpu_meter_names_the_other_process_that_used_the_most() -> None:
     busy = subprocess.Popen([sys.executable, "-c", spin, "busy-neighbour"])
     try:
         deadline = time.monotonic() + 30
-        while psutil.Process(busy.pid).cpu_times().user < 0.5 and time.monotonic() < deadline:
+        neighbour = psutil.Process(busy.pid)
+        while time.monotonic() < deadline and not (sum(neighbour.cpu_times()[:2]) >= 0.5
+                                                   and neighbour.status() == psutil.STATUS_SLEEPING):
             time.sleep(0.05)
         figures = meter.stop()
         busy_s = sum(psutil.Process(busy.pid).cpu_times()[:2])
