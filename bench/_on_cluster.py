@@ -38,6 +38,7 @@ from bench._plots import add_plot, change_bars, pyplot, save, segment_legend
 from bench._split import SEGMENTS, median_segments, seconds_to
 from bench._throughput import _fill_landing, _run_bare, _steady_rate
 from tenure.career.queue import QueueLayout
+from tenure.career.spark import worker_python
 from tenure.service.local import SparkCluster, Topology, free_base_port
 from tenure.service.ops import produce, verify
 
@@ -47,7 +48,7 @@ _RATE = 1000.0  # records/s while handing over: files always waiting, and a back
 _TIMEOUT_S = 1800.0  # one throughput run (a loaded 2-core machine runs executors slowly)
 _DRAIN_TIMEOUT_S = 600.0
 # What Topology gives a replica on a cluster: the driver binds and advertises loopback; executors run this Python.
-_DRIVER_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+_DRIVER_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": worker_python()}
 _LOG_STAMP = re.compile(r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d) INFO CoarseGrainedExecutorBackend: (.*)$", re.M)
 
 

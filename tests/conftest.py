@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +14,12 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from tenure.career.spark import worker_python
 from tenure.service.local import Ensemble, free_base_port, start_ensemble
 
-# Spark's Python workers must run this interpreter (with pyarrow), not whatever python3 PATH finds first.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# Spark's Python workers must run this interpreter (with pyarrow), not whatever python3 PATH finds first, and
+# through the launcher a replica uses (tenure-spark-python: the installed PySpark, not Spark's archive of it).
+os.environ.setdefault("PYSPARK_PYTHON", worker_python())
 # Spark's Python workers import user pipeline code (tests.pipelines) from the repository, whatever the cwd.
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")) if p)

@@ -365,7 +365,7 @@ def test_compose_spark_runs_the_replicas_image(compose: dict[str, Any]) -> None:
         )
     for name in REPLICAS:
         executable = services[name]["environment"]["PYSPARK_PYTHON"]
-        assert executable in {"/usr/local/bin/python3", f"/usr/local/bin/python{python}"}, name
+        assert executable == "/usr/local/bin/tenure-spark-python", name
 
 
 @needs_compose

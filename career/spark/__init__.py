@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from tenure.career.spark._progress import BATCH_PROGRESS
     from tenure.career.spark._session import SPARK_SESSION_READY, build_session
     from tenure.career.spark._storage import DELTA_VERSION_ADDED
+    from tenure.career.spark._worker_python import worker_python
 
 __all__ = [
     "BATCH_COMMITTED",
@@ -48,6 +49,7 @@ __all__ = [
     "SparkCareerConfig",
     "SparkCareerError",
     "build_session",
+    "worker_python",
 ]
 
 _HOMES = {
@@ -59,6 +61,7 @@ _HOMES = {
     "BATCH_PROGRESS": "_progress",
     **dict.fromkeys(["SPARK_SESSION_READY", "build_session"], "_session"),
     "DELTA_VERSION_ADDED": "_storage",
+    "worker_python": "_worker_python",
 }
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
 import structlog
 from pyspark.sql import SparkSession
+
+from tenure.career.spark._worker_python import worker_python
 
 __all__ = ["SESSION_CONF", "SPARK_SESSION_READY", "build_session", "use_driver_python"]
 
@@ -42,13 +43,16 @@ def use_driver_python(session: SparkSession, master: str) -> None:
     """On a local master, run Python workers with the driver's interpreter unless PYSPARK_PYTHON says otherwise.
 
     PySpark's default worker is ``python3`` from PATH, which outside an activated virtualenv lacks pyarrow
-    (the pipeline's ``mapInArrow`` needs it). On a cluster the workers' Python is the cluster's business.
+    (the pipeline's ``mapInArrow`` needs it). The interpreter is started through ``tenure-spark-python``
+    (:mod:`tenure.career.spark._worker_python`), so that it imports PySpark's compiled modules, not Spark's
+    archive of its sources. On a cluster the workers' Python is the cluster's business.
     """
     if not master.startswith("local") or "PYSPARK_PYTHON" in os.environ:
         return
+    python = worker_python()
     context: Any = session.sparkContext
-    if context.pythonExec != sys.executable:
-        context.pythonExec = sys.executable  # read when each Python function is wrapped: takes effect now
+    if context.pythonExec != python:
+        context.pythonExec = python  # read when each Python function is wrapped: takes effect now
 
 
 def build_session(
@@ -65,7 +69,7 @@ def build_session(
     """
     owned = SparkSession.getActiveSession() is None and _no_context()
     if owned and master.startswith("local"):
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     builder: Any = SparkSession.builder.master(master).appName(app_name)
     if owned:  # on an existing session the builder's settings would overwrite its owner's conf
         for key, value in {**_STATIC_CONF, **extra_conf}.items():

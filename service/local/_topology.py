@@ -19,6 +19,7 @@ import psutil
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
+from tenure.career.spark import worker_python
 from tenure.service.local._ensemble import Ensemble, die_with_parent, free_base_port
 from tenure.service.local._spark_cluster import SparkCluster
 from tenure.service.local._wait import wait_for
@@ -312,7 +313,7 @@ class Topology:
         fault_file = self.faults_dir / replica_id if self.faults_dir is not None else None
         env = {"TENURE_LOG_LEVEL": "info", **self.replica_env.get(replica_id, {})}
         if self.spark is not None:  # the driver binds and advertises loopback; executors run this Python
-            env |= {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+            env |= {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": worker_python()}
         return ReplicaProcess(replica_id, free_port(), self._replica_args, self.logs / f"{replica_id}.log",
                               env=env, command_prefix=list(launch.prefix),
                               metrics_host=launch.metrics_host, fault_file=fault_file)
