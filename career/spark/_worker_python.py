@@ -1,4 +1,5 @@
-"""The interpreter Spark starts its Python processes with on a local master: ``tenure-spark-python``.
+"""``tenure-spark-python``: the interpreter Spark starts its Python processes with (tenure gives it on a local
+master; the local topology and the compose file give it to a cluster's executors as ``PYSPARK_PYTHON``).
 
 Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` (and Py4J's archive) first on every Python process's
 ``PYTHONPATH``. With a pip-installed PySpark, ``SPARK_HOME`` is the installed package, and those archives are a
