@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tenure.career import CareerObserver
+from tenure.career import CareerObserver, Outcome
 from tenure.career._counter import CounterCareer
+from tenure.election import Unresponsive
 
 
 class _FailingCounter(CounterCareer):
@@ -19,3 +20,28 @@ def always_fails(config: Any, observer: CareerObserver) -> CounterCareer:
     """Every execute() raises, whatever the replica."""
     return _FailingCounter(config.data_root / "counter.log", interval_s=config.counter_interval_s,
                            observer=observer)
+
+
+class _FreezesWhenTold(CounterCareer):
+    """A counter whose "JVM" freezes once ``frozen-<replica id>`` exists in the data root: its work goes on, but
+    its health check says the JVM does not answer and ``hand_over`` cannot stop it, as the Spark career's does
+    when the health check is the first to find a frozen JVM."""
+
+    def __init__(self, config: Any, observer: CareerObserver) -> None:
+        super().__init__(config.data_root / "counter.log", interval_s=config.counter_interval_s, observer=observer)
+        self._frozen = config.data_root / f"frozen-{config.replica_id}"
+
+    def unhealthy(self) -> str | None:
+        if self._frozen.exists():
+            return "Spark's JVM did not answer within 1 s (frozen, or stuck in a long GC pause)"
+        return super().unhealthy()
+
+    def hand_over(self, outcome: Outcome) -> int | None:
+        if self._frozen.exists():
+            raise Unresponsive("Spark's JVM has not answered for 1 s (a call is still waiting)")
+        return super().hand_over(outcome)
+
+
+def freezes_when_told(config: Any, observer: CareerObserver) -> CounterCareer:
+    """Healthy until ``frozen-<replica id>`` appears in the data root (see ``_FreezesWhenTold``)."""
+    return _FreezesWhenTold(config, observer)

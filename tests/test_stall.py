@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from tenure.career.lifecycle import STALLED, StallReason
+from tenure.career.lifecycle import HANDING_OVER, LEFT_ELECTION, STALLED, StallReason
 from tenure.election import GroupPaths, read_history
 from tenure.service.local import wait_for
 from tenure.service.ops._status import fetch_status, format_status_table
@@ -25,6 +25,8 @@ from tenure.service.replica._progress import ProgressView
 from tenure.service.replica._watchdog import StallLimits, find_stall
 from tests._replicas import REPO, ReplicaSet, counter_exactly_once, counter_replica_set
 
+#: What ``tests.careers:freezes_when_told`` says once frozen, as the runner's reason to leave.
+_FROZEN = "unhealthy: Spark's JVM did not answer within 1 s (frozen, or stuck in a long GC pause)"
 LIMITS = StallLimits(stall_timeout_s=120.0, first_batch_allowance_s=60.0)
 
 
@@ -156,6 +158,37 @@ def test_a_full_event_queue_is_a_fail_stop(zk_hosts: str, zk_client: KazooClient
     stalled = [e for e in events if e.get("event") == STALLED]
     assert stalled and stalled[0]["reason"] == StallReason.EVENT_QUEUE_FULL.value, log.read_text()[-2000:]
     assert not zk_client.get_children(paths.election), "the node should have gone with the closed session"
+
+
+def test_a_leader_whose_health_check_finds_its_jvm_frozen_gives_the_lock_up_as_a_stall(
+        zk_hosts: str, zk_client: KazooClient, zk_group: str, tmp_path: Path) -> None:
+    """The periodic health check, not a call of the work, is the first to find the leader's JVM frozen: the
+    leader leaves the election, and its hand-over cannot stop a query in a JVM that does not answer. It must
+    not report a clean handover and wait as unhealthy beside a live query: it fails stop (exit 4, reason
+    spark_unresponsive), its term ends "stalled" in the history and nowhere "clean", and the follower leads."""
+    replicas = counter_replica_set(zk_hosts, zk_group, tmp_path)
+    data = tmp_path / "data"
+    try:
+        r1 = replicas.start("r1", ["--career", "tests.careers:freezes_when_told"])
+        wait_for(r1.is_leader, 30, "r1 to lead")
+        r2 = replicas.start("r2")
+        wait_for(lambda: r2.get("/readyz")[0] == 200, 30, "r2 to be in line")
+        (data / "frozen-r1").write_text("")
+        assert r1.wait(timeout_s=30) == EXIT_STALLED
+        wait_for(r2.is_leader, 10, "r2 to lead")
+    finally:
+        replicas.reap_all()
+    assert r1.has_event(HANDING_OVER, outcome="clean", reason=_FROZEN), "the health check found it first"
+    assert not r1.has_event(LEFT_ELECTION), "a stalled replica does not wait as unhealthy: it exits"
+    stalled = [e for e in r1.log_events() if e.get("event") == STALLED]
+    assert stalled and stalled[0]["reason"] == StallReason.SPARK_UNRESPONSIVE.value
+    assert "while handing over" in stalled[0]["detail"]
+    terms = [t for t in read_history(zk_client, zk_group) if t.replica_id == "r1"]
+    assert [t.ended for t in terms] == ["stalled"], terms
+    assert terms[0].reason and "Spark's JVM" in terms[0].reason
+    record = _handover_record(zk_client, zk_group)
+    assert record["replica_id"] == "r2" or "stalled" in str(record.get("reason")), record
+    counter_exactly_once(data)
 
 
 def test_a_handover_past_its_budget_closes_the_session_before_it_exits(zk_hosts: str, zk_group: str,

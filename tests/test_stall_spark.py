@@ -50,8 +50,10 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
     """3 Spark replicas and a producer. (1) The JVM of the follower next in line freezes (its Python process runs
     on): its health probe gets no answer, so it leaves the line, and a SIGTERMed leader hands over to the third,
     healthy replica. (2) That new leader's JVM freezes: its next call into Spark misses the probe deadline, it
-    gives the lock up (session closed, JVM killed, exit 4) and a follower commits within the probe timeout and a
-    few seconds. Resumed and restarted, the group drains the queue: nothing lost or written twice."""
+    gives the lock up (session closed, JVM killed, exit 4) and a follower commits, within the probe timeout and a
+    few seconds, the files landed after the freeze (the producer may have finished by then: the restarted
+    replica's warm-up is minutes on a busy machine). Resumed and restarted, the group drains the queue: nothing
+    lost or written twice."""
     topology = Topology(tmp_path, replicas=3, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=3.0,
                         replica_args=FAST)
     topology.start()
@@ -80,6 +82,7 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
         topology.wait_for(lambda: len(_line(topology)) == 3, 120, "the thawed and restarted replicas back in line")
         assert third.freeze_spark()
         froze_at = time.monotonic()
+        _land_now(topology, AFTER_FREEZE_FILES)
         assert third.process is not None and third.process.wait(timeout=30) == EXIT_STALLED
         gave_up_s = time.monotonic() - froze_at
         successor = topology.wait_for_leader(30)
@@ -95,11 +98,29 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
 
         topology.restart(third.replica_id)
         topology.wait_for(lambda: producer.poll() is not None, 300, "the producer to finish")
-        topology.wait_for(lambda: _drained(topology, 12000), 300, "the queue to drain", interval_s=2.0)
+        topology.wait_for(lambda: _drained(topology, 12000 + AFTER_FREEZE_FILES * 10), 300, "the queue to drain",
+                          interval_s=2.0)
     finally:
         topology.stop()
     report = verify(topology.data_root)
     assert report.ok, report.render()
+
+
+#: Files of 10 records landed once the leader's JVM is frozen: work that only its successor can commit.
+AFTER_FREEZE_FILES = 10
+
+
+def _land_now(topology: Topology, files: int) -> None:
+    """Land ``files`` queue files of 10 records each, now and in order, as a producer does (a hidden name, then
+    a rename), on keys of their own."""
+    landing = topology.data_root / "landing"
+    ts = int(time.time() * 1000)
+    for i in range(files):
+        hidden = landing / f".after-freeze-{i:03d}.jsonl"
+        hidden.write_text("".join(json.dumps({"id": f"after-freeze-{i}-{j}", "key": f"after-freeze-{j % 4}",
+                                              "seq": i * 10 + j, "ts": ts, "payload": {"n": j}}) + "\n"
+                                  for j in range(10)))
+        hidden.replace(landing / hidden.name[1:])
 
 
 def _events(topology: Topology, replica_id: str) -> list[dict[str, object]]:

@@ -464,7 +464,7 @@ class Runner:
             last_batch = self._career.hand_over(outcome)
         except Unresponsive as exc:
             # Spark stopped answering while the term ended (a JVM frozen under a health-gated hand-over): nothing
-            # of it can be trusted to stop, so fail-stop as from a stall; the term's end below still goes on.
+            # of it can be trusted to stop, so fail-stop as from a stall, which records the term's end itself.
             self.give_up(Stall(StallReason.SPARK_UNRESPONSIVE, f"while handing over: {exc}"))
         except Exception:
             self._log.exception("hand_over_failed", outcome=outcome.value, epoch=self._epoch)
@@ -472,11 +472,14 @@ class Runner:
             self._failures = 0  # a long healthy term forgives earlier failures
         if outcome is not Outcome.CLEAN:  # a clean handover is timed by _stop, up to the node's release
             self._observer.handover_took(self._clock() - started)
-        self._terms.ended(outcome, reason)
+        if self._stalled is None:
+            self._terms.ended(outcome, reason)
         self._observer.term_ended()
         return last_batch
 
     def _release_and_rejoin(self) -> None:
+        if self._stalled is not None:  # the term's end failed stop: the fail-stop closes the session, we exit
+            return
         # A release that times out (cut off from ZooKeeper) leaves the node to the election's background delete
         # or the session's end; rejoining must not depend on it, or the replica stays out of the election.
         try:
@@ -509,6 +512,8 @@ class Runner:
                         batch=batch_id, exc_info=exc)
         ended = f"{phase} raised {type(exc).__name__}"
         last_batch = self._end_term(Outcome.FAILED, ended)
+        if self._stalled is not None:  # the fail-stop records the term and ends the session
+            return
         if batch_id is not None and self._zk_connected:
             failed = self._count_attempt(batch_id, f"{type(exc).__name__}: {exc}")
             self._log.warning(BATCH_ATTEMPT_FAILED, batch=batch_id, attempts=failed.attempts,
@@ -595,6 +600,8 @@ class Runner:
         election in state ``to``."""
         was_leading = self._state in (RunnerState.LEADING, RunnerState.PAUSED) and not term_ended
         self._hand_over_and_release(reason, was_leading)
+        if self._stalled is not None:
+            return
         self._log.warning(LEFT_ELECTION, reason=reason, state=to.value, was_leading=was_leading,
                           epoch=self._epoch)
         self._transition(to)
@@ -637,6 +644,8 @@ class Runner:
         started = self._clock()
         if was_leading:
             self._hand_over_cleanly(reason)
+        if self._stalled is not None:  # the hand-over failed stop: the fail-stop holds the node until it records
+            return False
         try:
             self._election.release(self._settings.handover_timeout_s)
             released = True
@@ -660,9 +669,11 @@ class Runner:
             if self._stalled is not None:
                 return
             self._stalled = stall
-        threading.Thread(target=self._fail_stop, args=(stall,), name="tenure-fail-stop", daemon=True).start()
+        # Read now: a control thread that goes on ending the term moves on from LEADING before the record is due.
+        leading = self._state in (RunnerState.LEADING, RunnerState.PAUSED) and self._epoch is not None
+        threading.Thread(target=self._fail_stop, args=(stall, leading), name="tenure-fail-stop", daemon=True).start()
 
-    def _fail_stop(self, stall: Stall) -> None:
+    def _fail_stop(self, stall: Stall, leading: bool) -> None:
         """1. Record why (the handover record and the term history, as far as ZooKeeper answers in time).
         2. Close the ZooKeeper session: the election node goes now, not a session timeout later, and the
            successor hears at once.
@@ -677,7 +688,7 @@ class Runner:
         self._observer.stalled(stall.reason)
         self._log.error(STALLED, reason=stall.reason.value, detail=stall.detail, batch=stall.batch_id,
                         epoch=self._epoch, state=self._state.value)
-        if self._state in (RunnerState.LEADING, RunnerState.PAUSED) and self._epoch is not None:
+        if leading:
             try:
                 call_within(lambda: self._record_stall(stall), 3 * self._election.op_timeout_s, "recording the stall")
             except Exception as exc:  # the session's close below is what matters

@@ -294,6 +294,9 @@ class SparkCareer:
         CLEAN: no new batch starts; the batch in flight finishes its commit and publish and Spark commits it
         to the checkpoint, bounded by ``handover_timeout_s``; then the query stops. REVOKED/FAILED: the query
         stops at once (a batch in flight is abandoned; its commit would be fenced anyway).
+
+        Raises:
+            Unresponsive: Spark's JVM did not answer, so the query could not be stopped (the runner fail-stops).
         """
         term = self._term
         if term is None:
@@ -301,6 +304,8 @@ class SparkCareer:
         started = self._clock()
         term.stop.set()
         query = term.query
+        if query is not None:
+            self._answers(query)
         timed_out = False
         if query is not None and outcome is Outcome.CLEAN:
             timed_out = not self._wait_for_quiet(term, started + self._wait_s)
@@ -339,12 +344,29 @@ class SparkCareer:
         except Exception as exc:  # py4j: the gateway is gone, so is the application
             term.log.warning("spark_stop_failed", error=repr(exc)[:500])
 
+    def _answers(self, query: Any) -> None:
+        """Raise Unresponsive when Spark's JVM does not answer a probe (at once while an earlier one, say the
+        health check's, still waits): its query cannot be stopped. A query or JVM that died answers with an
+        error, which leaves nothing running to stop."""
+        try:
+            self._jvm(lambda: bool(query.isActive))
+        except Unresponsive:
+            raise
+        except Exception as exc:
+            self._log.debug("query_probe_error", error=repr(exc)[:500])
+
     def _stop_query(self, term: Term, query: Any) -> None:
-        """``query.stop()`` within its share of the hand-over budget (Spark's own ``stopTimeout`` is the same)."""
+        """``query.stop()`` within its share of the hand-over budget (Spark's own ``stopTimeout`` is the same).
+
+        Raises:
+            Unresponsive: the stop timed out and the JVM does not answer a probe either. A frozen JVM's query
+                runs on when it thaws, so the replica must fail-stop, not hand over as if the query had stopped.
+        """
         try:
             call_within(query.stop, self._stop_s + 1.0, "stopping the streaming query")
         except Unresponsive as exc:
             term.log.warning("query_stop_timed_out", reason=str(exc), in_flight=term.in_flight)
+            self._answers(query)  # a batch running long answers; a frozen JVM does not
         except Exception as exc:  # stopping a query that died: nothing more to stop
             term.log.debug("query_stop_error", error=repr(exc)[:500])
 
@@ -354,7 +376,10 @@ class SparkCareer:
             self._keep_warm.stop()
             self._keep_warm = None
         if self._term is not None:
-            self.hand_over(Outcome.FAILED)
+            try:
+                self.hand_over(Outcome.FAILED)
+            except Unresponsive as exc:  # a frozen JVM at the end: the process's exit kills it
+                self._log.warning("spark_unresponsive_at_close", reason=str(exc))
         session = self._session
         if session is not None:
             # A session this career did not start lives on: it must stop calling this career's listener.
