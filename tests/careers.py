@@ -25,11 +25,13 @@ def always_fails(config: Any, observer: CareerObserver) -> CounterCareer:
 class _FreezesWhenTold(CounterCareer):
     """A counter whose "JVM" freezes once ``frozen-<replica id>`` exists in the data root: its work goes on, but
     its health check says the JVM does not answer and ``hand_over`` cannot stop it, as the Spark career's does
-    when the health check is the first to find a frozen JVM."""
+    when the health check is the first to find a frozen JVM. Once ``frozen-at-hand-over-<replica id>`` exists,
+    only ``hand_over`` finds it (the JVM froze after the last health check, as a handover began)."""
 
     def __init__(self, config: Any, observer: CareerObserver) -> None:
         super().__init__(config.data_root / "counter.log", interval_s=config.counter_interval_s, observer=observer)
         self._frozen = config.data_root / f"frozen-{config.replica_id}"
+        self._frozen_at_hand_over = config.data_root / f"frozen-at-hand-over-{config.replica_id}"
 
     def unhealthy(self) -> str | None:
         if self._frozen.exists():
@@ -37,11 +39,12 @@ class _FreezesWhenTold(CounterCareer):
         return super().unhealthy()
 
     def hand_over(self, outcome: Outcome) -> int | None:
-        if self._frozen.exists():
+        if self._frozen.exists() or self._frozen_at_hand_over.exists():
             raise Unresponsive("Spark's JVM has not answered for 1 s (a call is still waiting)")
         return super().hand_over(outcome)
 
 
 def freezes_when_told(config: Any, observer: CareerObserver) -> CounterCareer:
-    """Healthy until ``frozen-<replica id>`` appears in the data root (see ``_FreezesWhenTold``)."""
+    """Healthy until ``frozen-<replica id>`` (or ``frozen-at-hand-over-<replica id>``) appears in the data root
+    (see ``_FreezesWhenTold``)."""
     return _FreezesWhenTold(config, observer)

@@ -23,7 +23,7 @@ from tenure.service.ops._status import fetch_status, format_status_table
 from tenure.service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
 from tenure.service.replica._progress import ProgressView
 from tenure.service.replica._watchdog import StallLimits, find_stall
-from tests._replicas import REPO, ReplicaSet, counter_exactly_once, counter_replica_set
+from tests._replicas import REPO, Replica, ReplicaSet, counter_exactly_once, counter_replica_set
 
 #: What ``tests.careers:freezes_when_told`` says once frozen, as the runner's reason to leave.
 _FROZEN = "unhealthy: Spark's JVM did not answer within 1 s (frozen, or stuck in a long GC pause)"
@@ -160,6 +160,15 @@ def test_a_full_event_queue_is_a_fail_stop(zk_hosts: str, zk_client: KazooClient
     assert not zk_client.get_children(paths.election), "the node should have gone with the closed session"
 
 
+def _freezable_leader_and_follower(replicas: ReplicaSet) -> tuple[Replica, Replica]:
+    """r1 leading with the career ``tests.careers:freezes_when_told``, r2 in line behind it."""
+    r1 = replicas.start("r1", ["--career", "tests.careers:freezes_when_told"])
+    wait_for(r1.is_leader, 30, "r1 to lead")
+    r2 = replicas.start("r2")
+    wait_for(lambda: r2.get("/readyz")[0] == 200, 30, "r2 to be in line")
+    return r1, r2
+
+
 def test_a_leader_whose_health_check_finds_its_jvm_frozen_gives_the_lock_up_as_a_stall(
         zk_hosts: str, zk_client: KazooClient, zk_group: str, tmp_path: Path) -> None:
     """The periodic health check, not a call of the work, is the first to find the leader's JVM frozen: the
@@ -169,10 +178,7 @@ def test_a_leader_whose_health_check_finds_its_jvm_frozen_gives_the_lock_up_as_a
     replicas = counter_replica_set(zk_hosts, zk_group, tmp_path)
     data = tmp_path / "data"
     try:
-        r1 = replicas.start("r1", ["--career", "tests.careers:freezes_when_told"])
-        wait_for(r1.is_leader, 30, "r1 to lead")
-        r2 = replicas.start("r2")
-        wait_for(lambda: r2.get("/readyz")[0] == 200, 30, "r2 to be in line")
+        r1, r2 = _freezable_leader_and_follower(replicas)
         (data / "frozen-r1").write_text("")
         assert r1.wait(timeout_s=30) == EXIT_STALLED
         wait_for(r2.is_leader, 10, "r2 to lead")
@@ -186,6 +192,34 @@ def test_a_leader_whose_health_check_finds_its_jvm_frozen_gives_the_lock_up_as_a
     terms = [t for t in read_history(zk_client, zk_group) if t.replica_id == "r1"]
     assert [t.ended for t in terms] == ["stalled"], terms
     assert terms[0].reason and "Spark's JVM" in terms[0].reason
+    record = _handover_record(zk_client, zk_group)
+    assert record["replica_id"] == "r2" or "stalled" in str(record.get("reason")), record
+    counter_exactly_once(data)
+
+
+def test_a_leader_whose_jvm_freezes_as_it_is_told_to_stop_records_a_stall_not_a_clean_stop(
+        zk_hosts: str, zk_client: KazooClient, zk_group: str, tmp_path: Path) -> None:
+    """SIGTERM asks the leader to hand over, and its hand-over finds the JVM frozen (no health check did). The
+    runner is already STOPPING then, yet the term is still open: the stall is recorded as the term's end
+    ("stalled" in the history, the handover record says so), the process exits 4, not 0 or 1, and it neither
+    writes a clean handover record nor releases the node ahead of the fail-stop's record."""
+    replicas = counter_replica_set(zk_hosts, zk_group, tmp_path)
+    data = tmp_path / "data"
+    try:
+        r1, r2 = _freezable_leader_and_follower(replicas)
+        (data / "frozen-at-hand-over-r1").write_text("")
+        r1.signal(signal.SIGTERM)
+        assert r1.wait(timeout_s=30) == EXIT_STALLED
+        wait_for(r2.is_leader, 10, "r2 to lead")
+    finally:
+        replicas.reap_all()
+    assert r1.has_event(HANDING_OVER, outcome="clean"), "SIGTERM began a clean handover"
+    stalled = [e for e in r1.log_events() if e.get("event") == STALLED]
+    assert stalled and stalled[0]["reason"] == StallReason.SPARK_UNRESPONSIVE.value
+    assert "while handing over" in stalled[0]["detail"]
+    assert not r1.has_event("stall_not_recorded")
+    terms = [t for t in read_history(zk_client, zk_group) if t.replica_id == "r1"]
+    assert [t.ended for t in terms] == ["stalled"], terms
     record = _handover_record(zk_client, zk_group)
     assert record["replica_id"] == "r2" or "stalled" in str(record.get("reason")), record
     counter_exactly_once(data)

@@ -11,6 +11,7 @@ answers every event. The states and their transitions are in ``_states.py``; the
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -92,6 +93,11 @@ CANARY_SKIPPED: Final = "canary_skipped"
 _log = structlog.get_logger(RUNNER_LOGGER)
 
 
+class _GaveUp(Exception):
+    """A term's end found the runner given up (``Runner.give_up``): whatever called it stops there, because the
+    fail-stop thread records the term, holds the node until then and exits the process."""
+
+
 class Runner:
     """Drives ``career`` while ``election`` says this replica leads.
 
@@ -125,8 +131,9 @@ class Runner:
         self._rejoin_at = 0.0
         self._progress = progress
         self._process = process
-        self._stall_lock = threading.Lock()
+        self._stall_lock = threading.Lock()  # guards the two below: who records the term's end
         self._stalled: Stall | None = None
+        self._term_open = False  # a term began in the history and its end is not recorded yet
         self._failed_batch: FailedBatch | None = None  # this term's view of the batch failing terms in a row
         self._stop_requested = False
         self._exit_code = 0
@@ -218,27 +225,35 @@ class Runner:
         self._process.loop_started()
         while self._state is not RunnerState.STOPPED:
             self._progress.tick()
-            if self._stalled is not None:  # giving up on another thread: no more work, the process exits
-                self._wait(self._settings.tick_s)
+            if self._stalled is not None:
+                # Given up (here or on another thread): the fail-stop thread records the term, ends the session
+                # and exits the process. No more work and no more events: they could only race it.
+                time.sleep(self._settings.tick_s)
                 continue
-            if self._health.due():
-                self._check_career_health()
-            if self._state is RunnerState.LEADING:
-                self._drain_queue()
-                if self._state is RunnerState.LEADING and self._canary.due():
-                    self._canary_handover()
-                elif self._state is RunnerState.LEADING and not self._execute_once():
-                    self._wait(self._settings.idle_backoff_s)
-            else:
-                self._wait(self._settings.tick_s)
-            if self._state is RunnerState.BACKING_OFF and self._clock() >= self._rejoin_at:
-                self._log.info("rejoining", failures=self._failures)
-                self._election.join()
-                self._transition(RunnerState.FOLLOWING)
+            with contextlib.suppress(_GaveUp):  # the next turn idles until the fail-stop exits the process
+                self._step()
         self._process.loop_ended()
         self._election.close()
         self._career.close()
         return self._exit_code
+
+    def _step(self) -> None:
+        """One turn of the control loop: the health check when due, then lead (one ``execute``) or wait for an
+        event."""
+        if self._health.due():
+            self._check_career_health()
+        if self._state is RunnerState.LEADING:
+            self._drain_queue()
+            if self._state is RunnerState.LEADING and self._canary.due():
+                self._canary_handover()
+            elif self._state is RunnerState.LEADING and not self._execute_once():
+                self._wait(self._settings.idle_backoff_s)
+        else:
+            self._wait(self._settings.tick_s)
+        if self._state is RunnerState.BACKING_OFF and self._clock() >= self._rejoin_at:
+            self._log.info("rejoining", failures=self._failures)
+            self._election.join()
+            self._transition(RunnerState.FOLLOWING)
 
     def _wait(self, timeout_s: float) -> None:
         try:
@@ -386,6 +401,8 @@ class Runner:
         self._term_started = self._clock()
         self._canary.term_began()
         self._terms.began(fence, ctx.previous_handover, elected_at)
+        with self._stall_lock:
+            self._term_open = self._stalled is None
         if granted is not None:
             self._requests.delete_handover(granted, self._election.op_timeout_s)
         self._saw_leader(self._settings.replica_id)
@@ -457,6 +474,14 @@ class Runner:
             return False
 
     def _end_term(self, outcome: Outcome, reason: str) -> int | None:
+        """Hand the career's term over and record its end; returns the career's last committed batch.
+
+        Raises:
+            _GaveUp: the term's end failed stop (or a fail-stop came first): nothing after it may run on the
+                control thread, whose loop catches this and idles until the process exits.
+        """
+        if self._stalled is not None:  # an event queued before the give-up: the process is on its way out
+            raise _GaveUp
         started = self._clock()
         self._log.info(HANDING_OVER, outcome=outcome.value, reason=reason, epoch=self._epoch)
         last_batch = None
@@ -472,14 +497,17 @@ class Runner:
             self._failures = 0  # a long healthy term forgives earlier failures
         if outcome is not Outcome.CLEAN:  # a clean handover is timed by _stop, up to the node's release
             self._observer.handover_took(self._clock() - started)
-        if self._stalled is None:
-            self._terms.ended(outcome, reason)
         self._observer.term_ended()
+        with self._stall_lock:
+            gave_up, recording = self._stalled is not None, self._term_open
+            self._term_open = False
+        if gave_up:
+            raise _GaveUp
+        if recording:
+            self._terms.ended(outcome, reason)
         return last_batch
 
     def _release_and_rejoin(self) -> None:
-        if self._stalled is not None:  # the term's end failed stop: the fail-stop closes the session, we exit
-            return
         # A release that times out (cut off from ZooKeeper) leaves the node to the election's background delete
         # or the session's end; rejoining must not depend on it, or the replica stays out of the election.
         try:
@@ -512,8 +540,6 @@ class Runner:
                         batch=batch_id, exc_info=exc)
         ended = f"{phase} raised {type(exc).__name__}"
         last_batch = self._end_term(Outcome.FAILED, ended)
-        if self._stalled is not None:  # the fail-stop records the term and ends the session
-            return
         if batch_id is not None and self._zk_connected:
             failed = self._count_attempt(batch_id, f"{type(exc).__name__}: {exc}")
             self._log.warning(BATCH_ATTEMPT_FAILED, batch=batch_id, attempts=failed.attempts,
@@ -531,8 +557,7 @@ class Runner:
     def _hand_over_cleanly(self, reason: str) -> None:
         """End the term CLEAN and leave the handover record saying so (the node's release follows)."""
         last_batch = self._end_term(Outcome.CLEAN, reason)
-        if self._stalled is None:  # a fail-stop records the term's end itself
-            self._write_handover(clean=True, last_batch=last_batch, reason=None)
+        self._write_handover(clean=True, last_batch=last_batch, reason=None)
 
     def _write_handover(self, *, clean: bool, last_batch: int | None, reason: str | None) -> None:
         """Write the term's handover record; a ZooKeeper error is logged and the term's end goes on (the
@@ -600,8 +625,6 @@ class Runner:
         election in state ``to``."""
         was_leading = self._state in (RunnerState.LEADING, RunnerState.PAUSED) and not term_ended
         self._hand_over_and_release(reason, was_leading)
-        if self._stalled is not None:
-            return
         self._log.warning(LEFT_ELECTION, reason=reason, state=to.value, was_leading=was_leading,
                           epoch=self._epoch)
         self._transition(to)
@@ -644,8 +667,6 @@ class Runner:
         started = self._clock()
         if was_leading:
             self._hand_over_cleanly(reason)
-        if self._stalled is not None:  # the hand-over failed stop: the fail-stop holds the node until it records
-            return False
         try:
             self._election.release(self._settings.handover_timeout_s)
             released = True
@@ -669,11 +690,11 @@ class Runner:
             if self._stalled is not None:
                 return
             self._stalled = stall
-        # Read now: a control thread that goes on ending the term moves on from LEADING before the record is due.
-        leading = self._state in (RunnerState.LEADING, RunnerState.PAUSED) and self._epoch is not None
-        threading.Thread(target=self._fail_stop, args=(stall, leading), name="tenure-fail-stop", daemon=True).start()
+            recording, self._term_open = self._term_open, False  # the control thread no longer records it
+        threading.Thread(target=self._fail_stop, args=(stall, recording), name="tenure-fail-stop",
+                         daemon=True).start()
 
-    def _fail_stop(self, stall: Stall, leading: bool) -> None:
+    def _fail_stop(self, stall: Stall, recording: bool) -> None:
         """1. Record why (the handover record and the term history, as far as ZooKeeper answers in time).
         2. Close the ZooKeeper session: the election node goes now, not a session timeout later, and the
            successor hears at once.
@@ -688,7 +709,7 @@ class Runner:
         self._observer.stalled(stall.reason)
         self._log.error(STALLED, reason=stall.reason.value, detail=stall.detail, batch=stall.batch_id,
                         epoch=self._epoch, state=self._state.value)
-        if leading:
+        if recording:
             try:
                 call_within(lambda: self._record_stall(stall), 3 * self._election.op_timeout_s, "recording the stall")
             except Exception as exc:  # the session's close below is what matters
