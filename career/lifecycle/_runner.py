@@ -480,7 +480,7 @@ class Runner:
             _GaveUp: the term's end failed stop (or a fail-stop came first): nothing after it may run on the
                 control thread, whose loop catches this and idles until the process exits.
         """
-        if self._stalled is not None:  # an event queued before the give-up: the process is on its way out
+        if self._stalled is not None:  # given up earlier in this turn of the loop, or on another thread
             raise _GaveUp
         started = self._clock()
         self._log.info(HANDING_OVER, outcome=outcome.value, reason=reason, epoch=self._epoch)
