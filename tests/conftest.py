@@ -25,9 +25,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")) if p)
 
 # Every JVM the tests start (Spark drivers, replicas', cluster daemons, ZooKeeper) compiles with C1 only and
-# collects with the serial collector: a replica's Spark start-up and warm-up then take half the CPU (55 s → 28 s
-# measured alone), and the suite starts dozens of Spark replicas on 2 cores. Steady speed is the benches' to measure,
-# under the product's own JVM settings. Set JDK_JAVA_OPTIONS yourself to run the tests under others.
+# collects with the serial collector: a replica's Spark start-up and warm-up then take 0.58× the CPU
+# (bench/results/test-jvm/results.md), and the suite starts dozens of Spark replicas on 2 cores. Steady speed is the
+# benches' to measure, under the product's own JVM settings. Set JDK_JAVA_OPTIONS yourself to run under others.
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 # The embedded default (200 ms): sessions of 2–60 s are granted as asked and expire within 0.3 s of their
