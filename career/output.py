@@ -148,7 +148,7 @@ def covers(transaction_version: int | None, batch_id: int) -> bool:
     return transaction_version is not None and transaction_version >= batch_id
 
 
-def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str,
+def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str, parts: Iterable[str] | None = None,
                   before_commit: Callable[[], None] = lambda: None) -> int | None:
     """Add batch ``batch_id``'s published part files in ``folder`` to its Delta table as one version.
 
@@ -161,12 +161,17 @@ def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str,
     version (renamed by an earlier release's leader during a rolling upgrade) are added first, one version each,
     in batch order, with the epoch their rows carry.
 
+    ``parts`` names the batch's published files in ``folder`` (its commit record's ``parts``). With them, the
+    folder, which keeps every file ever published, is listed only when the table may have missed a batch (its
+    transaction version is below ``batch_id - 1``); without them (a record of an earlier release) it is listed
+    to find the batch's files.
+
     Raises:
         OutputSchemaError: a column of the batch's files has another type than the table's.
         DeltaError: the table could not be read or written (the batch's publish is retried by its re-run).
     """
-    names = _names(folder)
-    files = _files_of(folder, names, batch_id)
+    listing = _names(folder) if parts is None else None
+    files = _files_of(folder, listing, batch_id) if listing is not None else _named_files(folder, parts or ())
     if not files:
         return None
     if not _has_commit(folder):
@@ -174,7 +179,7 @@ def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str,
         if (made := _create(folder, batch_id, epoch=epoch, replica_id=replica_id)) is not None:
             return made
     with _open(folder) as table:
-        return _publish(table, folder, names, batch_id, files, epoch=epoch, replica_id=replica_id,
+        return _publish(table, folder, listing, batch_id, files, epoch=epoch, replica_id=replica_id,
                         before_commit=before_commit)
 
 
@@ -204,14 +209,18 @@ def _open(folder: Path) -> Iterator[DeltaTable]:
         yield table
 
 
-def _publish(table: DeltaTable, folder: Path, names: list[str], batch_id: int, files: list[Path], *, epoch: int,
-             replica_id: str, before_commit: Callable[[], None]) -> int | None:
+def _publish(table: DeltaTable, folder: Path, listing: list[str] | None, batch_id: int, files: list[Path], *,
+             epoch: int, replica_id: str, before_commit: Callable[[], None]) -> int | None:
     covered = table.transaction_version(APP_ID)
     if covers(covered, batch_id):
         return None
-    missed = sorted({b for n in names if (b := batch_of(n)) is not None and not covers(covered, b) and b < batch_id})
+    # Each term rolls the last committed batch forward before its first batch, so an earlier batch without its
+    # version was renamed by an earlier release: there is room for one only when the table is behind batch_id-1.
+    if listing is None:
+        listing = [] if covers(covered, batch_id - 1) else _names(folder)
+    missed = sorted({b for n in listing if (b := batch_of(n)) is not None and not covers(covered, b) and b < batch_id})
     for gap in missed:
-        gap_files = _files_of(folder, names, gap)
+        gap_files = _files_of(folder, listing, gap)
         _add_version(table, folder, gap, gap_files, epoch=_epoch_in(gap_files[0], epoch), replica_id="")
     return _add_version(table, folder, batch_id, files, epoch=epoch, replica_id=replica_id,
                         before_commit=before_commit)
@@ -328,6 +337,12 @@ def _names(folder: Path) -> list[str]:
 def _files_of(folder: Path, names: Iterable[str], batch_id: int) -> list[Path]:
     """The published part files of batch ``batch_id`` among ``names`` (the folder's listing)."""
     return sorted(folder / n for n in names if batch_of(n) == batch_id)
+
+
+def _named_files(folder: Path, names: Iterable[str]) -> list[Path]:
+    """The files of ``names`` in ``folder`` (all there once the publish renames ran, unless the output was moved
+    aside since: then the batch adds nothing to the new table, as when the folder is listed)."""
+    return sorted(path for name in names if (path := folder / name).is_file())
 
 
 def _published_files(folder: Path, up_to: int) -> list[Path]:

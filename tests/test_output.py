@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from tenure.career import output
 from tenure.career.output import (
     APP_ID,
     OutputSchemaError,
@@ -200,3 +201,63 @@ def test_a_table_begun_anew_under_the_same_path_is_not_written_through_an_old_ha
     assert publish_batch(table, 4, epoch=9, replica_id="r2") == 1
     assert [v.batch for v in batch_versions(table)] == [3, 4]
     assert len(_ids(table)) == 2
+
+
+@pytest.fixture
+def listings(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every listing of an output folder a publish makes (its cost grows with every file ever published)."""
+    made: list[Path] = []
+    names = output._names
+
+    def counted(folder: Path) -> list[str]:
+        made.append(folder)
+        return names(folder)
+
+    monkeypatch.setattr(output, "_names", counted)
+    return made
+
+
+def test_a_batch_whose_record_names_its_files_is_published_without_listing_the_folder(
+        tmp_path: Path, listings: list[Path]) -> None:
+    table = tmp_path / "table"
+    _part(table, 0, 2)
+    publish_batch(table, 0, epoch=7, replica_id="r1", parts=["batch-000000000000-part-00000.parquet"])
+    listings.clear()
+    for batch in (1, 2):
+        parts = [_part(table, batch, 2, part=p).name for p in (0, 1)]
+        assert publish_batch(table, batch, epoch=7, replica_id="r1", parts=parts) == batch
+    assert publish_batch(table, 2, epoch=7, replica_id="r2", parts=parts) is None, "covered: skipped"
+    assert listings == []
+    assert [v.batch for v in batch_versions(table)] == [0, 1, 2]
+    assert len(_ids(table)) == 2 + 4 + 4
+    assert publish_batch(table, 3, epoch=7, replica_id="r1") is None  # a record without parts lists instead
+    assert listings == [table]
+
+
+def test_with_named_files_the_folder_is_still_listed_when_the_table_may_have_missed_an_earlier_release_batch(
+        tmp_path: Path, listings: list[Path]) -> None:
+    """The rolling upgrade of the test above, with the new release's records naming their files: batches 2 and 3
+    (renamed by the earlier release) still get their versions before batch 4's."""
+    table = tmp_path / "table"
+    for batch in (0, 1):
+        publish_batch(table, batch, epoch=7, replica_id="r1", parts=[_part(table, batch, 2).name])
+    for batch in (2, 3):
+        _part(table, batch, 3)
+    listings.clear()
+    assert publish_batch(table, 4, epoch=9, replica_id="r2", parts=[_part(table, 4, 1).name]) == 4
+    assert listings == [table]
+    assert [(v.batch, v.epoch, v.replica) for v in batch_versions(table)] == [
+        (0, 7, "r1"), (1, 7, "r1"), (2, 7, ""), (3, 7, ""), (4, 9, "r2")]
+    assert len(_ids(table)) == 2 + 2 + 3 + 3 + 1
+
+
+def test_named_files_no_longer_in_the_folder_add_nothing(tmp_path: Path) -> None:
+    """The output moved aside between a batch's renames and its Delta step: the new folder has none of its
+    files, so the batch adds no version there (as when the folder is listed), and nothing fails."""
+    table = tmp_path / "table"
+    publish_batch(table, 0, epoch=7, replica_id="r1", parts=[_part(table, 0, 2).name])
+    name = _part(table, 1, 2).name
+    table.rename(tmp_path / "table-aside")
+    table.mkdir()
+    assert publish_batch(table, 1, epoch=7, replica_id="r1", parts=[name]) is None
+    assert not (table / "_delta_log").exists()

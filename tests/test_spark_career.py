@@ -19,6 +19,7 @@ from kazoo.client import KazooClient
 
 from tenure.career import BatchFailed, CareerContext, Outcome
 from tenure.career.lifecycle import INAUGURATED
+from tenure.career.output import batch_versions
 from tenure.career.spark import (
     BATCH_COMMITTED,
     BATCH_FAILED,
@@ -298,6 +299,10 @@ def test_crash_window_then_new_leader_exactly_once(
         assert not list((root / "table").glob("_staging/*")), "dead staging survived inauguration"
         if point == "after_commit":
             assert list((root / "table").glob("batch-000000000000-*.parquet")), "not rolled forward"
+        if record is not None:  # the record names the files its batch publishes, which the Delta step adds
+            assert record["parts"]["table"] == sorted(
+                p.name for p in (root / "table").glob("batch-000000000000-*.parquet"))
+            assert {v.batch for v in batch_versions(root / "table")} == {0}
         run_until(career2, drained(root))
         career2.hand_over(Outcome.CLEAN)
     assert_exactly_once(root)

@@ -14,6 +14,7 @@ import socket
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tenure.career.drills import HANG_ENV, POISON_PILL
@@ -22,7 +23,7 @@ from tenure.career.spark import ROW_FUNCTION_TIMED_OUT
 from tenure.election import GroupPaths, group_status, read_history
 from tenure.service.local import Topology, sample_key
 from tenure.service.ops import connected, verify
-from tenure.service.replica import BATCHES, EXIT_STALLED
+from tenure.service.replica import BATCHES, EXIT_HANDOVER_OVERRUN, EXIT_STALLED
 
 SESSION_S = 6.0
 FAST = ["--probe-timeout-s", "3", "--liveness-timeout-s", "10", "--stall-timeout-s", "20",
@@ -49,11 +50,13 @@ def _drained(topology: Topology, records: int) -> bool:
 def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> None:
     """3 Spark replicas and a producer. (1) The JVM of the follower next in line freezes (its Python process runs
     on): its health probe gets no answer, so it leaves the line, and a SIGTERMed leader hands over to the third,
-    healthy replica. (2) That new leader's JVM freezes: its next call into Spark misses the probe deadline, it
-    gives the lock up (session closed, JVM killed, exit 4) and a follower commits, within the probe timeout and a
+    healthy replica. SIGTERMed in turn, the frozen follower cannot stop its Spark (the keep-warm job and the
+    context's stop wait on the JVM): the handover budget ends it (exit 3) and kills its frozen JVM with it.
+    (2) The new leader's JVM freezes: its next call into Spark misses the probe deadline, it gives the lock up
+    (session closed, JVM killed, exit 4) and the restarted old leader commits, within the probe timeout and a
     few seconds, the files landed after the freeze (the producer may have finished by then: the restarted
-    replica's warm-up is minutes on a busy machine). Resumed and restarted, the group drains the queue: nothing
-    lost or written twice."""
+    replica's warm-up is minutes on a busy machine). Restarted, the group drains the queue: nothing lost or
+    written twice."""
     topology = Topology(tmp_path, replicas=3, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=3.0,
                         replica_args=FAST)
     topology.start()
@@ -75,11 +78,18 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
         topology.wait_for(lambda: _committed_by(topology, third.replica_id), 40, f"{third.replica_id} to commit")
         assert leader.process is not None and leader.process.wait(timeout=30) == 0
         assert left_s < 3 + 2 + 3, f"the frozen follower left the line {left_s:.1f} s after the freeze"
+        next_in_line.signal(signal.SIGTERM)
+        stopping_at = time.monotonic()
+        assert next_in_line.process is not None and next_in_line.process.wait(timeout=30) == EXIT_HANDOVER_OVERRUN
+        stopped_s = time.monotonic() - stopping_at
+        assert stopped_s < 3 + 2 + 3, f"the frozen follower took {stopped_s:.1f} s to stop (budget 3 + 2 s)"
+        topology.wait_for(lambda: not any(_running(pid) for pid in frozen), 10, "the frozen JVM to be killed")
+        overrun = [e for e in _events(topology, next_in_line.replica_id) if e.get("event") == "close_overrun"]
+        assert overrun and overrun[0].get("replica_id") == next_in_line.replica_id, overrun
 
-        # 2. The new leader's JVM freezes; the thawed follower (or the restarted old leader) takes over.
-        next_in_line.resume()
+        # 2. The new leader's JVM freezes; the restarted old leader takes over.
         topology.restart(leader.replica_id)
-        topology.wait_for(lambda: len(_line(topology)) == 3, 120, "the thawed and restarted replicas back in line")
+        topology.wait_for(lambda: len(_line(topology)) == 2, 120, "the restarted replica back in line")
         assert third.freeze_spark()
         froze_at = time.monotonic()
         _land_now(topology, AFTER_FREEZE_FILES)
@@ -108,6 +118,14 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
 
 #: Files of 10 records landed once the leader's JVM is frozen: work that only its successor can commit.
 AFTER_FREEZE_FILES = 10
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a killed one whose parent has not reaped it yet is not)."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _land_now(topology: Topology, files: int) -> None:

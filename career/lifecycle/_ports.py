@@ -110,7 +110,10 @@ class ProcessControl(Protocol):
         """The control loop begins (the career prepared, the election joined): start watching its progress."""
 
     def loop_ended(self) -> None:
-        """The control loop ended: stop watching (and stop timing a graceful handover)."""
+        """The control loop ended: stop watching its progress; the election and the career are closed next."""
+
+    def closed(self) -> None:
+        """The career is closed: stop timing the stop."""
 
     def exit_stalled(self) -> None:
         """The lock is given up: kill the career's processes (a JVM) and exit for a supervisor to restart us.

@@ -234,7 +234,10 @@ class Runner:
                 self._step()
         self._process.loop_ended()
         self._election.close()
+        closing = self._clock()
         self._career.close()
+        self._log.info("career_closed", seconds=round(self._clock() - closing, 3))
+        self._process.closed()
         return self._exit_code
 
     def _step(self) -> None:

@@ -46,7 +46,14 @@ from tenure.career.spark._retry import (
     write_parquet,
 )
 from tenure.career.spark._set_aside import stage_set_aside
-from tenure.career.spark._storage import Layout, finish_publish, is_published, published_name, sync_tree
+from tenure.career.spark._storage import (
+    Layout,
+    finish_publish,
+    is_published,
+    published_name,
+    staged_parts,
+    sync_tree,
+)
 from tenure.career.spark._term import Term, committed_batch, mark_consumed
 from tenure.election._errors import Fenced, NotLeader
 
@@ -83,8 +90,8 @@ class BatchWriter:
     3. Classify, deduplicate, set late records aside (``_order``), order (through the row function and retry
        store, when there is one; then the transform); write staged Parquet under ``_staging/epoch=<e>/batch=<B>/``
        of each output, with the advanced per-key marks; fsync it all.
-    4. Fenced commit of a record naming the staged folders, the files read and the marks, at the version read
-       in 2.
+    4. Fenced commit of a record naming the staged folders, the part files each Delta output gains (``parts``),
+       the files read and the marks, at the version read in 2.
     5. Publish: move the staged part files into ``table/``, ``quarantine/``, ``retry/``, ``dead-letter/`` and
        ``order/`` (idempotent renames), and fsync the folders; then add the batch's files in ``table/``,
        ``quarantine/`` and ``dead-letter/`` to each one's Delta table as one version that carries the batch as
@@ -271,6 +278,7 @@ class BatchWriter:
             "clock": term.clock.now(),
             "published_path": f"{layout.relative(layout.table)}/batch-{batch_id:012d}-*.parquet",
             "staged": staged,
+            "parts": staged_parts(layout, staged, batch_id),
             "counts": counts,
             "files": files,
             **order,

@@ -371,7 +371,9 @@ class SparkCareer:
             term.log.debug("query_stop_error", error=repr(exc)[:500])
 
     def close(self) -> None:
-        """Stop the keep-warm heartbeat, a running query and, if this career started Spark, Spark itself."""
+        """Stop the keep-warm heartbeat, the archive sweep, a running query and, if this career started Spark,
+        Spark itself."""
+        self._housekeeper.close()
         if self._keep_warm is not None:
             self._keep_warm.stop()
             self._keep_warm = None

@@ -1,10 +1,13 @@
 """The leader's chores between batches, on the control thread: consumption marks, archiving, backlog, retry ticks.
 
-Rate-limited so that ``execute``, called every few milliseconds, touches the filesystem about once a second.
+Rate-limited so that ``execute``, called every few milliseconds, touches the filesystem about once a second. The
+archive sweep, which stats every archived file (the retention's worth: millions on a busy queue), runs on a
+thread of its own, so that it never holds the control loop past its liveness timeout.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -44,6 +47,8 @@ class Housekeeper:
         self._next_backlog = 0.0
         self._next_sweep = 0.0
         self._ticked_for: float | None = None
+        self._sweeper: threading.Thread | None = None
+        self._closing = threading.Event()
 
     def archive_committed(self, term: Term) -> int:
         """Mark the last committed batch's files consumed once Spark's checkpoint has committed it, then
@@ -69,11 +74,9 @@ class Housekeeper:
             empty = empty_landing_files(layout, _EMPTY_FILE_MIN_AGE_S)
             if empty:
                 archive_files(layout, empty, term.clock.now())
-            if now >= self._next_sweep:
+            if now >= self._next_sweep and not self.sweeping:
                 self._next_sweep = now + _SWEEP_EVERY_S
-                swept = sweep_archive(layout, self._config.archive_retention_s, term.clock.now())
-                if swept:
-                    term.log.info("archive_swept", files=swept)
+                self._start_sweep(term)
                 stale = term.marks.sweep()
                 if stale:
                     term.log.info("stale_marks_swept", marks=stale)
@@ -83,6 +86,27 @@ class Housekeeper:
             self._observer.backlog(len([n for n in landing_files(layout) if n not in pending]),
                                    retry_due=due is not None and due <= term.clock.now())
             self._wake_for_retries(term)
+
+    @property
+    def sweeping(self) -> bool:
+        """Whether an archive sweep is running."""
+        return self._sweeper is not None and self._sweeper.is_alive()
+
+    def close(self) -> None:
+        """Stop a running archive sweep (it stops before its next file; what it deleted stays deleted)."""
+        self._closing.set()
+
+    def _start_sweep(self, term: Term) -> None:
+        """Delete the archived files past retention on the sweep thread, as of the group's clock now."""
+        now, log, retention = term.clock.now(), term.log, self._config.archive_retention_s
+
+        def sweep() -> None:
+            swept = sweep_archive(self._layout, retention, now, stop=self._closing.is_set)
+            if swept:
+                log.info("archive_swept", files=swept)
+
+        self._sweeper = threading.Thread(target=sweep, name="tenure-archive-sweep", daemon=True)
+        self._sweeper.start()
 
     def _wake_for_retries(self, term: Term) -> None:
         """Drop a tick file into ``landing/`` once held records fall due: a file source runs no batch without

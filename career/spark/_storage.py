@@ -47,6 +47,7 @@ __all__ = [
     "newer_term_started",
     "published_name",
     "remove_dead_staging",
+    "staged_parts",
     "sweep_archive",
     "sync_dirs",
     "sync_tree",
@@ -305,6 +306,14 @@ def published_name(batch_id: int, part: str) -> str:
     return f"batch-{batch_id:012d}-{part}"
 
 
+def staged_parts(layout: Layout, staged: Mapping[str, str], batch_id: int) -> dict[str, list[str]]:
+    """The published names of the part files staged for each Delta output (the commit record's ``parts``), so the
+    batch's Delta step adds exactly these without listing the output folder, which keeps every published file."""
+    return {name: sorted(published_name(batch_id, entry.name) for entry in layout.resolve(staged[name]).iterdir()
+                         if not is_hidden(entry.name) and entry.is_file())
+            for name in layout.delta_outputs() if name in staged}
+
+
 def _publish_folder(staged: Path, output: Path, batch_id: int) -> int:
     """Move each staged part file into ``output`` under its published name; then drop the staging folder.
 
@@ -371,6 +380,7 @@ def finish_publish(layout: Layout, record: Mapping[str, Any], fault: Callable[[s
     """
     batch_id = int(record["batch_id"])
     staged = record.get("staged") or {}
+    parts: Mapping[str, list[str]] | None = record.get("parts")  # None in a record of an earlier release
     moved = 0
     for name, output in layout.outputs().items():
         if name in staged:
@@ -385,6 +395,7 @@ def finish_publish(layout: Layout, record: Mapping[str, Any], fault: Callable[[s
         if name in staged:
             version = publish_batch(output, batch_id, epoch=int(record["epoch"]),
                                     replica_id=str(record.get("replica_id") or ""),
+                                    parts=None if parts is None else parts.get(name, []),
                                     before_commit=lambda: fault("inside_delta_commit"))
             if version is not None:
                 versions += 1
@@ -496,20 +507,24 @@ def landing_files(layout: Layout) -> list[str]:
         return []
 
 
-def sweep_archive(layout: Layout, retention_s: float, now: float) -> int:
+def sweep_archive(layout: Layout, retention_s: float, now: float, stop: Callable[[], bool] = lambda: False) -> int:
     """Delete archived files archived more than ``retention_s`` before ``now`` (the group's clock, which stamped
-    them: a wall clock that jumps forward deletes nothing early); returns how many."""
+    them: a wall clock that jumps forward deletes nothing early); returns how many. ``stop`` is asked before each
+    file: once it answers True, the sweep ends there."""
     removed = 0
     cutoff = now - retention_s
     try:
-        entries = list(os.scandir(layout.archive))
+        entries = os.scandir(layout.archive)
     except FileNotFoundError:
         return 0
-    for entry in entries:
-        try:
-            if entry.is_file() and entry.stat().st_mtime < cutoff:
-                os.unlink(entry.path)
-                removed += 1
-        except FileNotFoundError:
-            continue
+    with entries:
+        for entry in entries:
+            if stop():
+                break
+            try:
+                if entry.is_file() and entry.stat().st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    removed += 1
+            except FileNotFoundError:
+                continue
     return removed

@@ -9,7 +9,7 @@ from tenure.service.replica._config import ReplicaConfig, load_config
 from tenure.service.replica._faults import FAULT_INJECTED, FAULT_POINTS, FaultFile, InjectedFault, arm
 from tenure.service.replica._four_letter import four_letter_word
 from tenure.service.replica._health import HTTP_REQUEST_FAILED, HealthServer
-from tenure.service.replica._lifecycle import EXIT_STALLED
+from tenure.service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
 from tenure.service.replica._logs import configure_logging, log_to_file
 from tenure.service.replica._metrics import (
     BATCHES,
@@ -42,6 +42,7 @@ __all__ = [
     "CANARY_GAP",
     "COMMITS_FENCED",
     "CONTROL_LOOP_AGE",
+    "EXIT_HANDOVER_OVERRUN",
     "EXIT_STALLED",
     "FAULT_INJECTED",
     "FAULT_POINTS",

@@ -8,6 +8,7 @@ the JVM and exiting with :data:`EXIT_STALLED` for a supervisor to restart the re
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import signal
 import sys
@@ -88,9 +89,11 @@ class ReplicaControl:
     """The runner's ``ProcessControl``, and the process's signal handling.
 
     SIGTERM and SIGINT ask the runner to hand over gracefully, within ``handover_timeout_s`` plus a grace; past
-    it the session is closed and the process exits with :data:`EXIT_HANDOVER_OVERRUN`. A second signal exits at
-    once; a signal while the career still warms up exits 0 (nothing to hand over). The progress watchdog runs
-    while the control loop does.
+    it the session is closed and the process exits with :data:`EXIT_HANDOVER_OVERRUN`. Closing the career after
+    the loop (stopping Spark) gets the same budget again, past which the process exits the same way: a JVM that
+    does not answer (frozen) would otherwise hold the process for ever, and leave an orphan when a second signal
+    ends it. Both exits kill the career's process tree. A second signal exits at once; a signal while the career
+    still warms up exits 0 (nothing to hand over). The progress watchdog runs while the control loop does.
     """
 
     def __init__(self, progress: Progress, settings: RunnerSettings) -> None:
@@ -116,6 +119,11 @@ class ReplicaControl:
     def loop_ended(self) -> None:
         if self._watchdog is not None:
             self._watchdog.stop()
+        if self._overrun is not None:  # a signal's stop: closing the career is timed too
+            self._overrun.cancel()
+            self._overrun = self._budget(self._close_overrun)
+
+    def closed(self) -> None:
         if self._overrun is not None:
             self._overrun.cancel()
 
@@ -145,10 +153,17 @@ class ReplicaControl:
             os._exit(128 + signum)
         # The budget covers finishing the execute() in flight and the whole handover. The career may spend all
         # of handover_timeout_s waiting for its batch; the grace is for what follows it (record, release).
-        self._overrun = threading.Timer(self._settings.handover_timeout_s + _HANDOVER_GRACE_S, self._handover_overrun)
-        self._overrun.daemon = True
-        self._overrun.start()
+        self._overrun = self._budget(self._handover_overrun)
         runner.request_stop(name)
+
+    def _budget(self, overrun: Callable[[], None]) -> threading.Timer:
+        """Call ``overrun`` once the stop's budget (``handover_timeout_s`` + the grace) has passed (in this thread's
+        context: its log events keep the replica and group bound here)."""
+        context = contextvars.copy_context()
+        timer = threading.Timer(self._settings.handover_timeout_s + _HANDOVER_GRACE_S, context.run, (overrun,))
+        timer.daemon = True
+        timer.start()
+        return timer
 
     def _handover_overrun(self) -> None:
         """The graceful handover ran past its budget: close the session so the successor hears now, not a session
@@ -157,6 +172,11 @@ class ReplicaControl:
         assert runner is not None
         _log.error("handover_overrun", timeout_s=self._settings.handover_timeout_s, state=runner.state.value)
         runner.close_session()
+        self._kill_and_exit(EXIT_HANDOVER_OVERRUN)
+
+    def _close_overrun(self) -> None:
+        """Closing the career ran past its budget (the election is closed already): exit."""
+        _log.error("close_overrun", timeout_s=self._settings.handover_timeout_s + _HANDOVER_GRACE_S)
         self._kill_and_exit(EXIT_HANDOVER_OVERRUN)
 
     @staticmethod
