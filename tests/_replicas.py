@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psutil
+
 from tenure.service.drill import read_events
 from tenure.service.local import ReplicaProcess, free_port
 
@@ -138,3 +140,11 @@ def counter_exactly_once(data_root: Path) -> list[int]:
     numbers = [int(line.split(",")[1]) for line in (data_root / "counter.log").read_text().splitlines()]
     assert numbers == list(range(1, len(numbers) + 1)), "a duplicate or missing n"
     return numbers
+
+
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a killed one whose parent has not reaped it yet is not)."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 from tenure.career import CareerObserver, Outcome
@@ -48,3 +50,27 @@ def freezes_when_told(config: Any, observer: CareerObserver) -> CounterCareer:
     """Healthy until ``frozen-<replica id>`` (or ``frozen-at-hand-over-<replica id>``) appears in the data root
     (see ``_FreezesWhenTold``)."""
     return _FreezesWhenTold(config, observer)
+
+
+class _StuckInClose(CounterCareer):
+    """A counter with a child process, as the Spark career has its JVM, and a ``close`` that waits on that child
+    for ever, as stopping a SparkContext waits on a frozen JVM. The child's pid is in ``child-<replica id>``."""
+
+    def __init__(self, config: Any, observer: CareerObserver) -> None:
+        super().__init__(config.data_root / "counter.log", interval_s=config.counter_interval_s, observer=observer)
+        self._pid_file = config.data_root / f"child-{config.replica_id}"
+        self._child: subprocess.Popen[bytes] | None = None
+
+    def prepare(self) -> None:
+        super().prepare()
+        self._child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        self._pid_file.write_text(str(self._child.pid))
+
+    def close(self) -> None:
+        if self._child is not None:
+            self._child.wait()
+
+
+def stuck_in_close(config: Any, observer: CareerObserver) -> CounterCareer:
+    """A career whose ``close`` never returns while its child process lives (see ``_StuckInClose``)."""
+    return _StuckInClose(config, observer)

@@ -6,7 +6,9 @@ the Spark faults — a frozen JVM, a hung row function, a poison batch — are i
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -23,7 +25,14 @@ from tenure.service.ops._status import fetch_status, format_status_table
 from tenure.service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
 from tenure.service.replica._progress import ProgressView
 from tenure.service.replica._watchdog import StallLimits, find_stall
-from tests._replicas import REPO, Replica, ReplicaSet, counter_exactly_once, counter_replica_set
+from tests._replicas import (
+    REPO,
+    Replica,
+    ReplicaSet,
+    counter_exactly_once,
+    counter_replica_set,
+    process_running,
+)
 
 #: What ``tests.careers:freezes_when_told`` says once frozen, as the runner's reason to leave.
 _FROZEN = "unhealthy: Spark's JVM did not answer within 1 s (frozen, or stuck in a long GC pause)"
@@ -249,3 +258,58 @@ def test_a_handover_past_its_budget_closes_the_session_before_it_exits(zk_hosts:
         replicas.reap_all()
     assert exited_s < 2 + 2 + 2, f"r1 exited {exited_s:.1f} s after SIGTERM (budget 2 s + 2 s grace)"
     assert led_s < exited_s + 3, f"r2 led {led_s - exited_s:.1f} s after r1 exited: the session was not closed"
+
+
+def _stuck_in_close(replicas: ReplicaSet, data: Path) -> tuple[Replica, int]:
+    """r1 leading with ``tests.careers:stuck_in_close``; returns it and its career's child process."""
+    r1 = replicas.start("r1", ["--career", "tests.careers:stuck_in_close"])
+    wait_for(r1.is_leader, 30, "r1 to lead")
+    return r1, int((data / "child-r1").read_text())
+
+
+def test_a_career_that_cannot_close_is_ended_by_the_stop_budget_with_its_processes(
+        zk_hosts: str, zk_group: str, tmp_path: Path) -> None:
+    """SIGTERM: the handover is clean and quick, then the career's ``close`` waits on its child for ever (as
+    stopping Spark waits on a frozen JVM). Closing has the stop's budget (handover timeout 2 s + 2 s): past it
+    the replica exits 3 (``close_overrun``) and kills the child. Before, the budget ended with the control loop,
+    and the replica waited until something killed it."""
+    replicas = counter_replica_set(zk_hosts, zk_group, tmp_path)
+    child: int | None = None
+    try:
+        r1, child = _stuck_in_close(replicas, tmp_path / "data")
+        r1.signal(signal.SIGTERM)
+        stopping = time.monotonic()
+        assert r1.wait(timeout_s=30) == EXIT_HANDOVER_OVERRUN
+        assert time.monotonic() - stopping < 2 + 2 + 3
+        wait_for(lambda: not process_running(child), 10, "the career's child to be killed")
+    finally:
+        replicas.reap_all()
+        if child is not None:
+            _kill(child)
+    assert r1.has_event("handed_over") and r1.has_event("close_overrun", replica_id="r1")
+
+
+def test_a_second_signal_exits_at_once_and_takes_the_careers_processes(
+        zk_hosts: str, zk_group: str, tmp_path: Path) -> None:
+    """A second SIGTERM while the first one's stop waits (here on a career that cannot close): the replica exits
+    143 at once and kills its career's child, which an exit alone would leave behind (a frozen JVM does not see
+    its parent go)."""
+    replicas = counter_replica_set(zk_hosts, zk_group, tmp_path)
+    child: int | None = None
+    try:
+        r1, child = _stuck_in_close(replicas, tmp_path / "data")
+        r1.signal(signal.SIGTERM)
+        wait_for(lambda: r1.has_event("election_closed"), 10, "the stop to reach the career's close")
+        r1.signal(signal.SIGTERM)
+        assert r1.wait(timeout_s=5) == 128 + signal.SIGTERM
+        wait_for(lambda: not process_running(child), 10, "the career's child to be killed")
+    finally:
+        replicas.reap_all()
+        if child is not None:
+            _kill(child)
+    assert r1.has_event("second_signal_exit") and not r1.has_event("close_overrun")
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)

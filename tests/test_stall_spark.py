@@ -14,7 +14,6 @@ import socket
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tenure.career.drills import HANG_ENV, POISON_PILL
@@ -24,6 +23,7 @@ from tenure.election import GroupPaths, group_status, read_history
 from tenure.service.local import Topology, sample_key
 from tenure.service.ops import connected, verify
 from tenure.service.replica import BATCHES, EXIT_HANDOVER_OVERRUN, EXIT_STALLED
+from tests._replicas import process_running
 
 SESSION_S = 6.0
 FAST = ["--probe-timeout-s", "3", "--liveness-timeout-s", "10", "--stall-timeout-s", "20",
@@ -83,7 +83,7 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
         assert next_in_line.process is not None and next_in_line.process.wait(timeout=30) == EXIT_HANDOVER_OVERRUN
         stopped_s = time.monotonic() - stopping_at
         assert stopped_s < 3 + 2 + 3, f"the frozen follower took {stopped_s:.1f} s to stop (budget 3 + 2 s)"
-        topology.wait_for(lambda: not any(_running(pid) for pid in frozen), 10, "the frozen JVM to be killed")
+        topology.wait_for(lambda: not any(process_running(pid) for pid in frozen), 10, "the frozen JVM to be killed")
         overrun = [e for e in _events(topology, next_in_line.replica_id) if e.get("event") == "close_overrun"]
         assert overrun and overrun[0].get("replica_id") == next_in_line.replica_id, overrun
 
@@ -118,14 +118,6 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
 
 #: Files of 10 records landed once the leader's JVM is frozen: work that only its successor can commit.
 AFTER_FREEZE_FILES = 10
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a killed one whose parent has not reaped it yet is not)."""
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _land_now(topology: Topology, files: int) -> None:

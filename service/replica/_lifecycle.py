@@ -91,9 +91,10 @@ class ReplicaControl:
     SIGTERM and SIGINT ask the runner to hand over gracefully, within ``handover_timeout_s`` plus a grace; past
     it the session is closed and the process exits with :data:`EXIT_HANDOVER_OVERRUN`. Closing the career after
     the loop (stopping Spark) gets the same budget again, past which the process exits the same way: a JVM that
-    does not answer (frozen) would otherwise hold the process for ever, and leave an orphan when a second signal
-    ends it. Both exits kill the career's process tree. A second signal exits at once; a signal while the career
-    still warms up exits 0 (nothing to hand over). The progress watchdog runs while the control loop does.
+    does not answer (frozen) would otherwise hold the process for ever. A second signal exits at once. Each of
+    these exits kills the career's process tree first: a frozen JVM would not notice the exit and stay behind. A
+    signal while the career still warms up exits 0 (nothing to hand over). The progress watchdog runs while the
+    control loop does.
     """
 
     def __init__(self, progress: Progress, settings: RunnerSettings) -> None:
@@ -148,9 +149,9 @@ class ReplicaControl:
             # Spark's JVM exits with us (its gateway watches our stdin).
             _log.info("stopped_while_starting", signal=name)
             os._exit(0)
-        if self._signals > 1:
+        if self._signals > 1:  # the career's processes go too: a frozen JVM would not notice our exit
             _log.warning("second_signal_exit", signal=name)
-            os._exit(128 + signum)
+            self._kill_and_exit(128 + signum)
         # The budget covers finishing the execute() in flight and the whole handover. The career may spend all
         # of handover_timeout_s waiting for its batch; the grace is for what follows it (record, release).
         self._overrun = self._budget(self._handover_overrun)
