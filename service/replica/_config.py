@@ -46,7 +46,11 @@ class ReplicaConfig(BaseModel):
                         "of your own (factory(config, observer) -> Career).")
     session_timeout_s: float = Field(default=10.0, description="ZooKeeper session timeout (default 10).")
     handover_timeout_s: float = Field(default=5.0, description="Graceful handover budget; must be below the "
-                                      "session timeout, or a stuck leader outlives its lease.")
+                                      "session timeout, or a stuck leader outlives its lease. After SIGTERM the "
+                                      "handover gets this + 2 s, then closing Spark gets as long again "
+                                      "(`career_closed` logs how long it took); past either, the replica kills its "
+                                      "Spark processes and exits 3 (`handover_overrun`, `close_overrun`). A second "
+                                      "signal exits at once (128 + the signal), killing them too.")
     connect_timeout_s: float = Field(default=15.0, description="How long to wait for ZooKeeper at start-up.")
     safe_fraction: float = Field(default=0.5, description="Stop committing this fraction of the session "
                                  "timeout after the last server response.")
