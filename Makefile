@@ -1,10 +1,11 @@
 # The two set-up commands of the README: `make demo` (the main job) and `make test` (lint, the documentation site,
-# the whole suite). Each creates the virtual environment it needs on first use.
+# the suite but its `long` drill and benchmark runs, which `make test-long` runs). Each creates the virtual
+# environment it needs on first use.
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint docs bench clean
+.PHONY: demo test test-long lint docs bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +24,13 @@ lint: $(BIN)/.installed
 docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
+# CI runs `make test` (.ci/run), within its 30 minutes on 2 cores; `make test-long` adds the drills and the
+# benchmarks' quick runs (about 15 minutes more), to run before a release.
 test: lint docs
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not long"
+
+test-long: $(BIN)/.installed
+	$(BIN)/pytest -m long
 
 # Every benchmark (hours): JSON, markdown and plots under bench/results/<UTC date>/ (see bench/run.py); point the
 # bench:table blocks of the performance pages (docs/performance/) at the folder to commit, then

@@ -197,7 +197,7 @@ def test_summary_merges_by_benchmark_so_a_folder_describes_every_benchmark_in_it
     assert "### Herd" in text and "### Handover" in text and "| handover | gap | 0.5 |" in text
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(1500)
 def test_quick_run_of_herd_fence_latency_and_failover_writes_results_and_plots(tmp_path: Path) -> None:
     """`python -m bench.run --quick --only herd fence_latency failover` runs against a real ensemble (and 3 warm

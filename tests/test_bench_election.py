@@ -15,7 +15,7 @@ from bench._common import BenchContext
 from tenure.service.local import Ensemble
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(600)
 def test_quick_election_failover_kills_at_both_ticks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`--quick` SIGKILLs the leader twice at the default tick and twice at the old 2000 ms, each on its own

@@ -508,6 +508,7 @@ def test_targeted_handover_drill_on_short_timeline(tmp_path: Path) -> None:
     assert "drill targeted-handover: PASS" in report and "drill: OK — 1 passed, 0 failed, 0 skipped" in report
 
 
+@pytest.mark.long
 @pytest.mark.timeout(720)  # eight drills in a row: about 4 minutes here, more when the machine is shared
 def test_other_drills_on_short_timeline(tmp_path: Path, created_namespaces: list[NetNamespace]) -> None:
     """Every other scenario on the shortened timeline with the counter career, through run_drills: exit 0,
@@ -540,6 +541,7 @@ def _spark_or_skip() -> None:
         pytest.skip(why)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(600)  # about 3 minutes on an idle machine: 3 warm Spark replicas and the ensemble on 2 cores
 def test_zombie_drill_spark_pauses_the_whole_tree_inside_the_fence(tmp_path: Path) -> None:
     """The leader's whole tree (Python and its Spark JVM) pauses itself at ``before_transaction``, stays paused
@@ -558,6 +560,7 @@ def test_zombie_drill_spark_pauses_the_whole_tree_inside_the_fence(tmp_path: Pat
     assert result.status == "pass", f"zombie (spark) failed: {failed}"
 
 
+@pytest.mark.long
 @pytest.mark.timeout(600)
 def test_partition_drill_spark(tmp_path: Path, created_namespaces: list[NetNamespace]) -> None:
     """The partition drill with the Spark career: the cut-off leader stops committing within safe-until, a
@@ -579,6 +582,7 @@ def test_partition_drill_spark(tmp_path: Path, created_namespaces: list[NetNames
 CI_STUCK_DRILLS = ["poison-batch"]
 
 
+@pytest.mark.long
 @pytest.mark.timeout(600)  # 3 warm Spark replicas, three failed terms and a drained queue, on 2 cores
 def test_stuck_leader_drills_on_short_timeline(tmp_path: Path) -> None:
     """`tenure drill poison-batch --short` with the Spark career, through run_drills: a poison batch is set aside
@@ -603,6 +607,7 @@ def test_stuck_leader_drills_on_short_timeline(tmp_path: Path) -> None:
 CI_CHAOS_SEED = 12
 
 
+@pytest.mark.long
 @pytest.mark.timeout(900)
 def test_chaos_drill_spark_short(tmp_path: Path) -> None:
     """A short seeded chaos run with the Spark career: 3000 records, 3 faults; every fault recovers, the killed
