@@ -25,7 +25,7 @@ docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # CI runs `make test` (.ci/run), within its 30 minutes on 2 cores; `make test-long` adds the drills and the
-# benchmarks' quick runs (about 15 minutes more), to run before a release.
+# benchmarks' quick runs (14 minutes more here), to run before a release.
 test: lint docs
 	$(BIN)/pytest -m "not long"
 
