@@ -24,7 +24,7 @@ lint: $(BIN)/.installed
 docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-# CI runs `make test` (.ci/run), within its 30 minutes on 2 cores; `make test-long` adds the drills and the
+# CI runs `make test` (.ci/run; its budget is 30 minutes on 2 cores); `make test-long` adds the drills and the
 # benchmarks' quick runs (14 minutes more here), to run before a release.
 test: lint docs
 	$(BIN)/pytest -m "not long"
