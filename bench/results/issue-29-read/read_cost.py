@@ -103,9 +103,8 @@ def main() -> None:
                 out = subprocess.run([sys.executable, __file__, "--one", way, str(work), str(source / "landing")],
                                      capture_output=True, text=True, check=True)
                 runs.append({"way": way, "round": index + 1, **json.loads(out.stdout.strip().splitlines()[-1])})
-    summary = {way: {"read_p50_s": round(statistics.median(r["read_p50_s"] for r in runs if r["way"] == way), 3),
-                     "query_s": round(statistics.median(r["query_s"] for r in runs if r["way"] == way), 3)}
-               for way in _WAYS}
+    summary = {way: {"read_p50_s": statistics.median(r["read_p50_s"] for r in runs if r["way"] == way),
+                     "query_s": statistics.median(r["query_s"] for r in runs if r["way"] == way)} for way in _WAYS}
     (_HERE / "results.json").write_text(json.dumps({"rounds": rounds, "records": _RECORDS, "runs": runs,
                                                     "median": summary}, indent=2) + "\n")
     _render()
