@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from tenure.career.lifecycle import HANDED_OVER
-from tenure.election import RELEASE_INCOMPLETE
+from tenure.election import RELEASE_INCOMPLETE, GroupPaths
 from tenure.service.local import REPLICA_STOPPED, TOPOLOGY_STOPPED, Topology, free_port, wait_for
 from tests._prometheus import alerts, prometheus_binary, query, running_prometheus
-from tests._replicas import REPO, descendants
+from tests._replicas import REPO, counter_replica_set, descendants
 
 ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
 
@@ -169,3 +169,21 @@ scrape_configs:
             assert alert["state"] == "pending", f"after {time.monotonic() - started:.1f} s"
     finally:
         topology.stop()
+
+
+def test_a_replica_stopped_while_it_imports_exits_0_and_joins_nothing(zk_hosts: str, zk_group: str,
+                                                                     zk_client: Any, tmp_path: Path) -> None:
+    """Ctrl-C a second after `tenure up` stops replicas that are still importing, before their handlers are in
+    place. The launcher starts them with SIGTERM blocked, so the stop waits for the handlers and ends in a clean
+    exit 0 with nothing joined, not in death by the signal (exit -15, which `tenure up` reported as a failure)."""
+    replicas = counter_replica_set(zk_hosts, zk_group, tmp_path)
+    try:
+        replica = replicas.start("r1")
+        replica.signal(signal.SIGTERM)  # at once: the interpreter is still importing tenure
+        assert replica.wait(60) == 0, replica.log_path.read_text()[-2000:]
+        assert replica.has_event("stopped_while_starting", signal="SIGTERM")
+        assert not replica.has_event("joined")
+        election = GroupPaths(zk_group).election
+        assert not zk_client.exists(election) or zk_client.get_children(election) == []
+    finally:
+        replicas.reap_all()

@@ -107,6 +107,22 @@ class ReplicaLaunch:
     metrics_host: str = "127.0.0.1"
 
 
+def _replica_preexec(hold_signals: bool) -> Callable[[], None]:
+    """The child's set-up before exec: SIGTERM when its parent dies, and with ``hold_signals`` SIGTERM and SIGINT
+    blocked (the mask survives exec). A replica of this release unblocks them once its handlers are in place
+    (``ReplicaControl.install_signal_handlers``), so a stop sent while it still imports waits for them and ends
+    in a clean exit 0 instead of the signal's default death. An earlier release (``module``) would never
+    unblock them: it is launched without."""
+    die = die_with_parent(signal.SIGTERM)
+
+    def _set() -> None:
+        die()
+        if hold_signals:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+
+    return _set
+
+
 class ReplicaProcess:
     """One `tenure run` child process with its metrics port and log file.
 
@@ -131,6 +147,7 @@ class ReplicaProcess:
         self._cmd = [*(command_prefix or []), sys.executable, "-m", module, "run", "--replica-id", replica_id,
                      "--metrics-host", metrics_host, "--metrics-port", str(port), *args, *faults]
         self._env = {**os.environ, **(env or {})}
+        self._hold_signals = module == "tenure"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ReplicaProcess:
@@ -139,7 +156,7 @@ class ReplicaProcess:
             # `tenure up` itself dies, the kernel sends SIGTERM, so replicas still hand over.
             self.process = subprocess.Popen(self._cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self._cwd,
                                             stdin=subprocess.DEVNULL, env=self._env, start_new_session=True,
-                                            preexec_fn=die_with_parent(signal.SIGTERM))  # noqa: PLW1509 - prctl only
+                                            preexec_fn=_replica_preexec(self._hold_signals))  # noqa: PLW1509
         return self
 
     @property

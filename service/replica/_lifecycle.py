@@ -135,9 +135,15 @@ class ReplicaControl:
     # -- signals -----------------------------------------------------------------------------------------------
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM and SIGINT hand over gracefully; a second one exits at once (main thread only)."""
+        """SIGTERM and SIGINT hand over gracefully; a second one exits at once (main thread only).
+
+        Then both are unblocked: a launcher may start the process with them blocked (``tenure up`` and the drills
+        do), so that a stop sent before this point waits here instead of killing the process with the signal's
+        default action; it is delivered now, to :meth:`_on_signal`, and exits 0.
+        """
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         runner = self._runner
