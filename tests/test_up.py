@@ -42,9 +42,11 @@ def test_up_elects_one_leader_and_stops_clean(tmp_path: Path) -> None:
             assert first, "tenure up exited before printing its endpoints"
         ports = [int(p.rsplit(":", 1)[1]) for p in first.split("metrics:")[1].strip().split(", ")]
         assert len(ports) == 3
-        line = wait_for(lambda: next((ln for ln in iter(proc.stdout.readline, "") if "LEADER" in ln), None),
-                        60, "a status line naming the leader")
-        assert line.count("LEADER") == 1 and line.count("follower") == 2
+        # A replica still importing answers no scrape yet and shows as down: wait until all three are up.
+        line = wait_for(lambda: next((ln for ln in iter(proc.stdout.readline, "")
+                                      if "LEADER" in ln and "=down" not in ln), None),
+                        90, "a status line naming the leader, every replica up")
+        assert line.count("LEADER") == 1 and line.count("follower") == 2, line
         follower = next(part.split("=")[0] for part in line.split()[1:] if part.endswith("=follower"))
         replica_pid = next(pid for pid in descendants(proc.pid)
                            if f"--replica-id\0{follower}\0".encode() in Path(f"/proc/{pid}/cmdline").read_bytes())
