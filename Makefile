@@ -24,11 +24,10 @@ lint: $(BIN)/.installed
 docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-# CI runs `make test` (.ci/run; its budget is 30 minutes on 2 cores): two pytest-xdist workers, one running the
-# Spark fleet tests one after another (FLEET in tests/conftest.py), the other the rest. `make test-long` adds the
-# drills and the benchmarks' quick runs (14 minutes more here, one at a time), to run before a release.
+# CI runs `make test` (.ci/run; its budget is 30 minutes on 2 cores); `make test-long` adds the drills and the
+# benchmarks' quick runs (14 minutes more here), to run before a release.
 test: lint docs
-	$(BIN)/pytest -m "not long" -n 2
+	$(BIN)/pytest -m "not long"
 
 test-long: $(BIN)/.installed
 	$(BIN)/pytest -m long

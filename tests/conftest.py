@@ -35,40 +35,6 @@ os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSeria
 ZK_TICK_MS = Ensemble.DEFAULT_TICK_MS
 
 
-FLEET = frozenset({
-    "tests/test_cluster_failover.py::test_exactly_once_through_worker_master_and_leader_loss",
-    "tests/test_delta_output.py::test_a_reader_sees_whole_batches_and_a_leader_paused_in_its_publish_adds_no_version",
-    "tests/test_demo.py::test_demo_kills_the_leader_and_audits_exactly_once",
-    "tests/test_intake.py::test_a_fast_producer_loses_nothing_to_late",
-    "tests/test_intake.py::test_replicas_after_a_leader_ten_minutes_ahead_consume_a_future_file_and_a_reused_name",
-    "tests/test_powerloss.py::test_power_cuts_at_the_worst_moments_lose_nothing_committed",
-    "tests/test_spark_failover.py::test_exactly_once_through_two_crashes_and_a_handover",
-    "tests/test_stall_spark.py::test_a_poison_batch_is_set_aside_after_max_attempts",
-    "tests/test_stall_spark.py::test_a_row_function_that_hangs_in_one_replica_moves_the_lock",
-    "tests/test_stall_spark.py::test_frozen_jvms_give_the_lock_up_follower_and_leader",
-    "tests/test_upgrade.py::test_a_data_root_of_the_previous_release_is_carried_on",
-})
-"""The tests that run a fleet of Spark replica processes for minutes: three JVMs and their Python workers, enough
-for the machine's two cores. Under pytest-xdist (`make test` runs two workers) they all go to one worker, one
-after another, while the other worker runs the rest: two fleets at once would starve each other past their
-budgets. Listed here by node id because xdist schedules by id alone (its own ``xdist_group`` marks are lost
-under pytest 9); `tests/test_fleet.py` checks that each still names a test."""
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``-n N`` with the default ``--dist load``: the :data:`FLEET` tests are one unit of work, on one worker;
-    every other test is a unit of its own. Another ``--dist`` keeps its own scheduler."""
-    if config.getoption("dist") != "load":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class _FleetApart(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return "spark-fleet" if nodeid in FLEET else nodeid
-
-    return _FleetApart(config, log)
-
-
 def free_zk_base_port(servers: int = 3) -> int:
     """A client port range free for an ensemble of ``servers`` (see ``Ensemble`` for the layout)."""
     return free_base_port(servers)

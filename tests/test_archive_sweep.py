@@ -58,7 +58,7 @@ def test_the_leader_goes_on_while_the_archive_sweep_is_held(
 
     def held(*args: Any, **kwargs: Any) -> int:
         threads.append(threading.current_thread())
-        release.wait(30)
+        release.wait(300)  # until let go (the finally below lets it go if the test fails): longer than draining
         return sweep(*args, **kwargs)
 
     monkeypatch.setattr(_housekeeping, "sweep_archive", held)

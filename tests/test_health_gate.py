@@ -52,14 +52,14 @@ def test_a_leader_whose_data_root_breaks_hands_over_and_rejoins_when_healed(
     assert first.alive and first.get("/livez")[0] == 200
     # Whether the periodic check or a failing batch noticed first, it left as unhealthy: no back-off, no failure
     # counted against the career.
-    assert first.has_event(LEFT_ELECTION, state="unhealthy")
+    wait_for(lambda: first.has_event(LEFT_ELECTION, state="unhealthy"), 10, "r1's left_election event")
     assert not first.has_event(BACKING_OFF) and not first.has_event(CAREER_FAILED)
     assert _line(zk_client, zk_group) == ["r2"]
 
     root.unlink()
     (tmp_path / "r1-data.away").rename(root)
     wait_for(lambda: _line(zk_client, zk_group) == ["r2", "r1"], 20, "r1 back in line once healed")
-    assert first.has_event(HEALTHY_AGAIN)
+    wait_for(lambda: first.has_event(HEALTHY_AGAIN), 10, "r1's healthy_again event")
     wait_for(lambda: first.get("/readyz")[0] == 200, 10, "r1 ready again")
 
 
@@ -84,7 +84,9 @@ def test_a_follower_whose_data_root_breaks_leaves_the_line_until_healed(
     shutil.rmtree(root)
     root.write_text("not a folder\n")
     wait_for(lambda: _line(zk_client, zk_group) == ["r1"], 20, "r2 out of the line")
-    assert follower.has_event(LEFT_ELECTION, state="unhealthy", was_leading=False)
+    # The node goes first, the event is logged after it: on a busy machine the log may lag the line.
+    wait_for(lambda: follower.has_event(LEFT_ELECTION, state="unhealthy", was_leading=False), 10,
+             "r2's left_election event")
     assert follower.get("/readyz")[0] == 503 and leader.is_leader()
     root.unlink()
     root.mkdir()
