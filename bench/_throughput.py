@@ -95,9 +95,9 @@ def _run_bare(work: Path, source: Path, records: int) -> dict[str, Any]:
     return {**_steady_rate(body["batches"]), "rate_over_time": _rate_over_time(body["batches"]), "cpu": cpu}
 
 
-def _run_tenure(work: Path, source: Path, records: int) -> dict[str, Any]:
+def _run_tenure(work: Path, source: Path, records: int, *, standby: str = "warm") -> dict[str, Any]:
     """One replica (the leader, nothing else competing for the 2 cores) of `tenure run --career spark`."""
-    cluster = TenureCluster(work, standby="warm", rate=0.0, replicas=1)
+    cluster = TenureCluster(work, standby=standby, rate=0.0, replicas=1)
     cluster.start()
     try:
         # Linked once the replica runs: its warm-up (a minute or more) dwarfs the milliseconds this takes.
