@@ -177,7 +177,7 @@ def test_a_replica_stopped_while_it_imports_exits_0_and_joins_nothing(zk_hosts: 
                                                                      zk_client: Any, tmp_path: Path) -> None:
     """Ctrl-C a second after `tenure up` stops replicas that are still importing, before their handlers are in
     place. The launcher starts them with SIGTERM blocked, so the stop waits for the handlers and ends in a clean
-    exit 0 with nothing joined, not in death by the signal (exit -15, which `tenure up` reported as a failure)."""
+    exit 0 with nothing joined, not in death by the signal (exit -15 in `tenure up`'s log, as CI once saw)."""
     replicas = counter_replica_set(zk_hosts, zk_group, tmp_path)
     try:
         replica = replicas.start("r1")
