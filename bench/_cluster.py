@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -156,12 +156,14 @@ def _http_ok(port: int, path: str) -> bool:
 class TenureCluster:
     """``tenure.service.local.Topology`` with the Spark career, 3 replicas, warm or cold standby, plus a producer."""
 
-    def __init__(self, directory: Path, *, standby: str, rate: float, replicas: int = 3) -> None:
+    def __init__(self, directory: Path, *, standby: str, rate: float, replicas: int = 3,
+                 replica_args: Sequence[str] = ()) -> None:
         self.label = f"tenure-{standby}"
         self.group = "bench"
         self._directory = directory
         self._replicas = replicas
         self._standby = standby
+        self._replica_args = list(replica_args)
         self.topology = self._make(1)
         self.data_root = self.topology.data_root
         self._rate = rate
@@ -170,7 +172,7 @@ class TenureCluster:
         directory = self._directory if attempt == 1 else self._directory.with_name(f"{self._directory.name}.{attempt}")
         return Topology(directory, replicas=self._replicas, group=self.group, career="spark",
                         session_timeout_s=SESSION_TIMEOUT_S, handover_timeout_s=HANDOVER_TIMEOUT_S,
-                        zk_tick_ms=ZK_TICK_MS, replica_args=["--standby", self._standby])
+                        zk_tick_ms=ZK_TICK_MS, replica_args=["--standby", self._standby, *self._replica_args])
 
     @property
     def connect_string(self) -> str:

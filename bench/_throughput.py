@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
@@ -95,9 +96,11 @@ def _run_bare(work: Path, source: Path, records: int) -> dict[str, Any]:
     return {**_steady_rate(body["batches"]), "rate_over_time": _rate_over_time(body["batches"]), "cpu": cpu}
 
 
-def _run_tenure(work: Path, source: Path, records: int, *, standby: str = "warm") -> dict[str, Any]:
-    """One replica (the leader, nothing else competing for the 2 cores) of `tenure run --career spark`."""
-    cluster = TenureCluster(work, standby=standby, rate=0.0, replicas=1)
+def _run_tenure(work: Path, source: Path, records: int, *, standby: str = "warm",
+                replica_args: Sequence[str] = ()) -> dict[str, Any]:
+    """One replica (the leader, nothing else competing for the 2 cores) of `tenure run --career spark`, with
+    ``replica_args`` added to its command line."""
+    cluster = TenureCluster(work, standby=standby, rate=0.0, replicas=1, replica_args=replica_args)
     cluster.start()
     try:
         # Linked once the replica runs: its warm-up (a minute or more) dwarfs the milliseconds this takes.

@@ -262,3 +262,25 @@ def test_latency_figures_leave_out_the_prefill_and_the_first_batches() -> None:
     assert figures["latencies"] == [1.1, 0.6]  # batch 3 only: c and d
     assert figures["durations"] == [0.4]
     assert figures["batches"] == 1
+
+
+def test_paired_runs_rotate_the_order_and_render_medians_and_ratios_to_the_first_way() -> None:
+    from bench._paired import _order, _render
+
+    names = ["bare", "a", "b"]
+    assert [_order(names, i) for i in range(4)] == [
+        ["bare", "a", "b"], ["a", "b", "bare"], ["b", "bare", "a"], ["bare", "a", "b"]]
+
+    def run(way: str, rate: float | None, read: float) -> dict[str, object]:
+        return {"way": way, "records_per_s": rate, "read_s": {"p50": read}, "in_batch_s": {"p50": read + 1}}
+
+    results = {"command": "x.py 3", "records": 1000, "records_per_file": 10, "rounds": 3, "runs": [
+        run("bare", 100.0, 2.0), run("bare", 120.0, 1.0), run("bare", 90.0, 3.0),
+        run("a", 95.0, 2.5), run("a", None, 9.0), run("a", 105.0, 1.5),
+        run("b", 50.0, 4.0)]}
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in _render(results, "T", names).splitlines()
+            if line.startswith("| ") and not line.startswith("| way")}
+    assert rows["bare"][1:4] == ["100", "1.000", "2.000"]
+    assert rows["a"][1:4] == ["100", "1.000", "2.500"]  # the run without a rate is left out of its median
+    assert rows["b"][1:3] == ["50", "0.500"]
+    assert rows["a"][5].rstrip(" |") == "95, , 105"
