@@ -10,6 +10,7 @@ again from ``results.json``).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import statistics
 import sys
@@ -19,9 +20,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bench._throughput import _RECORDS_PER_FILE
+from bench._throughput import _RECORDS_PER_FILE, produce_records
 from tenure.career.queue import QueueLayout
-from tenure.service.ops import produce
 
 __all__ = ["RECORDS", "Way", "main"]
 
@@ -46,13 +46,12 @@ def _measure(ways: Mapping[str, Way], rounds: int, command: str) -> dict[str, An
     scratch = Path(tempfile.mkdtemp(prefix="tenure-paired-"))
     try:
         source = scratch / "source"
-        produce(source, records=RECORDS, keys=100, seed=4, progress=False, batch_records=_RECORDS_PER_FILE,
-                batch_bytes=1 << 30, flush_interval_s=3600.0)
+        produce_records(source, RECORDS)
         landing = QueueLayout(source).landing
         runs: list[dict[str, Any]] = []
         for index in range(rounds):
             for way in _order(names, index):
-                work = scratch / f"{way.replace(' ', '-')}-{index}"
+                work = scratch / f"{re.sub(r'[^A-Za-z0-9]+', '-', way)}-{index}"
                 work.mkdir()
                 started = time.monotonic()
                 figures = ways[way](work, landing, RECORDS)

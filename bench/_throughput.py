@@ -22,7 +22,7 @@ from tenure.career.queue import QueueLayout
 from tenure.career.spark import BATCH_COMMITTED
 from tenure.service.ops import produce
 
-__all__ = ["run_throughput"]
+__all__ = ["produce_records", "run_throughput"]
 
 _SKIP_BATCHES = 3  # warm-up batches left out of the steady state (class loading, JIT, first state store)
 _RECORDS_PER_FILE = 10_000  # 5 files per trigger (the career's default) → 50 000 records per batch
@@ -176,6 +176,13 @@ def _batch_steps(log: Path) -> dict[str, dict[str, Any]]:
             for step, values in seconds.items() if values}
 
 
+def produce_records(source: Path, records: int, per_file: int = _RECORDS_PER_FILE) -> int:
+    """Write the bench's input under ``source`` and return its bytes: ``records`` over 100 keys, seed 4, in files
+    of exactly ``per_file`` records (no size or time limit cuts them short)."""
+    return produce(source, records=records, keys=100, seed=4, progress=False,
+                   batch_records=per_file, batch_bytes=1 << 30, flush_interval_s=3600.0).bytes
+
+
 def run_throughput(ctx: BenchContext) -> Result:
     """Alternate bare and tenure runs over the same produced records; compare steady-state records/s."""
     records = 60_000 if ctx.quick else 1_000_000
@@ -190,10 +197,7 @@ def run_throughput(ctx: BenchContext) -> Result:
                          "5 files per trigger, the default trigger"},
     )
     source = ctx.work / "source"
-    # Files of exactly ``per_file`` records: no size or time limit cuts them short.
-    summary = produce(source, records=records, keys=100, seed=4, progress=False,
-                      batch_records=per_file, batch_bytes=1 << 30, flush_interval_s=3600.0)
-    result.params["bytes"] = summary.bytes
+    result.params["bytes"] = produce_records(source, records, per_file)
     runs: list[dict[str, Any]] = []
     started = time.monotonic()
     for index in range(rounds):
