@@ -35,6 +35,7 @@ def _written(topology: Topology) -> int:
     return verify(topology.data_root, max_line_bytes=LINE_LIMIT).ids_written
 
 
+@pytest.mark.fleet
 @pytest.mark.timeout(900)
 def test_exactly_once_through_worker_master_and_leader_loss(tmp_path: Path) -> None:
     """Two warm replicas on a 2-worker cluster. While the producer writes: SIGKILL a worker while a batch's task

@@ -48,7 +48,7 @@ class _Reader(threading.Thread):
         self.errors: list[str] = []
 
     def run(self) -> None:
-        while not self._done.wait(0.05):
+        while not self._done.wait(0.2):  # a version stands for a second or more
             if not (self._table / "_delta_log").is_dir():
                 continue
             try:
@@ -120,16 +120,17 @@ def _pause_the_leader_at(topology: Topology, point: str) -> tuple[str, int, bool
     return leader_id, int(record["batch_id"]), "table" in record.get("staged", {}), resumed_at
 
 
+@pytest.mark.fleet
 @pytest.mark.timeout(900)
 def test_a_reader_sees_whole_batches_and_a_leader_paused_in_its_publish_adds_no_version(tmp_path: Path) -> None:
     topology = Topology(tmp_path, replicas=2, zk_servers=1, fault_files=True, session_timeout_s=4.0,
-                        replica_args=["--max-files-per-trigger", "2"])
+                        replica_args=["--max-files-per-trigger", "4"])
     reader = _Reader(topology.data_root / "table")
     topology.start()
     reader.start()
     try:
         topology.wait_for_leader(300)
-        topology.start_producer(["--records", "4800", "--rate", "80", "--keys", "20", "--bad", "0.01"])
+        topology.start_producer(["--records", "3200", "--rate", "80", "--keys", "20", "--bad", "0.01"])
         paused = [_pause_the_leader_at(topology, point) for point in POINTS]
         producer = topology.producer
         assert producer is not None

@@ -14,6 +14,7 @@ from tenure.service.ops import VERIFIED
 from tests._replicas import REPO
 
 
+@pytest.mark.fleet
 @pytest.mark.timeout(600)
 def test_demo_kills_the_leader_and_audits_exactly_once(tmp_path: Path) -> None:
     """`tenure demo` exits 0: a follower took over after the SIGKILL, the drain was told as progress, and verify

@@ -229,9 +229,10 @@ def test_an_admitted_queue_file_that_is_gone_fails_its_batch_with_the_fix(tmp_pa
 # -- a real replica and a fast producer ---------------------------------------------------------------------------
 
 
+@pytest.mark.fleet
 @pytest.mark.timeout(600)
 def test_a_fast_producer_loses_nothing_to_late(tmp_path: Path) -> None:
-    """The case from the field: one replica at two files per trigger; a producer writes 120 files of 20 records
+    """The case from the field: one replica at two files per trigger; a producer writes 60 files of 40 records
     back to back (hidden name, then rename; names in production order; each key's seq contiguous across files),
     so most files share a millisecond with another. All 2 400 records are written in order, none late."""
     topology = Topology(tmp_path, replicas=1, zk_servers=1, replica_args=["--max-files-per-trigger", "2"])
@@ -241,10 +242,10 @@ def test_a_fast_producer_loses_nothing_to_late(tmp_path: Path) -> None:
         landing = topology.data_root / "landing"
         seqs: dict[str, int] = {}
         stamps = []
-        for f in range(120):
+        for f in range(60):
             lines = []
-            for i in range(20):
-                key = f"k{(f * 20 + i) % 7}"
+            for i in range(40):
+                key = f"k{(f * 40 + i) % 7}"
                 seqs[key] = seqs.get(key, 0) + 1
                 lines.append(json.dumps({"id": f"{key}-{seqs[key]}", "key": key, "seq": seqs[key], "ts": f,
                                          "payload": {"f": f}}).encode())
@@ -284,6 +285,7 @@ def _shift_group_clock(zk_hosts: str, group: str, root: Path, ahead_s: float) ->
         client.close()
 
 
+@pytest.mark.fleet
 @pytest.mark.timeout(600)
 def test_replicas_after_a_leader_ten_minutes_ahead_consume_a_future_file_and_a_reused_name(tmp_path: Path) -> None:
     """Through ``tenure run`` processes: a first term consumes a file stamped 30 days ahead and ``a.jsonl``

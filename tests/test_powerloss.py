@@ -108,6 +108,7 @@ checkpoint synced), Spark's checkpoint told of a batch not yet synced, ZooKeeper
 published."""
 
 
+@pytest.mark.fleet
 def test_power_cuts_at_the_worst_moments_lose_nothing_committed(
     fs: PowerLossFS, zk_hosts: str, zk_group: str, tmp_path: Path
 ) -> None:

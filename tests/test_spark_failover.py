@@ -1,4 +1,4 @@
-"""The Spark career through real replicas: 100k records; the leader SIGKILLed twice and SIGTERMed once, handed
+"""The Spark career through real replicas: 60k records; the leader SIGKILLed twice and SIGTERMed once, handed
 over with `tenure handover --to` and drained, all while the producer writes."""
 
 from __future__ import annotations
@@ -16,24 +16,29 @@ from tests._replicas import tenure
 
 LINE_LIMIT = 64 * 1024
 SESSION_S = 6.0
+RECORDS = 60000
 
 
+@pytest.mark.fleet
 @pytest.mark.timeout(1200)
 def test_exactly_once_through_two_crashes_and_a_handover(tmp_path: Path) -> None:
-    """100k records with repeats and bad lines through 3 Spark replicas; the leader is SIGKILLed twice and
-    SIGTERMed once mid-stream (each victim restarted); after the first crash, while the producer writes,
-    `tenure handover --to` the follower and `tenure drain` of the new leader; verify finds 0 lost, 0 duplicated,
-    0 inversions and every bad line quarantined once."""
+    """60k records with repeats and bad lines through 3 Spark replicas; the leader is SIGKILLed twice and
+    SIGTERMed once mid-stream; after the first crash, while the producer writes, the victim restarts (it leads
+    after the SIGTERM), `tenure handover --to` moves the lock to the follower and `tenure drain` of the new leader
+    moves it back; verify finds 0 lost, 0 duplicated, 0 inversions and every bad line quarantined once.
+
+    Only the first victim restarts: a replica restarted later would still be warming up when the queue drains,
+    and its warm-up would only slow the leader down."""
     topology = Topology(tmp_path, replicas=3, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=4.0,
                         replica_args=["--max-line-bytes", str(LINE_LIMIT)])
     topology.start()
     try:
         leader = topology.wait_for_leader(600)
-        producer = topology.start_producer(["--records", "100000", "--keys", "200", "--rate", "2000",
+        producer = topology.start_producer(["--records", str(RECORDS), "--keys", "200", "--rate", "2000",
                                             "--duplicates", "0.02", "--bad", "0.005", "--seed", "11",
                                             "--max-line-bytes", str(LINE_LIMIT)])
         epochs = [leader.epoch]
-        for threshold, fault in ((20000, signal.SIGKILL), (45000, signal.SIGKILL), (70000, signal.SIGTERM)):
+        for threshold, fault in ((12000, signal.SIGKILL), (27000, signal.SIGKILL), (42000, signal.SIGTERM)):
             topology.wait_for(lambda t=threshold: verify(tmp_path / "data", max_line_bytes=LINE_LIMIT).ids_written >= t,
                               300, f"{threshold} ids written", interval_s=1.0)
             victim = topology.replica(leader.replica_id)
@@ -44,8 +49,8 @@ def test_exactly_once_through_two_crashes_and_a_handover(tmp_path: Path) -> None
             leader = topology.wait_for_leader(SESSION_S + 120)
             assert leader.replica_id != victim.replica_id
             epochs.append(leader.epoch)
-            topology.restart(victim.replica_id)
-            if threshold == 20000:
+            if len(epochs) == 2:
+                topology.restart(victim.replica_id)
                 leader = _operators_move_leadership(topology, leader.replica_id, producer)
         assert epochs == sorted(epochs) and len(set(epochs)) == 4, f"epochs must rise: {epochs}"
         topology.wait_for(lambda: producer.poll() is not None, 300, "the producer to finish")
@@ -59,7 +64,7 @@ def test_exactly_once_through_two_crashes_and_a_handover(tmp_path: Path) -> None
         topology.stop()
     report = verify(tmp_path / "data", max_line_bytes=LINE_LIMIT)
     assert report.ok, report.render()
-    assert report.ids_in == 100000 and report.ids_written == 100000
+    assert report.ids_in == RECORDS and report.ids_written == RECORDS
     assert report.bad_lines_in > 0 and report.quarantined == report.bad_lines_in
     assert report.repeated_lines_in > 0
     # The queue stays small: every consumed file was archived, none is left in landing/.

@@ -79,6 +79,7 @@ def _commits(replica: ReplicaProcess) -> int:
     return replica.log_path.read_text(errors="replace").count(f'"{BATCH_COMMITTED}"')
 
 
+@pytest.mark.fleet
 def test_a_data_root_of_the_previous_release_is_carried_on(zk_hosts: str, zk_group: str, tmp_path: Path) -> None:
     old_code = _previous_release(tmp_path / "previous")
     data, logs = tmp_path / "data", tmp_path / "logs"
