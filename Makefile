@@ -25,8 +25,8 @@ docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # CI runs `make test` (.ci/run; its budget is 30 minutes on 2 cores) in two phases: the tests that wait on
-# ZooKeeper, timers and single Spark jobs two at a time (pytest-xdist, a file per worker), then the `fleet` tests
-# of several Spark replicas, which load both cores each, one at a time. `make test-long` adds the drills and the
+# ZooKeeper, timers and single Spark jobs two at a time (pytest-xdist, a file per worker), then the `fleet` tests,
+# which start real `tenure run` processes of the Spark career and load both cores each, one at a time. `make test-long` adds the drills and the
 # benchmarks' quick runs (14 minutes more here), to run before a release.
 test: lint docs
 	$(BIN)/pytest -m "not long and not fleet" -n 2 --dist loadfile
