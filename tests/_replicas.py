@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import urllib.error
@@ -12,8 +13,10 @@ from typing import Any, TypeVar
 
 import psutil
 
+from tenure.election import GroupPaths, group_status
 from tenure.service.drill import read_events
-from tenure.service.local import ReplicaProcess, free_port
+from tenure.service.local import ReplicaProcess, Topology, free_port
+from tenure.service.ops import connected
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
@@ -148,3 +151,17 @@ def process_running(pid: int) -> bool:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
+
+
+def line_of(topology: Topology) -> list[str]:
+    """The replicas in the topology's election line, leader first (from ZooKeeper: a paused replica's metrics
+    would not answer)."""
+    with connected(topology.ensemble.connect_string) as client:
+        return [c.identity.replica_id for c in group_status(client, topology.group).contenders if c.identity]
+
+
+def committed_by(topology: Topology, replica_id: str) -> bool:
+    """Whether the group's commit record was last written by ``replica_id``."""
+    with connected(topology.ensemble.connect_string) as client:
+        data, _ = client.get(GroupPaths(topology.group).commit)
+    return bool(data) and json.loads(data).get("replica_id") == replica_id

@@ -1,23 +1,29 @@
 """The Spark career on a real standalone cluster (master and workers from the PySpark wheel): a worker SIGKILLed
-mid-batch, the master restarted, the leader SIGKILLed, all while the producer writes; verify finds every record
-exactly once and in order per key, and the followers never hold an application on the cluster."""
+mid-batch, the master restarted, the leader SIGKILLed, all while the producer writes, then the next leader paused
+as a whole while it holds every core; verify finds every record exactly once and in order per key, and the
+followers never hold an application on the cluster."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tenure.career.spark._cluster import STALE_APPLICATION_KILLED, application_epoch
 from tenure.service.local import Topology
 from tenure.service.ops import verify
+from tests._replicas import committed_by, line_of
 
 ROOT = Path(__file__).resolve().parent.parent
 LINE_LIMIT = 64 * 1024
 SESSION_S = 6.0
 RECORDS = 24000
+AFTER_PAUSE_FILES = 10  # of 10 records each, landed once the leader is paused: work only its successor can commit
 
 
 def _apps(topology: Topology) -> list[dict[str, Any]]:
@@ -35,13 +41,38 @@ def _written(topology: Topology) -> int:
     return verify(topology.data_root, max_line_bytes=LINE_LIMIT).ids_written
 
 
+def _drained_all(topology: Topology) -> bool:
+    report = verify(topology.data_root, max_line_bytes=LINE_LIMIT)
+    return report.ids_in == RECORDS + AFTER_PAUSE_FILES * 10 and report.unaccounted == 0
+
+
+def _events(topology: Topology, replica_id: str) -> list[dict[str, Any]]:
+    from tenure.service.drill import read_events
+
+    return [e.fields for e in read_events(topology.logs / f"{replica_id}.log", replica_id)]
+
+
+def _land_now(topology: Topology, files: int) -> None:
+    """Land ``files`` queue files of 10 records each, in order, as a producer does (hidden name, then rename)."""
+    landing = topology.data_root / "landing"
+    for i in range(files):
+        hidden = landing / f".after-pause-{i:03d}.jsonl"
+        hidden.write_text("".join(json.dumps({"id": f"after-pause-{i}-{j}", "key": f"after-pause-{j % 4}",
+                                              "seq": i * 10 + j, "ts": 0, "payload": {"n": j}}) + "\n"
+                                  for j in range(10)))
+        hidden.replace(landing / hidden.name[1:])
+
+
 @pytest.mark.fleet
 @pytest.mark.timeout(900)
 def test_exactly_once_through_worker_master_and_leader_loss(tmp_path: Path) -> None:
     """Two warm replicas on a 2-worker cluster. While the producer writes: SIGKILL a worker while a batch's task
     runs on it (Spark reruns the task on the other; the term goes on), restart the master (it recovers the running
-    application), SIGKILL the leader (its application dies with it; the successor's starts). Only the leader ever
-    has an application on the master."""
+    application), SIGKILL the leader (its application dies with it; the successor's starts). Then the successor,
+    holding both cores, is paused as a whole process tree: its driver's connections stay open, so the master would
+    keep its application and cores for as long as the pause lasts. The restarted replica takes over, kills the
+    paused term's application through the master and commits; resumed, the paused replica writes nothing. Only the
+    leader ever has an application on the master."""
     hold = tmp_path / "hold"
     executors = f"spark.executorEnv.PYTHONPATH={ROOT},spark.executorEnv.TENURE_TEST_HOLD={hold}"
     topology = Topology(tmp_path, replicas=2, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=4.0,
@@ -103,12 +134,37 @@ def test_exactly_once_through_worker_master_and_leader_loss(tmp_path: Path) -> N
             return report.unaccounted == 0 and report.unquarantined == 0
 
         topology.wait_for(drained, 300, "the queue to drain", interval_s=2.0)
-        topology.wait_for(lambda: topology.replica(victim.replica_id).status().up, 300, "the restarted replica")
+
+        # The successor is paused while it holds every core; the restarted replica, next in line, takes over.
+        topology.wait_for(lambda: line_of(topology) == [successor.replica_id, victim.replica_id], 300,
+                          "the restarted replica in line")
+        held = _apps(topology)
+        assert len(held) == 1 and held[0]["cores"] == 2, \
+            f"the leader's application must hold both cores, or the pause proves nothing: {held}"
+        assert application_epoch(held[0]["name"], "tenure", topology.group) == successor.epoch, held
+        paused = topology.replica(successor.replica_id)
+        assert paused.pause()
+        paused_at = time.monotonic()
+        _land_now(topology, AFTER_PAUSE_FILES)
+        topology.wait_for(lambda: committed_by(topology, victim.replica_id), 180,
+                          "the new leader to commit while the old one is paused", interval_s=0.5)
+        took_over_s = time.monotonic() - paused_at
+        killed = [e for e in _events(topology, victim.replica_id) if e.get("event") == STALE_APPLICATION_KILLED]
+        assert [e["app_id"] for e in killed] == [held[0]["id"]], killed
+        apps = _apps(topology)
+        assert len(apps) == 1 and apps[0]["id"] != held[0]["id"], apps
+        paused.resume()
+        topology.wait_for(lambda: _drained_all(topology), 300, "the files landed after the pause", interval_s=2.0)
+        topology.wait_for(lambda: not paused.alive or paused.replica_id in line_of(topology), 120,
+                          "the resumed replica to exit or follow")
         apps = _apps(topology)
         assert len(apps) == 1, f"only the leader may hold cluster cores; active applications: {apps}"
     finally:
         topology.stop()
+    # The session timeout, then the new leader's inauguration, its application's executors and a first batch.
+    assert took_over_s < SESSION_S + 60, f"the new leader committed {took_over_s:.0f} s after the pause"
     report = verify(topology.data_root, max_line_bytes=LINE_LIMIT)
     assert report.ok, report.render()
-    assert report.ids_in == RECORDS and report.ids_written == RECORDS
+    total = RECORDS + AFTER_PAUSE_FILES * 10
+    assert report.ids_in == total and report.ids_written == total
     assert report.quarantined == report.bad_lines_in > 0

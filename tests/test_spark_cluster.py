@@ -17,7 +17,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+import structlog
 
+from tenure.career.spark._cluster import reclaim_cores, term_application_name
 from tenure.service.local import (
     SPARK_PROCESS_DIED,
     SparkCluster,
@@ -26,6 +28,7 @@ from tenure.service.local import (
     free_base_port,
     wait_for,
 )
+from tenure.service.replica._cluster_master import StandaloneMaster
 from tests._replicas import descendants
 
 TENURE = [sys.executable, "-m", "tenure"]
@@ -35,7 +38,7 @@ LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1"}
 _DRIVER = """
 import sys
 from pyspark.sql import SparkSession
-spark = (SparkSession.builder.master(sys.argv[1]).appName("tenure-test")
+spark = (SparkSession.builder.master(sys.argv[1]).appName(sys.argv[2])
          .config("spark.executor.memory", "512m").config("spark.driver.host", "127.0.0.1")
          .config("spark.driver.bindAddress", "127.0.0.1").config("spark.ui.enabled", "false")
          .config("spark.executor.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")  # quicker start
@@ -103,13 +106,13 @@ class _Driver:
     """A PySpark application on the cluster, in a process of its own (the test session has its own local
     SparkSession, and one process holds one SparkContext)."""
 
-    def __init__(self, master_url: str, log: Path) -> None:
+    def __init__(self, master_url: str, log: Path, name: str = "tenure-test") -> None:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
                # C1 only: a driver of two tiny jobs gains more from a quick start than from C2's code
                "PYSPARK_SUBMIT_ARGS": "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell"}
         self.log = log
         with log.open("wb") as err:
-            self.proc = subprocess.Popen([sys.executable, "-c", _DRIVER, master_url], stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen([sys.executable, "-c", _DRIVER, master_url, name], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=err, text=True, env=env,
                                          start_new_session=True)
         self._lines: queue.Queue[str] = queue.Queue()
@@ -288,6 +291,32 @@ def test_kill_worker_ends_its_executors_with_it(cluster: SparkCluster, app: _Dri
     cluster.start_worker(1)
     assert cluster.alive_workers() == ["worker1", "worker2"]
     wait_for(lambda: _executors(worker), 60, "a new executor of the application on worker1")
+
+
+def test_a_new_leader_kills_the_applications_of_earlier_terms_only(cluster: SparkCluster, app: _Driver,
+                                                                     tmp_path: Path) -> None:
+    """Through the master's web UI (its kill link, CSRF token included): an application named for epoch 5 of
+    group ``g`` outlives the reclaims of epochs 3 and 5 and of another group, and dies at epoch 7's; the other
+    application (``app``) is never touched. A master in standby or gone is passed over; with none ALIVE the
+    reclaim fails with the address and the fix."""
+    term = _Driver(cluster.master_url, tmp_path / "term.log", name=term_application_name("tenure", "g", 5))
+    try:
+        dead = f"http://127.0.0.1:{free_base_port(1)}"
+        master = StandaloneMaster([dead, cluster.webui_url], timeout_s=2.0)
+        assert {(term.app_id, "tenure [g epoch 5]"), (app.app_id, "tenure-test")} <= set(master.applications())
+        log = structlog.get_logger("test")
+        for group, epoch in (("g", 3), ("g", 5), ("h", 7)):
+            assert reclaim_cores(master, app_name="tenure", group=group, epoch=epoch, log=log) == []
+        assert reclaim_cores(master, app_name="tenure", group="g", epoch=7, log=log) == [term.app_id]
+        state = cluster.state()
+        assert [a["id"] for a in state["activeapps"]] == [app.app_id]
+        assert (term.app_id, "KILLED") in {(a["id"], a["state"]) for a in state["completedapps"]}
+        with pytest.raises(OSError, match=rf"^no ALIVE Spark master answers at {dead} \(.*\): check "
+                                          r"--spark-master-webui$"):
+            StandaloneMaster([dead], timeout_s=2.0).applications()
+    finally:
+        term.stop()
+    assert app.job() == (100, 4950)
 
 
 def test_stop_leaves_no_process_behind(cluster: SparkCluster, app: _Driver) -> None:

@@ -19,28 +19,17 @@ import pytest
 from tenure.career.drills import HANG_ENV, POISON_PILL
 from tenure.career.lifecycle import STALLED
 from tenure.career.spark import ROW_FUNCTION_TIMED_OUT
-from tenure.election import GroupPaths, group_status, read_history
+from tenure.election import read_history
 from tenure.service.local import Topology, sample_key
 from tenure.service.ops import connected, verify
 from tenure.service.replica import BATCHES, EXIT_HANDOVER_OVERRUN, EXIT_STALLED
-from tests._replicas import process_running
+from tests._replicas import committed_by, line_of, process_running
 
 SESSION_S = 6.0
 STALL_S = 20.0
 FIRST_BATCH_ALLOWANCE_S = 15.0
 FAST = ["--probe-timeout-s", "3", "--liveness-timeout-s", "10", "--stall-timeout-s", f"{STALL_S:g}",
         "--first-batch-allowance-s", f"{FIRST_BATCH_ALLOWANCE_S:g}", "--failure-backoff-s", "0.5"]
-
-
-def _line(topology: Topology) -> list[str]:
-    with connected(topology.ensemble.connect_string) as client:
-        return [c.identity.replica_id for c in group_status(client, topology.group).contenders if c.identity]
-
-
-def _committed_by(topology: Topology, replica_id: str) -> bool:
-    with connected(topology.ensemble.connect_string) as client:
-        data, _ = client.get(GroupPaths(topology.group).commit)
-    return bool(data) and json.loads(data).get("replica_id") == replica_id
 
 
 def _drained(topology: Topology, records: int) -> bool:
@@ -67,20 +56,20 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
     topology.start()
     try:
         topology.wait_for_leader(300)
-        topology.wait_for(lambda: len(_line(topology)) == 4, 300, "all four replicas in line")
+        topology.wait_for(lambda: len(line_of(topology)) == 4, 300, "all four replicas in line")
         producer = topology.start_producer(["--records", str(records), "--keys", "40", "--rate", "150", "--seed", "5"])
-        line = _line(topology)
+        line = line_of(topology)
         leader, next_in_line, third, fourth = (topology.replica(r) for r in line)
-        topology.wait_for(lambda: _committed_by(topology, leader.replica_id), 60, "the leader to commit")
+        topology.wait_for(lambda: committed_by(topology, leader.replica_id), 60, "the leader to commit")
 
         # 1. The next in line freezes; it must leave the line before the leader goes.
         frozen = next_in_line.freeze_spark()
         assert frozen, "the follower has a Spark JVM to freeze"
         froze_at = time.monotonic()
-        topology.wait_for(lambda: next_in_line.replica_id not in _line(topology), 20, "the frozen follower to leave")
+        topology.wait_for(lambda: next_in_line.replica_id not in line_of(topology), 20, "the frozen follower to leave")
         left_s = time.monotonic() - froze_at
         leader.signal(signal.SIGTERM)
-        topology.wait_for(lambda: _committed_by(topology, third.replica_id), 40, f"{third.replica_id} to commit")
+        topology.wait_for(lambda: committed_by(topology, third.replica_id), 40, f"{third.replica_id} to commit")
         assert leader.process is not None and leader.process.wait(timeout=30) == 0
         assert left_s < 3 + 2 + 3, f"the frozen follower left the line {left_s:.1f} s after the freeze"
         next_in_line.signal(signal.SIGTERM)
@@ -93,7 +82,7 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
         assert overrun and overrun[0].get("replica_id") == next_in_line.replica_id, overrun
 
         # 2. The new leader's JVM freezes; the fourth replica takes over.
-        assert _line(topology) == [third.replica_id, fourth.replica_id]
+        assert line_of(topology) == [third.replica_id, fourth.replica_id]
         assert third.freeze_spark()
         froze_at = time.monotonic()
         _land_now(topology, AFTER_FREEZE_FILES)
@@ -101,7 +90,7 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
         gave_up_s = time.monotonic() - froze_at
         successor = topology.wait_for_leader(30)
         assert successor.replica_id == fourth.replica_id
-        topology.wait_for(lambda: _committed_by(topology, successor.replica_id), 30, "the successor to commit")
+        topology.wait_for(lambda: committed_by(topology, successor.replica_id), 30, "the successor to commit")
         took_over_s = time.monotonic() - froze_at
         assert gave_up_s < 3 + 1 + 3, f"the frozen leader gave up {gave_up_s:.1f} s after the freeze"
         assert took_over_s < gave_up_s + 15, f"a successor committed {took_over_s:.1f} s after the freeze"
@@ -172,8 +161,8 @@ def test_a_row_function_that_hangs_in_one_replica_moves_the_lock(tmp_path: Path)
                         replica_env={name: {HANG_ENV: str(path)} for name, path in hang.items()})
     topology.start()
     try:
-        topology.wait_for(lambda: len(_line(topology)) == 3, 300, "all three in line")
-        first, second, third = (topology.replica(r) for r in _line(topology))
+        topology.wait_for(lambda: len(line_of(topology)) == 3, 300, "all three in line")
+        first, second, third = (topology.replica(r) for r in line_of(topology))
         topology.wait_for(lambda: first.status().leader, 60, f"{first.replica_id} to lead")
         # Only now, warm-ups done (they run the row function too): the leader's calls wait on a socket, the next
         # in line's ignore signals, the last in line's are healthy.
@@ -218,7 +207,7 @@ def test_a_poison_batch_is_set_aside_after_max_attempts(tmp_path: Path) -> None:
     topology.start()
     try:
         topology.wait_for_leader(300)
-        topology.wait_for(lambda: len(_line(topology)) == 2, 300, "both replicas in line")
+        topology.wait_for(lambda: len(line_of(topology)) == 2, 300, "both replicas in line")
         for i in range(6):
             lines: list[dict[str, object]] = [{"id": f"{i}-{j}", "key": f"k{j}", "seq": i * 10 + j, "ts": 0,
                                                "payload": {"n": j}} for j in range(5)]

@@ -23,6 +23,7 @@ from tenure.career._health import StorageHealth
 from tenure.career._protocol import BatchFailed, CareerContext, CareerObserver, Outcome
 from tenure.career.lifecycle import HANDED_OVER, INAUGURATED
 from tenure.career.spark._batch import BatchWriter
+from tenure.career.spark._cluster import STALE_APPLICATIONS_LEFT, ClusterMaster, reclaim_cores, term_application_name
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._errors import SparkCareerError
 from tenure.career.spark._hooks import Hooks, check_transform, load_hook
@@ -104,13 +105,18 @@ class SparkCareer:
             it is reached (``inaugurate``, ``after_stage``, ``after_commit``, ``after_publish``,
             ``after_checkpoint``; ``tenure.service.replica.FAULT_POINTS`` describes them). What it raises inside a
             batch, ``execute`` raises as is. Default None: no faults.
+        cluster_master: on a cluster, the master's applications: a new leader kills there the applications of
+            its group's earlier terms (a paused leader's) before it starts its own (``_cluster``). Default None:
+            a paused leader's application keeps its cores until it resumes or dies.
     """
 
     def __init__(self, config: SparkCareerConfig, observer: CareerObserver, *, replica_id: str,
                  clock: Callable[[], float] = time.monotonic, group: str = "default",
                  registered_groups: Callable[[], Collection[str]] | None = None,
-                 faults: Callable[[str], None] | None = None) -> None:
+                 faults: Callable[[str], None] | None = None, cluster_master: ClusterMaster | None = None) -> None:
         self._config = config
+        self._group = group
+        self._cluster_master = cluster_master if config.on_cluster else None
         self._observer = observer
         self._replica_id = replica_id
         self._clock = clock
@@ -200,8 +206,9 @@ class SparkCareer:
             raise SparkCareerError(f"inaugurate(epoch {ctx.epoch}) while epoch {self._term.epoch} is still open; "
                                    "call hand_over first")
         started = self._clock()
-        call_within(self._ensure_session, self._config.warmup_timeout_s, "starting Spark")
         log = self._log.bind(epoch=ctx.epoch)
+        self._reclaim_cores(ctx.epoch, log)
+        call_within(lambda: self._ensure_session(epoch=ctx.epoch), self._config.warmup_timeout_s, "starting Spark")
         layout = self._layout
         for folder in (layout.landing, layout.table, layout.quarantine, layout.archive):
             folder.mkdir(parents=True, exist_ok=True)
@@ -399,9 +406,27 @@ class SparkCareer:
         cluster master (whose cores are the leader's alone)."""
         return self._owned and (self._config.standby == "cold" or self._config.on_cluster)
 
-    def _ensure_session(self, *, standby: bool = False) -> SparkSession:
+    def _reclaim_cores(self, epoch: int, log: Any) -> None:
+        """On a cluster, before the term's application starts: kill the applications of earlier terms still
+        holding cores. A master that does not answer or kill within the probe timeout costs the term nothing but
+        a warning: its application then waits for those cores, as it would without this step."""
+        master = self._cluster_master
+        if master is None:
+            return
+        try:
+            call_within(lambda: reclaim_cores(master, app_name=self._config.app_name, group=self._group,
+                                              epoch=epoch, log=log),
+                        self._config.probe_timeout_s, "reclaiming the cluster's cores")
+        except (OSError, Unresponsive) as exc:
+            log.warning(STALE_APPLICATIONS_LEFT, error=str(exc),
+                        fix="the term's application may wait for cores an earlier term's paused leader holds: "
+                            "check that the master's web UI answers at --spark-master-webui and that "
+                            "spark.ui.killEnabled is true on the master")
+
+    def _ensure_session(self, *, standby: bool = False, epoch: int | None = None) -> SparkSession:
         """The session, started if need be: on the configured master, or for a follower's warm-up on a cluster
-        on a local one (``standby``), so that followers hold none of the cluster's cores."""
+        on a local one (``standby``), so that followers hold none of the cluster's cores. A session started for a
+        term (``epoch``) names its application after the term (``_cluster``)."""
         master = _STANDBY_MASTER if standby and self._config.on_cluster else self._config.spark_master
         if self._session is None:
             stopping = self._application_stopped
@@ -412,8 +437,11 @@ class SparkCareer:
                 "spark.sql.streaming.stopTimeout": str(int(self._stop_s * 1000)),
                 **self._config.spark_conf,
             }
+            app_name = self._config.app_name
+            if epoch is not None:
+                app_name = term_application_name(app_name, self._group, epoch)
             self._session, self._owned = build_session(
-                master, app_name=self._config.app_name,
+                master, app_name=app_name,
                 shuffle_partitions=self._config.shuffle_partitions, extra_conf=conf)
             self._session.streams.addListener(self._progress)
         else:

@@ -316,7 +316,8 @@ class Topology:
         #: extra environment of each replica by id (kept across restarts), e.g. a drill's hang file
         self.replica_env = {name: dict(env) for name, env in (replica_env or {}).items()}
         self.handover_timeout_s = handover_timeout_s
-        spark_args = ["--spark-master", self.spark.master_url] if self.spark is not None else []
+        spark_args = (["--spark-master", self.spark.master_url, "--spark-master-webui", self.spark.webui_url]
+                      if self.spark is not None else [])
         self._replica_args = [
             "--zk", self.ensemble.connect_string, "--group", group, "--data-root", str(self.data_root),
             "--career", career, "--session-timeout-s", f"{session_timeout_s:g}",

@@ -58,6 +58,10 @@ class ReplicaConfig(BaseModel):
                                              "SparkSession (fast takeover, ~1 GB each); cold: start Spark on election.")
     spark_master: str = Field(default="local[2]", description="Spark master: local[N], spark://…, k8s://…; "
                               "on a cluster followers warm up locally and hold none of its cores.")
+    spark_master_webui: str | None = Field(default=None, description="A spark:// master's web UI, "
+                                           "http://host:port[,…]; default port 8080 on each master host. A new "
+                                           "leader kills there the applications of earlier terms (a paused "
+                                           "leader's), so their cores come free.")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings, "
                                        "key=value[,key=value…], e.g. spark.executor.memory=512m.")
     keep_warm_interval_s: float = Field(default=20.0, description="Warm standby, local Spark: a follower runs a "

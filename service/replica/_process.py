@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from tenure.career import Career, CareerObserver, CounterCareer
 from tenure.election import ConfigError, Election, ElectionEvent, Identity
+from tenure.service.replica._cluster_master import StandaloneMaster, master_webuis
 from tenure.service.replica._config import ReplicaConfig
 from tenure.service.replica._four_letter import four_letter_word
 from tenure.service.replica._health import HealthServer
@@ -91,6 +92,12 @@ def _register_group(config: ReplicaConfig, client: KazooClient) -> None:
                           f"ZooKeeper ({exc!r}): check --zk-auth and the ACLs of /tenure/_queues") from exc
 
 
+def _cluster_master(config: ReplicaConfig) -> StandaloneMaster | None:
+    """The standalone master whose applications of earlier terms a new leader kills; None off such a master."""
+    webuis = master_webuis(config.spark_master, config.spark_master_webui)
+    return StandaloneMaster(webuis, timeout_s=min(2.0, config.probe_timeout_s / 4)) if webuis else None
+
+
 def _make_career(config: ReplicaConfig, observer: CareerObserver,
                  registered: Callable[[], Collection[str]] | None = None) -> Career:
     if ":" in config.career:
@@ -110,7 +117,7 @@ def _make_career(config: ReplicaConfig, observer: CareerObserver,
 
     try:
         return SparkCareer(config.spark_career_config(), observer, replica_id=config.replica_id, group=config.group,
-                           registered_groups=registered, faults=config.faults)
+                           registered_groups=registered, faults=config.faults, cluster_master=_cluster_master(config))
     except (ValueError, HookError) as exc:  # what only the career can check: the dedup interval, the hooks
         raise ConfigError(str(exc)) from exc
 

@@ -1,0 +1,83 @@
+"""A Spark standalone master's applications through its web UI: what a new leader needs to free the cores a
+paused leader's application holds (``tenure.career.spark._cluster`` decides which)."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["StandaloneMaster", "master_webuis"]
+
+_WEBUI_PORT = 8080  # the standalone master's default (spark.master.ui.port)
+_CSRF_TOKEN = re.compile(r'name="csrfToken" value="([^"]+)"')
+
+
+def master_webuis(spark_master: str, webui: str | None) -> list[str]:
+    """The web UI of each master ``spark_master`` names: ``webui`` (comma-separated) if given, else port 8080 on
+    each host of a ``spark://host:port[,host:port…]`` URL (masters in standby mode included). Empty for any other
+    master (``local``, ``k8s://``, ``yarn``): their applications are not reclaimed."""
+    if webui:
+        return [url.strip().rstrip("/") for url in webui.split(",") if url.strip()]
+    if not spark_master.startswith("spark://"):
+        return []
+    hosts = [hostport.rsplit(":", 1)[0] for hostport in spark_master.removeprefix("spark://").split(",")]
+    return [f"http://{host}:{_WEBUI_PORT}" for host in hosts if host]
+
+
+class StandaloneMaster:
+    """The ALIVE master among ``webuis``: its applications, and killing one (``spark.ui.killEnabled``, true by
+    default, must be on). Each request is bounded by ``timeout_s``."""
+
+    def __init__(self, webuis: Sequence[str], *, timeout_s: float) -> None:
+        if not webuis:
+            raise ValueError("a standalone master needs at least one web UI address")
+        self._webuis = list(webuis)
+        self._timeout_s = timeout_s
+        self._http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def applications(self) -> list[tuple[str, str]]:
+        """``(id, name)`` of each application the ALIVE master holds (running or waiting for cores)."""
+        _url, state = self._alive()
+        return [(str(app["id"]), str(app["name"])) for app in state.get("activeapps", [])]
+
+    def kill(self, app_id: str) -> None:
+        """Kill ``app_id`` as the kill link on the master's page does (with the page's CSRF token), then check
+        that it is gone.
+
+        Raises:
+            OSError: no master answered, or the application is still held (killing disabled on the master).
+        """
+        url, _state = self._alive()
+        form = {"id": app_id, "terminate": "true"}
+        with self._http.open(f"{url}/", timeout=self._timeout_s) as resp:
+            token = _CSRF_TOKEN.search(resp.read().decode(errors="replace"))
+        if token:  # a master that checks CSRF tokens (Spark 4.3 does) refuses a kill without the page's token
+            form["csrfToken"] = token.group(1)
+        body = urllib.parse.urlencode(form).encode()
+        with self._http.open(urllib.request.Request(f"{url}/app/kill/", data=body, method="POST"),
+                             timeout=self._timeout_s):
+            pass
+        _url, state = self._alive()
+        if any(app.get("id") == app_id for app in state.get("activeapps", [])):
+            raise OSError(f"the Spark master at {url} did not kill application {app_id}: set "
+                          "spark.ui.killEnabled=true on the master")
+
+    def _alive(self) -> tuple[str, dict[str, Any]]:
+        """The first web UI whose master is ALIVE, with its state (``/json/``)."""
+        problems = []
+        for url in self._webuis:
+            try:
+                with self._http.open(f"{url}/json/", timeout=self._timeout_s) as resp:
+                    state: dict[str, Any] = json.loads(resp.read())
+            except (OSError, ValueError) as exc:
+                problems.append(f"{url}: {getattr(exc, 'reason', None) or exc}")
+                continue
+            if state.get("status") == "ALIVE":
+                return url, state
+            problems.append(f"{url}: status {state.get('status')}")
+        raise OSError(f"no ALIVE Spark master answers at {', '.join(self._webuis)} ({'; '.join(problems)}): "
+                      "check --spark-master-webui")
