@@ -42,7 +42,8 @@ def test_terms_are_recorded_and_closed_by_their_end_or_their_successor(counter_r
     second.wait(10)
     third = counter_replicas.start("r3")
     wait_for(third.is_leader, 30, "r3 to lead after r2's session expired")
-    wait_for(lambda: len(_terms(zk_client, zk_group)) == 3, 20, "three terms")
+    wait_for(lambda: len(t := _terms(zk_client, zk_group)) == 3 and t[-1]["first_commit_at"], 20,
+             "three terms, r3's with its first commit")
     terms = _terms(zk_client, zk_group)
 
     r1, r2, r3 = terms
