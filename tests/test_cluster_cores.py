@@ -4,6 +4,7 @@ The real master is in tests/test_spark_cluster.py and tests/test_cluster_failove
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 from pathlib import Path
@@ -89,24 +90,28 @@ def _cluster_career(tmp_path: Path, master: _Master) -> SparkCareer:
 
 
 def test_a_master_that_fails_or_hangs_costs_the_term_a_warning(tmp_path: Path) -> None:
-    """The reclaim runs before the term's application starts; a master that refuses, or does not answer within
-    the probe timeout, is logged with the fix and the inauguration goes on (its application then waits for the
-    cores, as it would without the reclaim)."""
+    """The reclaim runs before the term's application starts; a master that refuses, answers garbage or does not
+    answer within the probe timeout is logged with the fix and the inauguration goes on (its application then
+    waits for the cores, as it would without the reclaim)."""
     log = structlog.get_logger()
     refusing = _cluster_career(tmp_path / "a", _Master([("app-1", "tenure [g epoch 3]")], fail=OSError("403")))
+    garbled = _cluster_career(tmp_path / "c", _Master([("app-1", "tenure [g epoch 3]")],
+                                                      fail=http.client.IncompleteRead(b"{")))
     hang = threading.Event()
     hanging = _cluster_career(tmp_path / "b", _Master([], hang=hang))
     try:
         with capture_logs() as logs:
             refusing._reclaim_cores(7, log)
+            garbled._reclaim_cores(7, log)
             started = time.monotonic()
             hanging._reclaim_cores(7, log)
             waited_s = time.monotonic() - started
     finally:
         hang.set()
-    assert [e["event"] for e in logs] == [STALE_APPLICATIONS_LEFT, STALE_APPLICATIONS_LEFT]
-    assert logs[0]["error"] == "403" and "spark.ui.killEnabled" in logs[0]["fix"]
-    assert "reclaiming the cluster's cores" in logs[1]["error"]
+    assert [e["event"] for e in logs] == [STALE_APPLICATIONS_LEFT] * 3
+    assert logs[0]["error"] == "OSError: 403" and "spark.ui.killEnabled" in logs[0]["fix"]
+    assert logs[1]["error"].startswith("IncompleteRead: ")
+    assert "reclaiming the cluster's cores" in logs[2]["error"]
     assert waited_s < 5, f"the reclaim waited {waited_s:.1f} s on a master that does not answer"
 
 

@@ -408,8 +408,9 @@ class SparkCareer:
 
     def _reclaim_cores(self, epoch: int, log: Any) -> None:
         """On a cluster, before the term's application starts: kill the applications of earlier terms still
-        holding cores. A master that does not answer or kill within the probe timeout costs the term nothing but
-        a warning: its application then waits for those cores, as it would without this step."""
+        holding cores. The step is best effort: a master that does not answer, answers garbage or refuses the kill
+        within the probe timeout costs the term nothing but a warning, and its application then waits for those
+        cores, as it would without this step."""
         master = self._cluster_master
         if master is None:
             return
@@ -417,8 +418,8 @@ class SparkCareer:
             call_within(lambda: reclaim_cores(master, app_name=self._config.app_name, group=self._group,
                                               epoch=epoch, log=log),
                         self._config.probe_timeout_s, "reclaiming the cluster's cores")
-        except (OSError, Unresponsive) as exc:
-            log.warning(STALE_APPLICATIONS_LEFT, error=str(exc),
+        except Exception as exc:  # nothing the master does may fail the term
+            log.warning(STALE_APPLICATIONS_LEFT, error=f"{type(exc).__name__}: {exc}",
                         fix="the term's application may wait for cores an earlier term's paused leader holds: "
                             "check that the master's web UI answers at --spark-master-webui and that "
                             "spark.ui.killEnabled is true on the master")
