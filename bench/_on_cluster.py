@@ -49,6 +49,11 @@ _TIMEOUT_S = 1800.0  # one throughput run (a loaded 2-core machine runs executor
 _DRAIN_TIMEOUT_S = 600.0
 # What Topology gives a replica on a cluster: the driver binds and advertises loopback; executors run this Python.
 _DRIVER_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": worker_python()}
+#: the handover blocks: label → (workers, --standby-executors; None: the default, 1)
+HANDOVER_SETUPS: dict[str, tuple[int, int | None]] = {
+    "cluster-2w": (2, None), "cluster-2w-no-standby": (2, 0), "local": (0, None)}
+#: what ``--recipes`` may choose: the throughput runs, and each handover block
+PARTS = ("throughput", *HANDOVER_SETUPS)
 _LOG_STAMP = re.compile(r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d) INFO CoarseGrainedExecutorBackend: (.*)$", re.M)
 
 
@@ -60,8 +65,10 @@ class _Replicas(TenureCluster):
     ``verify`` can account for every record.
     """
 
-    def __init__(self, directory: Path, *, workers: int, rate: float, replicas: int = 3) -> None:
+    def __init__(self, directory: Path, *, workers: int, rate: float, replicas: int = 3,
+                 standby_executors: int | None = None) -> None:
         self.workers = workers
+        self.standby_executors = standby_executors
         super().__init__(directory, standby="warm", rate=rate, replicas=replicas)
         self.label = f"cluster-{workers}w" if workers else "local"
         self.commits: list[Commit] = []
@@ -72,7 +79,10 @@ class _Replicas(TenureCluster):
         directory = self._directory if attempt == 1 else self._directory.with_name(f"{self._directory.name}.{attempt}")
         return Topology(directory, replicas=self._replicas, group=self.group, career="spark",
                         session_timeout_s=SESSION_TIMEOUT_S, handover_timeout_s=HANDOVER_TIMEOUT_S,
-                        zk_tick_ms=ZK_TICK_MS, replica_args=["--standby", self._standby], spark_workers=self.workers)
+                        zk_tick_ms=ZK_TICK_MS, spark_workers=self.workers,
+                        replica_args=["--standby", self._standby, *(
+                            [] if self.standby_executors is None else
+                            ["--standby-executors", str(self.standby_executors)])])
 
     @property
     def timeline(self) -> CommitTimeline:
@@ -295,12 +305,14 @@ def _handovers(ctx: BenchContext, result: Result, load: _LoadSampler) -> dict[st
     count = 1 if ctx.quick else 5
     result.params.update({"handovers_per_setup": count, "contenders": 3, "producer_records_per_s": _RATE,
                           "session_timeout_s": SESSION_TIMEOUT_S, "handover_timeout_s": HANDOVER_TIMEOUT_S})
-    setups = {"cluster-2w": 2, "local": 0}
+    setups = {label: setup for label, setup in HANDOVER_SETUPS.items()
+              if ctx.recipes is None or label in ctx.recipes}
     made: dict[str, _Replicas] = {}
 
     def maker(label: str) -> Callable[[Path], Cluster]:
         def make(directory: Path) -> Cluster:
-            made[label] = _Replicas(directory, workers=setups[label], rate=_RATE)
+            workers, standby = setups[label]
+            made[label] = _Replicas(directory, workers=workers, rate=_RATE, standby_executors=standby)
             return made[label]
         return make
 
@@ -338,13 +350,20 @@ def run_cluster(ctx: BenchContext) -> Result:
     result = Result(
         name="cluster", title="On a Spark standalone cluster: throughput vs the bare query, and the handover gap",
         command="python -m bench.run --only cluster",
-        params={"cluster": "embedded (service/local/_spark_cluster.py): 1 master + W workers, 1 core and 1 GB "
-                           "each, executors of 1 GB (Spark's default); the driver runs in the replica",
+        params={"cluster": "embedded (service/local/_spark_cluster.py): 1 master + W workers, 2 cores and 2 GB "
+                           "each, executors of 1 GB (Spark's default); the driver runs in the replica; "
+                           "spark.cores.max leaves 1 core per follower (Topology)",
                 "spark": "career defaults: 2 shuffle partitions, UI off, RocksDB state, 5 files per trigger, 0.5 s "
                          "trigger; local mode: local[2]"},
     )
+    if ctx.recipes is not None:
+        unknown = set(ctx.recipes) - set(PARTS)
+        if unknown:
+            raise ValueError(f"--recipes: no part {sorted(unknown)} of the cluster bench; choose from {list(PARTS)}")
+        result.params["recipes"] = list(ctx.recipes)
+        result.command += " --recipes " + " ".join(ctx.recipes)
     with _LoadSampler().running() as load:
-        runs = _throughput(ctx, result, load)
+        runs = _throughput(ctx, result, load) if ctx.recipes is None or "throughput" in ctx.recipes else []
         changes = _handovers(ctx, result, load)
     result.params["load_1m_samples"] = {"n": len(load.samples), "min": round(min(s for _, s in load.samples), 2),
                                         "max": round(max(s for _, s in load.samples), 2),
@@ -398,8 +417,13 @@ def run_cluster(ctx: BenchContext) -> Result:
                            "scaling_2w_over_1w": {k: _ratio(rates[2][k], rates[1][k]) for k in ("tenure", "bare")},
                            "handovers": changes, "gap_p50_cluster_over_local": _ratio(cluster_gap, local_gap),
                            "verify_ok": all(verified) if verified else None})
+    if cluster_gap is not None and local_gap is not None:
+        result.targets.append(Target("cluster graceful gap p50 (2 workers, standby executors)", cluster_gap,
+                                     f"≤ 2 × the local gap p50 ({2 * local_gap:.2f} s)", cluster_gap <= 2 * local_gap))
     for w in (1, 2):
         ratio = _ratio(rates[w]["tenure"], rates[w]["bare"])
+        if ratio is None:
+            continue
         result.targets.append(Target(f"throughput ratio tenure / bare, {w} worker{'s' * (w > 1)}", ratio, "≥ 0.9",
                                      None if ratio is None else ratio >= 0.9))
     result.targets.append(Target("tenure data roots verified exactly once", sum(verified),
@@ -409,7 +433,8 @@ def run_cluster(ctx: BenchContext) -> Result:
         "Throughput: bare and tenure read the same produced files (hard links), with the same pipeline and "
         "session settings, as `bench/_throughput.py` does; on a cluster each run gets a fresh embedded cluster "
         "of W workers (same settings). tenure is one warm replica (`tenure run --career spark --spark-master "
-        "spark://…`; it warms up on local[1] and starts its application at inauguration); the bare query "
+        "spark://…`; it holds a standby application of 1 executor while it warms up and grows it when elected); "
+        "the bare query "
         "(`python -m bench._on_cluster`, which runs `bench/_bare.py` on the cluster's master) appends Parquet "
         "straight into `table/`. Round 1 runs bare first, round 2 tenure first; local[2] runs once, for reference.",
         "Everything shares the machine's cores: the driver, the executors (1 core each) and their Python workers "
@@ -420,7 +445,9 @@ def run_cluster(ctx: BenchContext) -> Result:
         "Segments (`bench/_split.py`): boundaries from the old leader's and the successor's JSON logs "
         "(`handed_over`, `released`, `elected`, `spark_session_ready`, `inaugurated`, `query_started`) and the "
         "first batch's `batch_committed` (`read_s`, `stage_s`, `commit_s`); the gap ends at the first commit's "
-        "`committed_at`, before its fenced write and publish (hatched). On a cluster the successor's "
+        "`committed_at`, before its fenced write and publish (hatched). On a cluster with standby executors (the "
+        "default, `cluster-2w`) the successor leads on the application it held as a follower, with 1 warm executor, "
+        "and grows it to its share; with `--standby-executors 0` (`cluster-2w-no-standby`, the design before) its "
         "application starts at inauguration and its executors start then: the first batch's read waits for them. "
         "Executor times come from the workers' "
         "work folders (launch: the folder's mtime; registered with the driver and first task assigned: the "
@@ -445,6 +472,8 @@ def _plot(result: Result, path: Path) -> None:
                  width=0.38, color=colour, label=kind)
         for i, m in enumerate(mine):
             left.scatter([i + offset] * len(m), m, color="black", s=12, zorder=3)
+    if not setups:
+        left.text(0.5, 0.5, "throughput not run (--recipes)", ha="center", va="center", transform=left.transAxes)
     left.set_xticks(range(len(setups)), setups)
     left.set_ylabel("records/s (steady state; dots: rounds)")
     left.set_title("Throughput: tenure's leader vs the bare query", fontsize=10, loc="left")
@@ -458,7 +487,8 @@ def _plot(result: Result, path: Path) -> None:
             right.scatter([x], [elected + registered], marker="D", color="black", s=22, zorder=4, label=marker)
     segment_legend(right, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     right.set_ylabel("seconds from the old leader's last commit")
-    right.set_title("Graceful handover gap: 2-worker cluster vs local mode, split", fontsize=10, loc="left")
+    right.set_title("Graceful handover gap: 2-worker cluster (standby executors or none) vs local mode, split",
+                    fontsize=10, loc="left")
     right.grid(axis="y", alpha=0.3)
     load = result.params.get("load_1m_samples", {})
     fig.suptitle(f"tenure on an embedded Spark cluster (2 cores; load average 1 min: mean {load.get('mean')}, "

@@ -1,5 +1,6 @@
 """A new leader on a cluster frees the cores of earlier terms' applications (a paused leader's): which ones it
-kills, where it finds the master, and that a master that fails or hangs costs the term only a warning.
+kills, where it finds the master, that a master that fails or hangs costs the term only a warning, and when a
+leader grows its standby application to its share.
 The real master is in tests/test_spark_cluster.py and tests/test_cluster_failover.py."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import http.client
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import structlog
@@ -17,9 +19,8 @@ from tenure.career.spark import SparkCareer
 from tenure.career.spark._cluster import (
     STALE_APPLICATION_KILLED,
     STALE_APPLICATIONS_LEFT,
-    application_epoch,
     reclaim_cores,
-    term_application_name,
+    record_application,
 )
 from tenure.service.replica._cluster_master import master_webuis
 from tests.test_spark_career import Recorder, make_config
@@ -32,10 +33,12 @@ class _Master:
                  hang: threading.Event | None = None) -> None:
         self.apps = apps
         self.killed: list[str] = []
+        self.listed = 0
         self._fail = fail
         self._hang = hang
 
     def applications(self) -> list[tuple[str, str]]:
+        self.listed += 1
         if self._hang is not None:
             self._hang.wait(30)
         return list(self.apps)
@@ -46,30 +49,39 @@ class _Master:
         self.killed.append(app_id)
 
 
-@pytest.mark.parametrize(("app_name", "group", "epoch"), [("tenure", "default", 4294967306), ("my app", "a.b[c]", 0)])
-def test_a_term_application_name_carries_its_epoch(app_name: str, group: str, epoch: int) -> None:
-    name = term_application_name(app_name, group, epoch)
-    assert application_epoch(name, app_name, group) == epoch
-    assert application_epoch(name, app_name, group + "x") is None
-    assert application_epoch(name, app_name + "x", group) is None
-    assert application_epoch(app_name, app_name, group) is None
-
-
-def test_only_this_groups_earlier_terms_are_killed() -> None:
-    master = _Master([("app-1", "tenure [g epoch 3]"), ("app-2", "tenure [g epoch 7]"), ("app-3", "tenure [g epoch 9]"),
-                      ("app-4", "tenure [h epoch 1]"), ("app-5", "tenure"), ("app-6", "other [g epoch 1]"),
-                      ("app-7", "tenure [g epoch 1]")])
+def test_only_applications_that_earlier_terms_recorded_are_killed(tmp_path: Path) -> None:
+    """A record names a term's application; the master holds others too (a newer term's, followers' standby
+    applications, another group's, anyone's). Only what an earlier term recorded and the master still holds dies;
+    records of applications the master no longer holds are deleted, later terms' records kept."""
+    records = tmp_path / "_applications"
+    for epoch, app_id in [(3, "app-1"), (1, "app-7"), (5, "app-gone"), (7, "app-2"), (9, "app-3")]:
+        record_application(records, epoch, app_id, f"r{epoch}")
+    master = _Master([("app-1", "tenure [g epoch 3]"), ("app-2", "tenure [g standby r7]"), ("app-3", "x"),
+                      ("app-4", "tenure [h epoch 1]"), ("app-5", "tenure [g standby r1]"), ("app-7", "y")])
     with capture_logs() as logs:
-        killed = reclaim_cores(master, app_name="tenure", group="g", epoch=7, log=structlog.get_logger())
-    assert killed == master.killed == ["app-1", "app-7"]
+        killed = reclaim_cores(master, records, epoch=7, log=structlog.get_logger())
+    assert killed == master.killed == ["app-7", "app-1"]
     assert [(e["event"], e["app_id"], e["app_epoch"]) for e in logs] == [
-        (STALE_APPLICATION_KILLED, "app-1", 3), (STALE_APPLICATION_KILLED, "app-7", 1)]
+        (STALE_APPLICATION_KILLED, "app-7", 1), (STALE_APPLICATION_KILLED, "app-1", 3)]
+    assert sorted(p.name for p in records.iterdir()) == ["epoch-7.json", "epoch-9.json"]
 
 
-def test_a_kill_the_master_refuses_stops_the_reclaim() -> None:
+def test_no_record_no_question_to_the_master(tmp_path: Path) -> None:
+    """A first term on a cluster, or one after terms that all ended, costs no request to the master."""
+    master = _Master([("app-1", "tenure [g epoch 3]")])
+    records = tmp_path / "_applications"
+    record_application(records, 7, "app-1", "r7")  # this term's own record
+    assert reclaim_cores(master, records, epoch=7, log=structlog.get_logger()) == []
+    assert master.listed == 0 and master.killed == []
+
+
+def test_a_kill_the_master_refuses_stops_the_reclaim_and_keeps_the_record(tmp_path: Path) -> None:
+    records = tmp_path / "_applications"
+    record_application(records, 3, "app-1", "r1")
     master = _Master([("app-1", "tenure [g epoch 3]")], fail=OSError("killing is disabled"))
     with pytest.raises(OSError, match="killing is disabled"):
-        reclaim_cores(master, app_name="tenure", group="g", epoch=7, log=structlog.get_logger())
+        reclaim_cores(master, records, epoch=7, log=structlog.get_logger())
+    assert (records / "epoch-3.json").exists(), "the next leader must try again"
 
 
 @pytest.mark.parametrize(("spark_master", "webui", "expected"), [
@@ -86,7 +98,9 @@ def test_the_masters_web_ui_addresses(spark_master: str, webui: str | None, expe
 
 def _cluster_career(tmp_path: Path, master: _Master) -> SparkCareer:
     config = make_config(tmp_path, spark_master="spark://127.0.0.1:7077", probe_timeout_s=0.5)
-    return SparkCareer(config, Recorder(), replica_id="r1", group="g", cluster_master=master)
+    career = SparkCareer(config, Recorder(), replica_id="r1", group="g", cluster_master=master)
+    record_application(career._layout.applications, 3, "app-1", "r0")
+    return career
 
 
 def test_a_master_that_fails_or_hangs_costs_the_term_a_warning(tmp_path: Path) -> None:
@@ -118,5 +132,43 @@ def test_a_master_that_fails_or_hangs_costs_the_term_a_warning(tmp_path: Path) -
 def test_a_local_master_reclaims_nothing(tmp_path: Path) -> None:
     master = _Master([("app-1", "tenure [g epoch 3]")])
     career = SparkCareer(make_config(tmp_path), Recorder(), replica_id="r1", group="g", cluster_master=master)
+    record_application(career._layout.applications, 3, "app-1", "r0")
     career._reclaim_cores(7, structlog.get_logger())
     assert master.killed == []
+
+
+class _Share:
+    """A standby application's executors as the career drives them (the real ones: tests/test_cluster_failover.py)."""
+
+    def __init__(self) -> None:
+        self.grown = False
+        self.calls: list[str] = []
+
+    def grow(self) -> None:
+        self.grown = True
+        self.calls.append("grow")
+
+    def renew(self) -> None:
+        self.calls.append("renew")
+
+
+def test_a_leader_grows_after_its_first_batch_then_renews_its_share(tmp_path: Path) -> None:
+    """Not at inauguration: executors that register during the first batch would run some of its tasks cold. Then
+    the share is told to the master again every 30 s (a restarted master recovers the application with none)."""
+    now = [100.0]
+    config = make_config(tmp_path, spark_master="spark://127.0.0.1:7077", standby="warm")
+    career = SparkCareer(config, Recorder(), replica_id="r1", clock=lambda: now[0])
+    share = _Share()
+    career._share = share  # type: ignore[assignment]  # what _claim_cores keeps of the standby application
+    term = SimpleNamespace(completed=0, log=structlog.get_logger())
+    career._grow_share(term)  # type: ignore[arg-type]  # the two fields _grow_share reads
+    assert share.calls == [], "grown before the first batch"
+    term.completed = 1
+    career._grow_share(term)  # type: ignore[arg-type]
+    assert share.calls == ["grow"]
+    now[0] += 29
+    career._grow_share(term)  # type: ignore[arg-type]
+    assert share.calls == ["grow"]
+    now[0] += 2
+    career._grow_share(term)  # type: ignore[arg-type]
+    assert share.calls == ["grow", "renew"]

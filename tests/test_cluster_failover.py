@@ -1,7 +1,7 @@
 """The Spark career on a real standalone cluster (master and workers from the PySpark wheel): a worker SIGKILLed
 mid-batch, the master restarted, the leader SIGKILLed, all while the producer writes, then the next leader paused
-as a whole while it holds every core; verify finds every record exactly once and in order per key, and the
-followers never hold an application on the cluster."""
+as a whole while it holds its share of cores; verify finds every record exactly once and in order per key, a
+follower holds one warm executor and no more, and each new leader leads on the application it held as a follower."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from tenure.career.spark._cluster import STALE_APPLICATION_KILLED, application_epoch
+from tenure.career.spark import STANDBY_EXECUTORS_HELD
+from tenure.career.spark._cluster import STALE_APPLICATION_KILLED
 from tenure.service.local import Topology
 from tenure.service.ops import verify
 from tests._replicas import committed_by, line_of
@@ -29,6 +30,28 @@ AFTER_PAUSE_FILES = 10  # of 10 records each, landed once the leader is paused: 
 def _apps(topology: Topology) -> list[dict[str, Any]]:
     assert topology.spark is not None
     return list(topology.spark.state().get("activeapps", []))
+
+
+def _cores(topology: Topology) -> dict[str, int]:
+    """Cores held per application, by what it is: ``standby <replica>`` or ``leader``."""
+    held = {}
+    for app in _apps(topology):
+        standby = re.fullmatch(rf"tenure \[{topology.group} standby (.+)\]", app["name"])
+        held[app["id"]] = app["cores"]
+        held[f"standby {standby.group(1)}" if standby else app["name"]] = app["cores"]
+    return held
+
+
+def _standby_app(topology: Topology, replica_id: str) -> str:
+    """The id of the standby application ``replica_id`` holds now (its last ``standby_executors_held``)."""
+    held = [e["app_id"] for e in _events(topology, replica_id) if e.get("event") == STANDBY_EXECUTORS_HELD]
+    assert held, f"{replica_id} holds no standby application"
+    return str(held[-1])
+
+
+def _term_app(topology: Topology, epoch: int) -> str:
+    """The application the term ``epoch`` recorded as its own (what a later leader kills, should it pause)."""
+    return str(json.loads((topology.data_root / "_applications" / f"epoch-{epoch}.json").read_text())["app_id"])
 
 
 def _retried_tasks(spark_dir: Path, killed: str) -> list[str]:
@@ -66,13 +89,14 @@ def _land_now(topology: Topology, files: int) -> None:
 @pytest.mark.fleet
 @pytest.mark.timeout(900)
 def test_exactly_once_through_worker_master_and_leader_loss(tmp_path: Path) -> None:
-    """Two warm replicas on a 2-worker cluster. While the producer writes: SIGKILL a worker while a batch's task
-    runs on it (Spark reruns the task on the other; the term goes on), restart the master (it recovers the running
-    application), SIGKILL the leader (its application dies with it; the successor's starts). Then the successor,
-    holding both cores, is paused as a whole process tree: its driver's connections stay open, so the master would
-    keep its application and cores for as long as the pause lasts. The restarted replica takes over, kills the
-    paused term's application through the master and commits; resumed, the paused replica writes nothing. Only the
-    leader ever has an application on the master."""
+    """Two warm replicas on a 2-worker cluster of 4 cores: the follower holds a standby application of one warm
+    executor, the leader's grew to the other 3. While the producer writes: SIGKILL a worker while a batch's task
+    runs on it (Spark reruns the task on the other; the term goes on), restart the master (it recovers both
+    applications), SIGKILL the leader (its application dies with it; the successor leads on the application it held
+    as a follower, grown). Then the successor, holding its share, is paused as a whole process tree: its driver's
+    connections stay open, so the master would keep its application and cores for as long as the pause lasts. The
+    restarted replica, warm again, takes over on its own standby application, kills the paused term's application
+    through the master and commits; resumed, the paused replica writes nothing."""
     hold = tmp_path / "hold"
     executors = f"spark.executorEnv.PYTHONPATH={ROOT},spark.executorEnv.TENURE_TEST_HOLD={hold}"
     topology = Topology(tmp_path, replicas=2, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=4.0,
@@ -84,7 +108,12 @@ def test_exactly_once_through_worker_master_and_leader_loss(tmp_path: Path) -> N
     try:
         leader = topology.wait_for_leader(600)
         topology.wait_for(lambda: all(r.status().up for r in topology), 600, "both replicas to serve metrics")
-        topology.wait_for(lambda: len(_apps(topology)) == 1, 120, "the leader's application on the master")
+        follower = next(r.replica_id for r in topology if r.replica_id != leader.replica_id)
+        leader_app = _term_app(topology, leader.epoch)  # the next leader deletes the record once the app is gone
+        assert _standby_app(topology, leader.replica_id) == leader_app, \
+            "the leader must lead on the application it held as a follower"
+        assert _cores(topology) == {leader_app: 1, f"standby {leader.replica_id}": 1, f"standby {follower}": 1,
+                                    _standby_app(topology, follower): 1}, "no batch yet: no growth yet"
         producer = topology.start_producer(["--records", str(RECORDS), "--keys", "100", "--rate", "800",
                                             "--duplicates", "0.02", "--bad", "0.005", "--seed", "5",
                                             "--max-line-bytes", str(LINE_LIMIT)])
@@ -92,6 +121,9 @@ def test_exactly_once_through_worker_master_and_leader_loss(tmp_path: Path) -> N
         # A worker dies with a batch's tasks running on it (held by the row function): Spark reruns them on the
         # other worker within the same term.
         topology.wait_for(lambda: _written(topology) >= 3000, 300, "3000 ids written", interval_s=1.0)
+        topology.wait_for(lambda: _cores(topology).get(leader_app) == 3, 60,
+                          "the leader's application grown to its share after its first batch, 3 cores")
+        assert _cores(topology)[f"standby {follower}"] == 1, _apps(topology)
         hold.touch()
         reached: list[Path] = []
         topology.wait_for(lambda: reached.extend(tmp_path.glob("hold.reached.*")) or reached, 120,
@@ -115,7 +147,7 @@ def test_exactly_once_through_worker_master_and_leader_loss(tmp_path: Path) -> N
         cluster.kill_master()
         before = topology.replica(leader.replica_id).status().batches
         cluster.start_master()
-        topology.wait_for(lambda: len(_apps(topology)) == 1, 120, "the application to rejoin the new master")
+        topology.wait_for(lambda: len(_apps(topology)) == 2, 120, "both applications to rejoin the new master")
         topology.wait_for(lambda: topology.replica(leader.replica_id).status().batches >= before + 3, 180,
                           "three more commits after the master's restart", interval_s=0.5)
         assert topology.wait_for_leader(5).epoch == leader.epoch, "a master restart must not end the term"
@@ -126,6 +158,9 @@ def test_exactly_once_through_worker_master_and_leader_loss(tmp_path: Path) -> N
         victim.signal(signal.SIGKILL)
         successor = topology.wait_for_leader(SESSION_S + 120)
         assert successor.replica_id != victim.replica_id and successor.epoch > leader.epoch
+        topology.wait_for(lambda: leader_app not in _cores(topology), 60,
+                          "the killed leader's application to end with its driver")
+        assert _term_app(topology, successor.epoch) == _standby_app(topology, successor.replica_id)
         topology.restart(victim.replica_id)
         topology.wait_for(lambda: producer.poll() is not None, 300, "the producer to finish")
 
@@ -138,10 +173,15 @@ def test_exactly_once_through_worker_master_and_leader_loss(tmp_path: Path) -> N
         # The successor is paused while it holds every core; the restarted replica, next in line, takes over.
         topology.wait_for(lambda: line_of(topology) == [successor.replica_id, victim.replica_id], 300,
                           "the restarted replica in line")
-        held = _apps(topology)
-        assert len(held) == 1 and held[0]["cores"] == 2, \
-            f"the leader's application must hold both cores, or the pause proves nothing: {held}"
-        assert application_epoch(held[0]["name"], "tenure", topology.group) == successor.epoch, held
+        held = _term_app(topology, successor.epoch)
+        topology.wait_for(lambda: _cores(topology).get(f"standby {victim.replica_id}") == 1, 120,
+                          "the restarted replica's standby executor")
+        assert _cores(topology).get(held) == 3, \
+            f"the leader's application must hold its share, or the pause proves nothing: {_apps(topology)}"
+        standby = _standby_app(topology, victim.replica_id)
+        joined = [e["event"] for e in _events(topology, victim.replica_id)
+                  if e.get("event") in (STANDBY_EXECUTORS_HELD, "joined")]
+        assert joined[-2:] == [STANDBY_EXECUTORS_HELD, "joined"], f"joined the election before its executor: {joined}"
         paused = topology.replica(successor.replica_id)
         assert paused.pause()
         paused_at = time.monotonic()
@@ -150,18 +190,20 @@ def test_exactly_once_through_worker_master_and_leader_loss(tmp_path: Path) -> N
                           "the new leader to commit while the old one is paused", interval_s=0.5)
         took_over_s = time.monotonic() - paused_at
         killed = [e for e in _events(topology, victim.replica_id) if e.get("event") == STALE_APPLICATION_KILLED]
-        assert [e["app_id"] for e in killed] == [held[0]["id"]], killed
-        apps = _apps(topology)
-        assert len(apps) == 1 and apps[0]["id"] != held[0]["id"], apps
+        assert [e["app_id"] for e in killed] == [held], killed
+        taken_over = topology.wait_for_leader(5)
+        assert _term_app(topology, taken_over.epoch) == standby, "the new leader must lead on its standby application"
+        assert held not in _cores(topology), _apps(topology)
         paused.resume()
         topology.wait_for(lambda: _drained_all(topology), 300, "the files landed after the pause", interval_s=2.0)
         topology.wait_for(lambda: not paused.alive or paused.replica_id in line_of(topology), 120,
                           "the resumed replica to exit or follow")
-        apps = _apps(topology)
-        assert len(apps) == 1, f"only the leader may hold cluster cores; active applications: {apps}"
+        cores = _cores(topology)
+        assert held not in cores and cores.get(standby) == 3, f"the leader's share, none of the paused term's: {cores}"
     finally:
         topology.stop()
-    # The session timeout, then the new leader's inauguration, its application's executors and a first batch.
+    # The session timeout, then the new leader's inauguration and a first batch on its warm executor.
+    print(f"\n[timing] pause → the new leader's first commit: {took_over_s:.1f} s")
     assert took_over_s < SESSION_S + 60, f"the new leader committed {took_over_s:.0f} s after the pause"
     report = verify(topology.data_root, max_line_bytes=LINE_LIMIT)
     assert report.ok, report.render()

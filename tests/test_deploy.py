@@ -406,6 +406,20 @@ def test_compose_executors_fit_a_worker(compose: dict[str, Any]) -> None:
         assert int(conf.get("spark.executor.cores", cores)) <= int(cores), name
 
 
+
+@needs_compose
+def test_compose_cluster_has_room_for_the_leader_and_every_standby(compose: dict[str, Any]) -> None:
+    """The workers' cores hold the leader's share (spark.cores.max) and each follower's standby executors of one
+    core: otherwise a follower waits for a core that never comes free, and leads cold."""
+    env = compose["services"][REPLICAS[0]]["environment"]
+    conf = dict(item.split("=", 1) for item in env.get("TENURE_SPARK_CONF", "").split(",") if item.strip())
+    standby = int(env.get("TENURE_STANDBY_EXECUTORS", 1)) * int(conf.get("spark.executor.cores", 1))
+    cores = sum(int(_option(_worker_args(compose["services"][name]), "--cores") or 0) for name in SPARK_WORKERS)
+    share = conf.get("spark.cores.max")
+    assert share, "set spark.cores.max, the leader's share, or it takes the followers' cores too"
+    assert int(share) + (len(REPLICAS) - 1) * standby <= cores, (share, standby, cores)
+
+
 def _run_healthcheck(test: list[str], url_from: str, url_to: str) -> int:
     """Runs a compose CMD healthcheck with this interpreter, its URL pointed at ``url_to``."""
     assert test[0] == "CMD" and test[1] in {"python", "python3"}, test

@@ -4,6 +4,7 @@ back, nothing outlives `stop`, and the `tenure spark` command."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import signal
@@ -19,7 +20,8 @@ import psutil
 import pytest
 import structlog
 
-from tenure.career.spark._cluster import reclaim_cores, term_application_name
+from tenure.career.spark import STANDBY_EXECUTORS_HELD, STANDBY_WITHOUT_EXECUTORS
+from tenure.career.spark._cluster import reclaim_cores, record_application, term_application_name
 from tenure.service.local import (
     SPARK_PROCESS_DIED,
     SparkCluster,
@@ -295,19 +297,21 @@ def test_kill_worker_ends_its_executors_with_it(cluster: SparkCluster, app: _Dri
 
 def test_a_new_leader_kills_the_applications_of_earlier_terms_only(cluster: SparkCluster, app: _Driver,
                                                                      tmp_path: Path) -> None:
-    """Through the master's web UI (its kill link, CSRF token included): an application named for epoch 5 of
-    group ``g`` outlives the reclaims of epochs 3 and 5 and of another group, and dies at epoch 7's; the other
-    application (``app``) is never touched. A master in standby or gone is passed over; with none ALIVE the
-    reclaim fails with the address and the fix."""
+    """Through the master's web UI (its kill link, CSRF token included): an application recorded by epoch 5
+    outlives the reclaims of epochs 3 and 5, and dies at epoch 7's; the other application (``app``), in no
+    record, is never touched. A master in standby or gone is passed over; with none ALIVE the reclaim fails with
+    the address and the fix."""
     term = _Driver(cluster.master_url, tmp_path / "term.log", name=term_application_name("tenure", "g", 5))
+    records = tmp_path / "_applications"
     try:
         dead = f"http://127.0.0.1:{free_base_port(1)}"
         master = StandaloneMaster([dead, cluster.webui_url], timeout_s=2.0)
         assert {(term.app_id, "tenure [g epoch 5]"), (app.app_id, "tenure-test")} <= set(master.applications())
+        record_application(records, 5, term.app_id, "r1")
         log = structlog.get_logger("test")
-        for group, epoch in (("g", 3), ("g", 5), ("h", 7)):
-            assert reclaim_cores(master, app_name="tenure", group=group, epoch=epoch, log=log) == []
-        assert reclaim_cores(master, app_name="tenure", group="g", epoch=7, log=log) == [term.app_id]
+        for epoch in (3, 5):
+            assert reclaim_cores(master, records, epoch=epoch, log=log) == []
+        assert reclaim_cores(master, records, epoch=7, log=log) == [term.app_id]
         state = cluster.state()
         assert [a["id"] for a in state["activeapps"]] == [app.app_id]
         assert (term.app_id, "KILLED") in {(a["id"], a["state"]) for a in state["completedapps"]}
@@ -316,6 +320,54 @@ def test_a_new_leader_kills_the_applications_of_earlier_terms_only(cluster: Spar
             StandaloneMaster([dead], timeout_s=2.0).applications()
     finally:
         term.stop()
+    assert app.job() == (100, 4950)
+
+
+#: A follower's preparation on the cluster in a process of its own (one SparkContext per process): its log on stderr
+#: as JSON, then ``ready`` and the master's applications on stdout.
+_FOLLOWER = """
+import json, sys, structlog
+from pathlib import Path
+from tenure.career.spark import SparkCareer
+from tests.test_spark_career import Recorder, make_config
+structlog.configure(processors=[structlog.processors.add_log_level, structlog.processors.JSONRenderer()],
+                    logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+master, root = sys.argv[1], Path(sys.argv[2])
+career = SparkCareer(make_config(root, spark_master=master, standby="warm", standby_executors=1,
+                                 warmup_timeout_s=6.0), Recorder(), replica_id="f1", group="g")
+career.prepare()
+print("ready", career.ready(), flush=True)
+career.close()
+"""
+
+
+def test_a_follower_the_cluster_gives_no_core_warms_up_locally_and_holds_nothing(
+        cluster: SparkCluster, app: _Driver, tmp_path: Path) -> None:
+    """``app`` holds every core of the module's cluster. A warm follower's standby application waits
+    ``warmup_timeout_s`` for an executor, then the follower says so with the fix, stops that application (its
+    request for cores goes with it), warms up on a local session instead and is ready: it is a candidate whose
+    first batch waits for executors, not a replica that never joins."""
+    assert sum(w["coresused"] for w in cluster.state()["workers"]) == 2, "the module's application must hold both"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+           "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    follower = subprocess.Popen([sys.executable, "-c", _FOLLOWER, cluster.master_url, str(tmp_path / "data")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True)
+    try:
+        stdout, stderr = follower.communicate(timeout=240)
+    finally:  # its JVM too, should the follower hang
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(follower.pid, signal.SIGKILL)
+        follower.wait()
+    assert follower.returncode == 0, stderr[-3000:]
+    events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    names = [e["event"] for e in events]
+    assert STANDBY_WITHOUT_EXECUTORS in names and STANDBY_EXECUTORS_HELD not in names, names
+    gave_up = next(e for e in events if e["event"] == STANDBY_WITHOUT_EXECUTORS)
+    assert 6.0 <= gave_up["waited_s"] < 30 and "spark.cores.max" in gave_up["fix"], gave_up
+    assert names.index(STANDBY_WITHOUT_EXECUTORS) < names.index("warmed_up"), names
+    assert stdout.split() == ["ready", "True"]
+    assert [a["id"] for a in cluster.state()["activeapps"]] == [app.app_id], "the standby application must be gone"
     assert app.job() == (100, 4950)
 
 

@@ -25,7 +25,12 @@ from tenure.career._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from tenure.career.spark._batch import BATCH_COMMITTED, BATCH_FAILED, BATCH_FENCED, ROW_FUNCTION_TIMED_OUT
-    from tenure.career.spark._career import QUERY_STARTED, SparkCareer
+    from tenure.career.spark._career import (
+        QUERY_STARTED,
+        STANDBY_EXECUTORS_HELD,
+        STANDBY_WITHOUT_EXECUTORS,
+        SparkCareer,
+    )
     from tenure.career.spark._config import SparkCareerConfig
     from tenure.career.spark._errors import HandingOverError, SparkCareerError
     from tenure.career.spark._hooks import HookError
@@ -43,6 +48,8 @@ __all__ = [
     "QUERY_STARTED",
     "ROW_FUNCTION_TIMED_OUT",
     "SPARK_SESSION_READY",
+    "STANDBY_EXECUTORS_HELD",
+    "STANDBY_WITHOUT_EXECUTORS",
     "HandingOverError",
     "HookError",
     "SparkCareer",
@@ -54,7 +61,8 @@ __all__ = [
 
 _HOMES = {
     **dict.fromkeys(["BATCH_COMMITTED", "BATCH_FAILED", "BATCH_FENCED", "ROW_FUNCTION_TIMED_OUT"], "_batch"),
-    **dict.fromkeys(["QUERY_STARTED", "SparkCareer"], "_career"),
+    **dict.fromkeys(["QUERY_STARTED", "STANDBY_EXECUTORS_HELD", "STANDBY_WITHOUT_EXECUTORS", "SparkCareer"],
+                    "_career"),
     "SparkCareerConfig": "_config",
     **dict.fromkeys(["HandingOverError", "SparkCareerError"], "_errors"),
     "HookError": "_hooks",

@@ -1,32 +1,40 @@
 """A cluster's cores for the new leader: the applications of earlier terms that a paused leader still holds.
 
-On a cluster, only the leader holds an application (``_career``). A leader that crashes loses its application
-with its driver's connection; a leader paused as a whole process tree (SIGSTOP, a frozen VM) keeps the connection
-open, so the master keeps its application and its executors' cores until it resumes, and the successor's
-application would wait for cores that never come. Each term's application therefore carries its group and epoch
-in its name, and a new leader kills, through the master, every application of its group with a lower epoch
-before it starts its own. The epoch is the fencing token: a newer term's application is never touched, and an
-older term is already fenced in ZooKeeper, so killing its application loses nothing it could still commit.
+On a cluster, a leader's application holds the cores of its term. A leader that crashes loses its application with
+its driver's connection; a leader paused as a whole process tree (SIGSTOP, a frozen VM) keeps the connection open,
+so the master keeps its application and its executors' cores until it resumes, and the successor would wait for
+cores that never come. So each term records its application under the data root, ``_applications/epoch-<N>.json``,
+before it asks for its share of cores, and a new leader kills, through the master, every application recorded by
+an earlier term that the master still holds, before it grows its own. The epoch is the fencing token: a newer
+term's application is never touched, and an older term is already fenced in ZooKeeper, so killing its application
+loses nothing it could still commit. A follower's standby application is in no record until it leads, so it is
+never killed either.
 
 The career knows no HTTP: the service hands it a :class:`ClusterMaster`.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+from pathlib import Path
 from typing import Any, Protocol
 
 __all__ = [
     "STALE_APPLICATIONS_LEFT",
     "STALE_APPLICATION_KILLED",
     "ClusterMaster",
-    "application_epoch",
     "reclaim_cores",
+    "record_application",
+    "standby_application_name",
     "term_application_name",
 ]
 
 STALE_APPLICATION_KILLED = "stale_application_killed"
 STALE_APPLICATIONS_LEFT = "stale_applications_left"
+
+_RECORD = re.compile(r"epoch-(\d+)\.json")
 
 
 class ClusterMaster(Protocol):
@@ -46,30 +54,56 @@ class ClusterMaster(Protocol):
 
 
 def term_application_name(app_name: str, group: str, epoch: int) -> str:
-    """The name of a term's own application on a cluster."""
+    """The name of an application started for one term (what the master's page shows)."""
     return f"{app_name} [{group} epoch {epoch}]"
 
 
-def application_epoch(name: str, app_name: str, group: str) -> int | None:
-    """The epoch in a name that :func:`term_application_name` gave for ``app_name`` and ``group``; None for the
-    name of any other application."""
-    match = re.fullmatch(rf"{re.escape(app_name)} \[{re.escape(group)} epoch (\d+)\]", name)
-    return int(match.group(1)) if match else None
+def standby_application_name(app_name: str, group: str, replica_id: str) -> str:
+    """The name of a follower's standby application, which becomes its application when it leads."""
+    return f"{app_name} [{group} standby {replica_id}]"
 
 
-def reclaim_cores(master: ClusterMaster, *, app_name: str, group: str, epoch: int,
-                  log: Any) -> list[str]:
-    """Kill the applications of this group's earlier terms that the master still holds; returns their ids.
+def record_application(records: Path, epoch: int, app_id: str, replica_id: str) -> None:
+    """Record that ``app_id`` is term ``epoch``'s application (a file written whole: a new name, then a rename)."""
+    records.mkdir(parents=True, exist_ok=True)
+    staged = records / f".epoch-{epoch}.json.{os.getpid()}"
+    staged.write_text(json.dumps({"epoch": epoch, "app_id": app_id, "replica": replica_id}))
+    staged.replace(records / f"epoch-{epoch}.json")
+
+
+def _earlier_terms(records: Path, epoch: int) -> list[tuple[int, Path, str]]:
+    """The ``(epoch, file, application id)`` of each term recorded before ``epoch``, oldest first."""
+    found = []
+    for path in records.glob("epoch-*.json") if records.is_dir() else ():
+        match = _RECORD.fullmatch(path.name)
+        if match is None or int(match.group(1)) >= epoch:
+            continue
+        try:
+            app_id = str(json.loads(path.read_text())["app_id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # written by no term of ours (a torn file cannot be: records are renamed into place)
+        found.append((int(match.group(1)), path, app_id))
+    return sorted(found)
+
+
+def reclaim_cores(master: ClusterMaster, records: Path, *, epoch: int, log: Any) -> list[str]:
+    """Kill the applications that earlier terms recorded and the master still holds; returns their ids.
+
+    A record whose application the master no longer holds (its term ended, or it was killed) is deleted.
 
     Raises:
         OSError: the master did not answer, or did not kill one (the ones before it are killed).
     """
+    earlier = _earlier_terms(records, epoch)
+    if not earlier:
+        return []
+    held = {app_id for app_id, _name in master.applications()}
     killed = []
-    for app_id, name in master.applications():
-        term = application_epoch(name, app_name, group)
-        if term is not None and term < epoch:
+    for term, path, app_id in earlier:
+        if app_id in held:
             master.kill(app_id)
             killed.append(app_id)
             log.warning(STALE_APPLICATION_KILLED, app_id=app_id, app_epoch=term, epoch=epoch,
                         why="an earlier term's application still held the cluster's cores (a paused leader?)")
+        path.unlink(missing_ok=True)
     return killed

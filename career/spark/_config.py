@@ -34,8 +34,8 @@ class SparkCareerConfig:
             keeps its own data root; a queue file is archived once every registered group has consumed it.
         spark_master: ``local[2]`` (default), ``spark://host:7077``, ``k8s://…``. Ignored when a SparkSession
             already exists in the process (its master wins). On a cluster (any master but ``local…``) the
-            cluster's cores are the leader's alone: a follower warms up on a local session and stops it, the
-            leader's application starts at inauguration and stops at hand-over, releasing its executors.
+            cluster's cores are the leader's, but for the few of a warm follower's standby application
+            (``standby_executors``); the leader's application stops at hand-over, releasing its executors.
         standby: ``warm`` (default): ``prepare`` starts Spark and runs the real pipeline once on a scratch sample,
             so a new leader's first batch runs hot (costs about 1 GB per follower). ``cold``: Spark starts at
             inauguration (7–9 s here) and stops at hand-over when this career started it.
@@ -73,6 +73,13 @@ class SparkCareerConfig:
         keep_warm_interval_s: warm standby on a local master: while following, run a tiny Python job this often
             so Spark does not stop the idle Python workers a new leader's first batch needs (default 20; Spark
             stops them after 60 s idle). 0 turns it off.
+        standby_executors: warm standby on a cluster: the executors a follower's own application holds while it
+            waits (default 1; each has ``spark.executor.cores`` cores, 1 unless set), warmed by the warm-up and
+            kept warm; elected, it leads on them, and after its first batch the application grows to the leader's
+            share (``spark.cores.max``, or every free core). A follower is ready, and joins the election, once they
+            have registered; if the cluster gives none within ``warmup_timeout_s`` it warms up locally and holds
+            none (``standby_without_executors``).
+            0: followers hold no executors, and the leader's application starts at inauguration.
         transform: ``package.module:function`` taking and returning a DataFrame, applied to each batch's
             validated, deduplicated, ordered records before the write (default None). It must keep ``id``,
             ``key`` and ``seq`` and one row per record; it is checked at ``prepare``.
@@ -121,6 +128,7 @@ class SparkCareerConfig:
     app_name: str = "tenure"
     warmup_timeout_s: float = 120.0
     keep_warm_interval_s: float = 20.0
+    standby_executors: int = 1
     transform: str | None = None
     row_function: str | None = None
     retry_attempts: int = 5
@@ -151,6 +159,9 @@ class SparkCareerConfig:
                 raise ConfigError(f"{name}={getattr(self, name):g} is not above 0 seconds; raise it")
         if self.row_timeout_s < 0:
             raise ConfigError(f"row_timeout_s={self.row_timeout_s:g} is negative; use 0 for no deadline")
+        if self.standby_executors < 0:
+            raise ConfigError(f"standby_executors={self.standby_executors} is negative; use 0 for followers that "
+                              "hold no executors on the cluster")
         if self.keep_warm_interval_s < 0:
             raise ConfigError(f"keep_warm_interval_s={self.keep_warm_interval_s:g} is negative; use 0 to turn "
                               "keep-warm off")

@@ -164,6 +164,16 @@ class Layout:
         return self.root / QUARANTINE
 
     @property
+    def applications(self) -> Path:
+        """On a cluster, each term's application id (``_cluster``): what a new leader may kill."""
+        return self.root / "_applications"
+
+    @property
+    def standby(self) -> Path:
+        """On a cluster, the scratch data roots of followers' warm-ups (executors must see them too)."""
+        return self.root / "_standby"
+
+    @property
     def checkpoint(self) -> Path:
         """Spark's checkpoints: one ``epoch=<e>`` folder per term (see :func:`adopt_checkpoint`)."""
         return self.root / CHECKPOINT

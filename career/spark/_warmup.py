@@ -103,13 +103,17 @@ def _write_sample(landing: Path) -> None:
         sample.rename(landing / f"sample-{f:02d}.jsonl")
 
 
-def warm_up(session: SparkSession, config: SparkCareerConfig, hooks: Hooks, *, replica_id: str, log: Any) -> None:
+def warm_up(session: SparkSession, config: SparkCareerConfig, hooks: Hooks, *, replica_id: str, log: Any,
+            scratch_parent: Path | None = None) -> None:
     """Run the real pipeline — parse, dedup, order, Parquet, commit — once over a scratch sample.
 
-    Bounded by ``config.warmup_timeout_s``; a failure is logged (``warmup_failed``), not raised: the replica can
-    still lead, only its first batch is slower.
+    The sample lives in a folder of its own under ``scratch_parent`` (default: the system's temporary folder;
+    on a cluster, a folder the executors see too). Bounded by ``config.warmup_timeout_s``; a failure is logged
+    (``warmup_failed``), not raised: the replica can still lead, only its first batch is slower.
     """
-    scratch = Path(tempfile.mkdtemp(prefix="tenure-warmup-"))
+    if scratch_parent is not None:
+        scratch_parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="tenure-warmup-", dir=scratch_parent))
     try:
         layout = Layout(scratch)
         layout.landing.mkdir(parents=True)
@@ -150,11 +154,15 @@ class KeepWarm:
     committed its first batch at 3.3 s, against 1.8–2.5 s for terms begun at once). The job runs one task per
     core, each through a Python worker, so every worker the leader's batches use stays alive.
 
+    ``renew``, when given, runs before each job (a standby application's executor limit, ``_executors``).
+
     The thread changes no career state; a job that fails is logged and tried again next time.
     """
 
-    def __init__(self, session: SparkSession, interval_s: float, idle: Callable[[], bool], log: Any) -> None:
+    def __init__(self, session: SparkSession, interval_s: float, idle: Callable[[], bool], log: Any,
+                 renew: Callable[[], None] | None = None) -> None:
         self._session = session
+        self._renew = renew
         self._interval_s = interval_s
         self._idle = idle
         self._log = log
@@ -178,6 +186,8 @@ class KeepWarm:
             if not self._idle():
                 continue
             try:
+                if self._renew is not None:
+                    self._renew()
                 self._session.range(0, slots, 1, slots).mapInArrow(_pass_through, "id long").collect()
             except Exception as exc:  # a stopping session, a lost JVM: the health check reports those
                 self._log.debug("keep_warm_failed", error=repr(exc)[:500])

@@ -455,6 +455,12 @@ def _hung_row_args(s: DrillSettings) -> tuple[str, ...]:
             "--retry-attempts", str(s.retry_attempts))
 
 
+def _leader_alone(s: DrillSettings) -> tuple[str, ...]:
+    """The cluster drills watch the leader's application alone on the master (its executor on every worker, the
+    one application the restarted master recovers): followers hold no standby executors there."""
+    return ("--standby-executors", "0")
+
+
 def _poison_args(s: DrillSettings) -> tuple[str, ...]:
     return (*s.watchdog_args(), "--transform", "tenure.career.drills:fail_on_poison_pill")
 
@@ -629,10 +635,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("cold-start", "all replicas start at once", _cold_start, custom_start=True),
     Scenario("rolling-restart", "restart every replica in turn", _rolling_restart),
     Scenario("worker-loss", "SIGKILL a Spark worker and its executor while batches run, later restart it",
-             _worker_loss, spark_only=True, cluster=True, produce_s=40.0),
+             _worker_loss, spark_only=True, cluster=True, produce_s=40.0, replica_args=_leader_alone),
     Scenario("master-loss", f"SIGKILL the Spark master, restart it {MASTER_DOWN_S:g} s later (or two commit "
              "intervals, if longer)", _master_loss,
-             spark_only=True, cluster=True, produce_s=40.0),
+             spark_only=True, cluster=True, produce_s=40.0, replica_args=_leader_alone),
     # The stuck-leader drills produce for 40 s at least: work must wait when the stuck leader gives its lock up.
     Scenario("frozen-jvm", "freeze the leader's Spark JVM (SIGSTOP), its Python process running on", _frozen_jvm,
              spark_only=True, spark_need="a JVM to freeze", produce_s=40.0, replica_args=DrillSettings.watchdog_args),

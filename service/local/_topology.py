@@ -53,6 +53,10 @@ __all__ = [
 REPLICA_STOPPED: Final = "replica_stopped"
 TOPOLOGY_STOPPED: Final = "topology_stopped"
 
+#: each embedded worker's cores (and GB for executors): room for the leader's share and a standby executor of
+#: one core for each follower (``--standby-executors``) on two workers with three replicas
+SPARK_CORES_PER_WORKER: Final = 2
+
 _log = structlog.get_logger("tenure.up")
 
 
@@ -282,6 +286,20 @@ def _reap_orphans(children: list[psutil.Process], grace_s: float = 5.0) -> None:
     psutil.wait_procs(alive, timeout=grace_s)
 
 
+def _share_cluster(replica_args: list[str], *, cores: int, replicas: int) -> None:
+    """Leave room on the embedded cluster for each follower's standby executor (``--standby-executors``, default
+    1 core each): the leader's share, ``spark.cores.max``, is what is left, unless ``replica_args`` say otherwise.
+    Edits ``replica_args`` in place (its ``--spark-conf``, or a new one)."""
+    standby = 1
+    if "--standby-executors" in replica_args:
+        standby = int(replica_args[replica_args.index("--standby-executors") + 1])
+    share = f"spark.cores.max={max(1, cores - (replicas - 1) * standby)}"
+    if "--spark-conf" not in replica_args:
+        replica_args += ["--spark-conf", share]
+    elif "spark.cores.max=" not in (conf := replica_args[replica_args.index("--spark-conf") + 1]):
+        replica_args[replica_args.index("--spark-conf") + 1] = f"{conf},{share}"
+
+
 class Topology:
     """The docker-compose topology as local processes, for `tenure up`, the demo and drills.
 
@@ -311,17 +329,21 @@ class Topology:
         #: with ``spark_workers``, an embedded Spark standalone cluster that the replicas' leader runs on
         self.spark = (SparkCluster(workers=spark_workers, port=free_base_port(spark_workers + 1, low=20000,
                                                                                high=30000),
-                                   directory=directory / "spark") if spark_workers else None)
+                                   directory=directory / "spark", cores_per_worker=SPARK_CORES_PER_WORKER,
+                                   worker_memory_mb=SPARK_CORES_PER_WORKER * 1024) if spark_workers else None)
         self.replica_launch = dict(replica_launch or {})
         #: extra environment of each replica by id (kept across restarts), e.g. a drill's hang file
         self.replica_env = {name: dict(env) for name, env in (replica_env or {}).items()}
         self.handover_timeout_s = handover_timeout_s
-        spark_args = (["--spark-master", self.spark.master_url, "--spark-master-webui", self.spark.webui_url]
-                      if self.spark is not None else [])
+        replica_args = list(replica_args or [])
+        spark_args = []
+        if self.spark is not None:
+            spark_args = ["--spark-master", self.spark.master_url, "--spark-master-webui", self.spark.webui_url]
+            _share_cluster(replica_args, cores=spark_workers * SPARK_CORES_PER_WORKER, replicas=replicas)
         self._replica_args = [
             "--zk", self.ensemble.connect_string, "--group", group, "--data-root", str(self.data_root),
             "--career", career, "--session-timeout-s", f"{session_timeout_s:g}",
-            "--handover-timeout-s", f"{handover_timeout_s:g}", *spark_args, *(replica_args or []),
+            "--handover-timeout-s", f"{handover_timeout_s:g}", *spark_args, *replica_args,
         ]
         self.replicas = [self._new_replica(f"replica-{i}") for i in range(1, replicas + 1)]
         self.producer: subprocess.Popen[bytes] | None = None

@@ -57,7 +57,8 @@ class ReplicaConfig(BaseModel):
     standby: Literal["warm", "cold"] = Field(default="warm", description="warm: followers hold a warmed "
                                              "SparkSession (fast takeover, ~1 GB each); cold: start Spark on election.")
     spark_master: str = Field(default="local[2]", description="Spark master: local[N], spark://…, k8s://…; "
-                              "on a cluster followers warm up locally and hold none of its cores.")
+                              "on a cluster only the leader's application holds its share of cores, followers "
+                              "--standby-executors each.")
     spark_master_webui: str | None = Field(default=None, description="A spark:// master's web UI, "
                                            "http://host:port[,…]; default port 8080 on each master host. A new "
                                            "leader kills there the applications of earlier terms (a paused "
@@ -67,6 +68,11 @@ class ReplicaConfig(BaseModel):
     keep_warm_interval_s: float = Field(default=20.0, description="Warm standby, local Spark: a follower runs a "
                                         "tiny Python job this often so its Python workers stay alive (Spark "
                                         "stops them after 60 s idle); 0: off.")
+    standby_executors: int = Field(default=1, description="Warm standby on a cluster: executors a follower's "
+                                   "own application holds, warmed (spark.executor.cores each, default 1); it "
+                                   "joins the election once they have registered, and its application grows "
+                                   "to the leader's share once it leads. 0: followers hold none (the leader's "
+                                   "application starts at election).")
     max_files_per_trigger: int = Field(default=5, description="Flow control: queue files per batch.")
     max_bytes_per_trigger: int | None = Field(default=None, description="Flow control: bytes per batch, if set.")
     trigger_interval_s: float = Field(default=0.1, description="How often an idle consumer polls the queue (a "
