@@ -341,6 +341,7 @@ career.close()
 """
 
 
+@pytest.mark.fleet  # a second driver and a local warm-up beside the module's cluster: two JVMs' load at once
 def test_a_follower_the_cluster_gives_no_core_warms_up_locally_and_holds_nothing(
         cluster: SparkCluster, app: _Driver, tmp_path: Path) -> None:
     """``app`` holds every core of the module's cluster. A warm follower's standby application waits
@@ -359,7 +360,8 @@ def test_a_follower_the_cluster_gives_no_core_warms_up_locally_and_holds_nothing
         with contextlib.suppress(ProcessLookupError):
             os.killpg(follower.pid, signal.SIGKILL)
         follower.wait()
-    assert follower.returncode == 0, stderr[-3000:]
+    python_side = [line for line in stderr.splitlines() if line.startswith(("{", "Traceback", "  File", "tenure"))]
+    assert follower.returncode == 0, "\n".join(python_side[-40:]) or stderr[-3000:]
     events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     names = [e["event"] for e in events]
     assert STANDBY_WITHOUT_EXECUTORS in names and STANDBY_EXECUTORS_HELD not in names, names
