@@ -159,7 +159,7 @@ def test_a_leader_grows_after_its_first_batch_then_renews_its_share(tmp_path: Pa
     config = make_config(tmp_path, spark_master="spark://127.0.0.1:7077", standby="warm")
     career = SparkCareer(config, Recorder(), replica_id="r1", clock=lambda: now[0])
     share = _Share()
-    career._share = share  # type: ignore[assignment]  # what _claim_cores keeps of the standby application
+    career._executors = share  # type: ignore[assignment]  # the standby application's executors
     term = SimpleNamespace(completed=0, log=structlog.get_logger())
     career._grow_share(term)  # type: ignore[arg-type]  # the two fields _grow_share reads
     assert share.calls == [], "grown before the first batch"

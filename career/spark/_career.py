@@ -145,8 +145,7 @@ class SparkCareer:
         self._housekeeper = Housekeeper(self._layout, config, observer, clock, self._faults)
         self._jvm = Probe("Spark's JVM", config.probe_timeout_s)  # every call from the control thread into Spark
         self._application_stopped: threading.Event | None = None  # set once a term's own Spark has stopped
-        self._executors: StandbyExecutors | None = None  # a follower's standby application's, on a cluster
-        self._share: StandbyExecutors | None = None  # the same, grown to the leader's share for this term
+        self._executors: StandbyExecutors | None = None  # the standby application's, while it runs (cluster)
         self._share_renewed_at = 0.0
         self._restandby: threading.Thread | None = None  # a new standby application starting after a term
         self._standby_due = False  # a term has ended: the next health check starts the next standby application
@@ -241,7 +240,7 @@ class SparkCareer:
                 raise Unresponsive(f"the standby application did not start within {self._config.warmup_timeout_s:g} s")
         self._reclaim_cores(ctx.epoch, log)
         call_within(lambda: self._ensure_session(epoch=ctx.epoch), self._config.warmup_timeout_s, "starting Spark")
-        self._claim_cores(ctx.epoch, log)
+        self._record_application(ctx.epoch, log)
         layout = self._layout
         for folder in (layout.landing, layout.table, layout.quarantine, layout.archive):
             folder.mkdir(parents=True, exist_ok=True)
@@ -359,7 +358,6 @@ class SparkCareer:
         self._term = None
         term.log.info(HANDED_OVER, outcome=outcome.value, batch=term.last_committed, timed_out=timed_out,
                       seconds=round(self._clock() - started, 3))
-        self._share = None
         if self._session_per_term:
             self._stop_keep_warm()
             self._stop_application(term)
@@ -374,7 +372,7 @@ class SparkCareer:
         With standby executors the hand-over does not wait at all: the successor's first batch runs on the
         executors it held as a follower, and it grows into these cores only after that batch, so the stop runs on
         beside the handover record and the release (0.9 s of the gap on the embedded cluster when it waited)."""
-        session, self._session, self._owned = self._session, None, False
+        session, self._session, self._owned, self._executors = self._session, None, False, None
         if session is None:
             return
         stopped = self._application_stopped = threading.Event()
@@ -496,17 +494,16 @@ class SparkCareer:
             executors = StandbyExecutors(session, self._config.standby_executors, self._clock)
             held = executors.hold(self._config.warmup_timeout_s)
         except Exception as exc:  # the cluster or Spark failed: the next term starts an application of its own
-            if self._closing.is_set():
-                return
-            self._log.warning("standby_failed", error=f"{type(exc).__name__}: {str(exc)[:1000]}")
             held = 0
+            if not self._closing.is_set():
+                self._log.warning("standby_failed", error=f"{type(exc).__name__}: {str(exc)[:1000]}")
         else:
             if held == 0:
                 self._log.warning(STANDBY_WITHOUT_EXECUTORS, waited_s=round(self._clock() - started, 3),
                                   effect="this follower's first batch as leader waits for its executors to start",
                                   fix="give the cluster free cores for each follower (spark.cores.max below the "
                                       "cluster's total minus the followers' standby_executors)")
-        if self._closing.is_set() or held == 0:
+        if held == 0 or self._closing.is_set():
             with contextlib.suppress(Exception):  # a failed application may fail its stop too
                 self._stop_session()
             if not self._closing.is_set():
@@ -535,7 +532,7 @@ class SparkCareer:
         Not before: executors that register while the first batch runs take its tasks and run them cold (JVM,
         Python workers, code generation), which made the first batch slower than on the warm standby executor
         alone."""
-        share = self._share
+        share = self._executors
         if share is None or term.completed == 0 or (share.grown and self._clock() < self._share_renewed_at + _RENEW_S):
             return
         self._share_renewed_at = self._clock()
@@ -544,26 +541,22 @@ class SparkCareer:
         except Exception as exc:  # Unresponsive is the health check's to act on; a refusal is tried again
             term.log.debug("share_not_renewed", error=repr(exc)[:500])
 
-    def _claim_cores(self, epoch: int, log: Any) -> None:
-        """On a cluster, once the term's application is up: record it as this term's (so that a successor can
-        kill it should this leader pause); a standby application grows to the leader's share after the term's
-        first batch (``_grow_share``). Best effort, within the probe timeout: a failure costs the term a
-        warning."""
-        session, executors, self._executors = self._session, self._executors, None
-        if session is None or not self._config.on_cluster:
+    def _record_application(self, epoch: int, log: Any) -> None:
+        """On a cluster, once the term's application is up: record it as this term's, so that a successor can kill
+        it should this leader pause (a standby application grows to the leader's share later, ``_grow_share``).
+        Best effort, within the probe timeout: a failure costs the term a warning."""
+        session = self._session
+        if session is None or self._cluster_master is None:
             return
         records = self._layout.applications
 
-        self._share = executors
-
         def claim() -> None:
-            if self._cluster_master is not None:
-                record_application(records, epoch, session.sparkContext.applicationId, self._replica_id)
+            record_application(records, epoch, session.sparkContext.applicationId, self._replica_id)
 
         try:
-            call_within(claim, self._config.probe_timeout_s, "claiming the leader's cores")
+            call_within(claim, self._config.probe_timeout_s, "recording the term's application")
         except Exception as exc:
-            log.warning("cores_not_claimed", error=f"{type(exc).__name__}: {exc}",
+            log.warning("application_not_recorded", error=f"{type(exc).__name__}: {exc}",
                         effect="a successor may not free this term's cores should its leader pause")
 
     def _reclaim_cores(self, epoch: int, log: Any) -> None:

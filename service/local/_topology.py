@@ -30,6 +30,7 @@ from tenure.service.replica import (
     RECORDS,
     SOURCE_BACKLOG_FILES,
     ZK_CONNECTED,
+    ReplicaConfig,
     arm,
     pause_descendants,
     pause_tree,
@@ -287,17 +288,19 @@ def _reap_orphans(children: list[psutil.Process], grace_s: float = 5.0) -> None:
 
 
 def _share_cluster(replica_args: list[str], *, cores: int, replicas: int) -> None:
-    """Leave room on the embedded cluster for each follower's standby executor (``--standby-executors``, default
-    1 core each): the leader's share, ``spark.cores.max``, is what is left, unless ``replica_args`` say otherwise.
+    """Leave room on the embedded cluster for each follower's standby executors (``--standby-executors``, one
+    core each): the leader's share, ``spark.cores.max``, is what is left, unless ``replica_args`` say otherwise.
     Edits ``replica_args`` in place (its ``--spark-conf``, or a new one)."""
-    standby = 1
+    standby = ReplicaConfig.model_fields["standby_executors"].default
     if "--standby-executors" in replica_args:
         standby = int(replica_args[replica_args.index("--standby-executors") + 1])
     share = f"spark.cores.max={max(1, cores - (replicas - 1) * standby)}"
     if "--spark-conf" not in replica_args:
         replica_args += ["--spark-conf", share]
-    elif "spark.cores.max=" not in (conf := replica_args[replica_args.index("--spark-conf") + 1]):
-        replica_args[replica_args.index("--spark-conf") + 1] = f"{conf},{share}"
+        return
+    at = replica_args.index("--spark-conf") + 1
+    if "spark.cores.max=" not in replica_args[at]:
+        replica_args[at] = f"{replica_args[at]},{share}"
 
 
 class Topology:
