@@ -172,3 +172,26 @@ def test_a_leader_grows_after_its_first_batch_then_renews_its_share(tmp_path: Pa
     now[0] += 2
     career._grow_share(term)  # type: ignore[arg-type]
     assert share.calls == ["grow", "renew"]
+
+
+def test_a_reclaim_the_master_failed_is_tried_again_while_the_term_leads(tmp_path: Path) -> None:
+    """A master's web UI slow to answer once (CI saw a 2 s request time out under load) must not leave a paused
+    leader's cores held for the whole term: the leader tries again every 30 s until the reclaim is done."""
+    now = [100.0]
+    master = _Master([("app-1", "tenure [g epoch 3]")], fail=OSError("timed out"))
+    config = make_config(tmp_path, spark_master="spark://127.0.0.1:7077", probe_timeout_s=0.5)
+    career = SparkCareer(config, Recorder(), replica_id="r1", group="g", cluster_master=master, clock=lambda: now[0])
+    record_application(career._layout.applications, 3, "app-1", "r0")
+    log = structlog.get_logger()
+    term = SimpleNamespace(epoch=7, log=log)
+    with capture_logs() as logs:
+        career._reclaim_cores(7, log)
+        master._fail = None  # the master answers from now on
+        career._retry_reclaim(term)  # type: ignore[arg-type]  # the two fields _retry_reclaim reads
+        assert master.killed == [], "tried again before 30 s"
+        now[0] += 31
+        career._retry_reclaim(term)  # type: ignore[arg-type]
+        now[0] += 31
+        career._retry_reclaim(term)  # type: ignore[arg-type]
+    assert master.killed == ["app-1"] and master.listed == 2, "done once, then never asked again"
+    assert [e["event"] for e in logs] == [STALE_APPLICATIONS_LEFT, STALE_APPLICATION_KILLED]

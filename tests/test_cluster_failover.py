@@ -189,6 +189,10 @@ def test_exactly_once_through_worker_master_and_leader_loss(tmp_path: Path) -> N
         topology.wait_for(lambda: committed_by(topology, victim.replica_id), 180,
                           "the new leader to commit while the old one is paused", interval_s=0.5)
         took_over_s = time.monotonic() - paused_at
+        # At inauguration, or tried again while it leads if the master's web UI answered too slowly then.
+        topology.wait_for(lambda: any(e.get("event") == STALE_APPLICATION_KILLED
+                                      for e in _events(topology, victim.replica_id)), 90,
+                          "the paused term's application killed", interval_s=0.5)
         killed = [e for e in _events(topology, victim.replica_id) if e.get("event") == STALE_APPLICATION_KILLED]
         assert [e["app_id"] for e in killed] == [held], killed
         taken_over = topology.wait_for_leader(5)

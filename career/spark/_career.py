@@ -147,6 +147,8 @@ class SparkCareer:
         self._application_stopped: threading.Event | None = None  # set once a term's own Spark has stopped
         self._executors: StandbyExecutors | None = None  # the standby application's, while it runs (cluster)
         self._share_renewed_at = 0.0
+        self._reclaim_due = False  # the term's reclaim failed: tried again while it leads
+        self._reclaim_tried_at = 0.0
         self._restandby: threading.Thread | None = None  # a new standby application starting after a term
         self._standby_due = False  # a term has ended: the next health check starts the next standby application
         self._closing = threading.Event()
@@ -308,6 +310,7 @@ class SparkCareer:
         if not self._jvm(lambda: bool(query.isActive)) and not self._recover_query(term):
             return False
         self._housekeeper.run(term)
+        self._retry_reclaim(term)
         self._grow_share(term)
         self._report_progress(term)
         with term.lock:
@@ -358,6 +361,7 @@ class SparkCareer:
         self._term = None
         term.log.info(HANDED_OVER, outcome=outcome.value, batch=term.last_committed, timed_out=timed_out,
                       seconds=round(self._clock() - started, 3))
+        self._reclaim_due = False
         if self._session_per_term:
             self._stop_keep_warm()
             self._stop_application(term)
@@ -541,6 +545,12 @@ class SparkCareer:
         except Exception as exc:  # Unresponsive is the health check's to act on; a refusal is tried again
             term.log.debug("share_not_renewed", error=repr(exc)[:500])
 
+    def _retry_reclaim(self, term: Term) -> None:
+        """Try a reclaim the master failed again, every ``_RENEW_S`` while the term leads (a master's web UI slow
+        to answer under load once would otherwise leave a paused leader's cores held for the whole term)."""
+        if self._reclaim_due and self._clock() >= self._reclaim_tried_at + _RENEW_S:
+            self._reclaim_cores(term.epoch, term.log)
+
     def _record_application(self, epoch: int, log: Any) -> None:
         """On a cluster, once the term's application is up: record it as this term's, so that a successor can kill
         it should this leader pause (a standby application grows to the leader's share later, ``_grow_share``).
@@ -562,15 +572,18 @@ class SparkCareer:
     def _reclaim_cores(self, epoch: int, log: Any) -> None:
         """On a cluster, before the term grows its application: kill the applications of earlier terms still
         holding cores. The step is best effort: a master that does not answer, answers garbage or refuses the kill
-        within the probe timeout costs the term nothing but a warning, and its application then waits for those
-        cores, as it would without this step."""
+        within the probe timeout costs the term a warning, and the leader tries again every ``_RENEW_S`` while
+        it leads (``_retry_reclaim``); until then its application waits for those cores."""
         master = self._cluster_master
         if master is None:
             return
+        self._reclaim_tried_at = self._clock()
         try:
             call_within(lambda: reclaim_cores(master, self._layout.applications, epoch=epoch, log=log),
                         self._config.probe_timeout_s, "reclaiming the cluster's cores")
+            self._reclaim_due = False
         except Exception as exc:  # nothing the master does may fail the term
+            self._reclaim_due = True
             log.warning(STALE_APPLICATIONS_LEFT, error=f"{type(exc).__name__}: {exc}",
                         fix="the term's application may wait for cores an earlier term's paused leader holds: "
                             "check that the master's web UI answers at --spark-master-webui and that "
