@@ -165,3 +165,20 @@ def committed_by(topology: Topology, replica_id: str) -> bool:
     with connected(topology.ensemble.connect_string) as client:
         data, _ = client.get(GroupPaths(topology.group).commit)
     return bool(data) and json.loads(data).get("replica_id") == replica_id
+
+
+def replica_events(topology: Topology, replica_id: str) -> list[dict[str, Any]]:
+    """The fields of every event in ``replica_id``'s log, in order."""
+    return [e.fields for e in read_events(topology.logs / f"{replica_id}.log", replica_id)]
+
+
+def land_now(topology: Topology, prefix: str, files: int, ts: int = 0) -> None:
+    """Land ``files`` queue files of 10 records each, now and in order, as a producer does (a hidden name, then a
+    rename), with ids and keys of their own (``prefix``) and record time ``ts``."""
+    landing = topology.data_root / "landing"
+    for i in range(files):
+        hidden = landing / f".{prefix}-{i:03d}.jsonl"
+        hidden.write_text("".join(json.dumps({"id": f"{prefix}-{i}-{j}", "key": f"{prefix}-{j % 4}",
+                                              "seq": i * 10 + j, "ts": ts, "payload": {"n": j}}) + "\n"
+                                  for j in range(10)))
+        hidden.replace(landing / hidden.name[1:])

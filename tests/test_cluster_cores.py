@@ -195,3 +195,44 @@ def test_a_reclaim_the_master_failed_is_tried_again_while_the_term_leads(tmp_pat
         career._retry_reclaim(term)  # type: ignore[arg-type]
     assert master.killed == ["app-1"] and master.listed == 2, "done once, then never asked again"
     assert [e["event"] for e in logs] == [STALE_APPLICATIONS_LEFT, STALE_APPLICATION_KILLED]
+
+
+def test_a_leader_on_standby_executors_reclaims_right_before_it_grows(tmp_path: Path) -> None:
+    """Its standby executors run the first batch, so the master is not asked at inauguration (on the handover's
+    path); once the first batch has committed, the earlier term's application is killed, then the share grows
+    into its cores. A first batch that takes longer than 30 s gets the reclaim at 30 s."""
+    now = [100.0]
+    order: list[str] = []
+    master = _Master([("app-1", "tenure [g epoch 3]")])
+    master.kill = lambda app_id: order.append(f"kill {app_id}")  # type: ignore[method-assign]
+    config = make_config(tmp_path, spark_master="spark://127.0.0.1:7077", standby="warm")
+    career = SparkCareer(config, Recorder(), replica_id="r1", group="g", cluster_master=master, clock=lambda: now[0])
+    record_application(career._layout.applications, 3, "app-1", "r0")
+    share = _Share()
+    share.calls = order
+    career._executors = share  # type: ignore[assignment]  # the standby application's executors
+    term = SimpleNamespace(epoch=7, completed=0, log=structlog.get_logger())
+
+    career._put_off_reclaim()
+    career._retry_reclaim(term)  # type: ignore[arg-type]  # the fields the two steps read
+    career._grow_share(term)  # type: ignore[arg-type]
+    assert master.listed == 0 and order == [], "the master was asked before the first batch"
+    term.completed = 1
+    career._retry_reclaim(term)  # type: ignore[arg-type]
+    career._grow_share(term)  # type: ignore[arg-type]
+    assert order == ["kill app-1", "grow"]
+    now[0] += 31
+    career._retry_reclaim(term)  # type: ignore[arg-type]
+    assert master.listed == 1, "a reclaim that was done is asked again"
+
+    slow = SparkCareer(make_config(tmp_path / "slow", spark_master="spark://127.0.0.1:7077", standby="warm"),
+                       Recorder(), replica_id="r1", group="g", cluster_master=master, clock=lambda: now[0])
+    record_application(slow._layout.applications, 3, "app-1", "r0")
+    slow._put_off_reclaim()
+    term.completed = 0
+    now[0] += 29
+    slow._retry_reclaim(term)  # type: ignore[arg-type]
+    assert master.listed == 1
+    now[0] += 2
+    slow._retry_reclaim(term)  # type: ignore[arg-type]
+    assert master.listed == 2, "a first batch slower than 30 s held the reclaim back"

@@ -18,7 +18,7 @@ from tenure.career.spark import STANDBY_EXECUTORS_HELD
 from tenure.career.spark._cluster import STALE_APPLICATION_KILLED
 from tenure.service.local import Topology
 from tenure.service.ops import verify
-from tests._replicas import committed_by, line_of
+from tests._replicas import committed_by, land_now, line_of, replica_events
 
 ROOT = Path(__file__).resolve().parent.parent
 LINE_LIMIT = 64 * 1024
@@ -44,7 +44,7 @@ def _cores(topology: Topology) -> dict[str, int]:
 
 def _standby_app(topology: Topology, replica_id: str) -> str:
     """The id of the standby application ``replica_id`` holds now (its last ``standby_executors_held``)."""
-    held = [e["app_id"] for e in _events(topology, replica_id) if e.get("event") == STANDBY_EXECUTORS_HELD]
+    held = [e["app_id"] for e in replica_events(topology, replica_id) if e.get("event") == STANDBY_EXECUTORS_HELD]
     assert held, f"{replica_id} holds no standby application"
     return str(held[-1])
 
@@ -67,23 +67,6 @@ def _written(topology: Topology) -> int:
 def _drained_all(topology: Topology) -> bool:
     report = verify(topology.data_root, max_line_bytes=LINE_LIMIT)
     return report.ids_in == RECORDS + AFTER_PAUSE_FILES * 10 and report.unaccounted == 0
-
-
-def _events(topology: Topology, replica_id: str) -> list[dict[str, Any]]:
-    from tenure.service.drill import read_events
-
-    return [e.fields for e in read_events(topology.logs / f"{replica_id}.log", replica_id)]
-
-
-def _land_now(topology: Topology, files: int) -> None:
-    """Land ``files`` queue files of 10 records each, in order, as a producer does (hidden name, then rename)."""
-    landing = topology.data_root / "landing"
-    for i in range(files):
-        hidden = landing / f".after-pause-{i:03d}.jsonl"
-        hidden.write_text("".join(json.dumps({"id": f"after-pause-{i}-{j}", "key": f"after-pause-{j % 4}",
-                                              "seq": i * 10 + j, "ts": 0, "payload": {"n": j}}) + "\n"
-                                  for j in range(10)))
-        hidden.replace(landing / hidden.name[1:])
 
 
 @pytest.mark.fleet
@@ -179,23 +162,29 @@ def test_exactly_once_through_worker_master_and_leader_loss(tmp_path: Path) -> N
         assert _cores(topology).get(held) == 3, \
             f"the leader's application must hold its share, or the pause proves nothing: {_apps(topology)}"
         standby = _standby_app(topology, victim.replica_id)
-        joined = [e["event"] for e in _events(topology, victim.replica_id)
+        joined = [e["event"] for e in replica_events(topology, victim.replica_id)
                   if e.get("event") in (STANDBY_EXECUTORS_HELD, "joined")]
         assert joined[-2:] == [STANDBY_EXECUTORS_HELD, "joined"], f"joined the election before its executor: {joined}"
         paused = topology.replica(successor.replica_id)
         assert paused.pause()
         paused_at = time.monotonic()
-        _land_now(topology, AFTER_PAUSE_FILES)
+        land_now(topology, "after-pause", AFTER_PAUSE_FILES)
         topology.wait_for(lambda: committed_by(topology, victim.replica_id), 180,
                           "the new leader to commit while the old one is paused", interval_s=0.5)
         took_over_s = time.monotonic() - paused_at
-        # At inauguration, or tried again while it leads if the master's web UI answered too slowly then.
+        # Right before its standby application grows, once its first batch has committed (or tried again while
+        # it leads if the master's web UI answered too slowly then).
         topology.wait_for(lambda: any(e.get("event") == STALE_APPLICATION_KILLED
-                                      for e in _events(topology, victim.replica_id)), 90,
+                                      for e in replica_events(topology, victim.replica_id)), 90,
                           "the paused term's application killed", interval_s=0.5)
-        killed = [e for e in _events(topology, victim.replica_id) if e.get("event") == STALE_APPLICATION_KILLED]
+        events = replica_events(topology, victim.replica_id)
+        killed = [e for e in events if e.get("event") == STALE_APPLICATION_KILLED]
         assert [e["app_id"] for e in killed] == [held], killed
         taken_over = topology.wait_for_leader(5)
+        steps = [e["event"] for e in events if e.get("epoch") == taken_over.epoch
+                 and e.get("event") in ("batch_committed", STALE_APPLICATION_KILLED)]
+        assert steps.index("batch_committed") < steps.index(STALE_APPLICATION_KILLED), \
+            f"the master was asked before the first batch, on the handover's path: {steps}"
         assert _term_app(topology, taken_over.epoch) == standby, "the new leader must lead on its standby application"
         assert held not in _cores(topology), _apps(topology)
         paused.resume()

@@ -23,7 +23,7 @@ from tenure.election import read_history
 from tenure.service.local import Topology, sample_key
 from tenure.service.ops import connected, verify
 from tenure.service.replica import BATCHES, EXIT_HANDOVER_OVERRUN, EXIT_STALLED
-from tests._replicas import committed_by, line_of, process_running
+from tests._replicas import committed_by, land_now, line_of, process_running, replica_events
 
 SESSION_S = 6.0
 STALL_S = 20.0
@@ -78,14 +78,14 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
         stopped_s = time.monotonic() - stopping_at
         assert stopped_s < 3 + 2 + 3, f"the frozen follower took {stopped_s:.1f} s to stop (budget 3 + 2 s)"
         topology.wait_for(lambda: not any(process_running(pid) for pid in frozen), 10, "the frozen JVM to be killed")
-        overrun = [e for e in _events(topology, next_in_line.replica_id) if e.get("event") == "close_overrun"]
+        overrun = [e for e in replica_events(topology, next_in_line.replica_id) if e.get("event") == "close_overrun"]
         assert overrun and overrun[0].get("replica_id") == next_in_line.replica_id, overrun
 
         # 2. The new leader's JVM freezes; the fourth replica takes over.
         assert line_of(topology) == [third.replica_id, fourth.replica_id]
         assert third.freeze_spark()
         froze_at = time.monotonic()
-        _land_now(topology, AFTER_FREEZE_FILES)
+        land_now(topology, "after-freeze", AFTER_FREEZE_FILES, ts=int(time.time() * 1000))
         assert third.process is not None and third.process.wait(timeout=30) == EXIT_STALLED
         gave_up_s = time.monotonic() - froze_at
         successor = topology.wait_for_leader(30)
@@ -94,7 +94,7 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
         took_over_s = time.monotonic() - froze_at
         assert gave_up_s < 3 + 1 + 3, f"the frozen leader gave up {gave_up_s:.1f} s after the freeze"
         assert took_over_s < gave_up_s + 15, f"a successor committed {took_over_s:.1f} s after the freeze"
-        stalled = [e for e in _events(topology, third.replica_id) if e.get("event") == STALLED]
+        stalled = [e for e in replica_events(topology, third.replica_id) if e.get("event") == STALLED]
         assert stalled and stalled[0]["reason"] == "spark_unresponsive"
         with connected(topology.ensemble.connect_string) as client:
             ended = [t for t in read_history(client, topology.group) if t.replica_id == third.replica_id]
@@ -111,25 +111,6 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
 
 #: Files of 10 records landed once the leader's JVM is frozen: work that only its successor can commit.
 AFTER_FREEZE_FILES = 10
-
-
-def _land_now(topology: Topology, files: int) -> None:
-    """Land ``files`` queue files of 10 records each, now and in order, as a producer does (a hidden name, then
-    a rename), on keys of their own."""
-    landing = topology.data_root / "landing"
-    ts = int(time.time() * 1000)
-    for i in range(files):
-        hidden = landing / f".after-freeze-{i:03d}.jsonl"
-        hidden.write_text("".join(json.dumps({"id": f"after-freeze-{i}-{j}", "key": f"after-freeze-{j % 4}",
-                                              "seq": i * 10 + j, "ts": ts, "payload": {"n": j}}) + "\n"
-                                  for j in range(10)))
-        hidden.replace(landing / hidden.name[1:])
-
-
-def _events(topology: Topology, replica_id: str) -> list[dict[str, object]]:
-    from tenure.service.drill import read_events
-
-    return [e.fields for e in read_events(topology.logs / f"{replica_id}.log", replica_id)]
 
 
 def _land(topology: Topology, name: str, lines: list[dict[str, object]], order: int) -> None:
@@ -181,12 +162,12 @@ def test_a_row_function_that_hangs_in_one_replica_moves_the_lock(tmp_path: Path)
             path.unlink(missing_ok=True)
         topology.stop()
         listener.close()
-    reasons = [next(e for e in _events(topology, r.replica_id) if e.get("event") == STALLED)["reason"]
+    reasons = [next(e for e in replica_events(topology, r.replica_id) if e.get("event") == STALLED)["reason"]
                for r in (first, second)]
     assert reasons == ["no_progress", "no_progress"]
-    timeouts = [e for e in _events(topology, first.replica_id) if e.get("event") == ROW_FUNCTION_TIMED_OUT]
+    timeouts = [e for e in replica_events(topology, first.replica_id) if e.get("event") == ROW_FUNCTION_TIMED_OUT]
     assert timeouts, f"{first.replica_id}'s calls should have timed out, not hung"
-    assert not [e for e in _events(topology, third.replica_id) if e.get("event") == STALLED]
+    assert not [e for e in replica_events(topology, third.replica_id) if e.get("event") == STALLED]
     report = verify(topology.data_root)
     assert report.ok and report.ids_written == 200 and report.ids_dead_lettered == 0, report.render()
     # Each hung leader stalls within its first batch's allowance plus the stall timeout (and a few seconds to

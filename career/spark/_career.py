@@ -147,7 +147,7 @@ class SparkCareer:
         self._application_stopped: threading.Event | None = None  # set once a term's own Spark has stopped
         self._executors: StandbyExecutors | None = None  # the standby application's, while it runs (cluster)
         self._share_renewed_at = 0.0
-        self._reclaim_due = False  # the term's reclaim failed: tried again while it leads
+        self._reclaim_due = False  # the term's reclaim was put off or failed: done while it leads
         self._reclaim_tried_at = 0.0
         self._restandby: threading.Thread | None = None  # a new standby application starting after a term
         self._standby_due = False  # a term has ended: the next health check starts the next standby application
@@ -240,7 +240,10 @@ class SparkCareer:
             restandby.join(self._config.warmup_timeout_s)
             if restandby.is_alive():
                 raise Unresponsive(f"the standby application did not start within {self._config.warmup_timeout_s:g} s")
-        self._reclaim_cores(ctx.epoch, log)
+        if self._executors is None:  # an application of its own: its first batch needs an earlier term's cores
+            self._reclaim_cores(ctx.epoch, log)
+        else:  # its standby executors run the first batch: the reclaim comes before the growth (``_grow_share``)
+            self._put_off_reclaim()
         call_within(lambda: self._ensure_session(epoch=ctx.epoch), self._config.warmup_timeout_s, "starting Spark")
         self._record_application(ctx.epoch, log)
         layout = self._layout
@@ -540,6 +543,8 @@ class SparkCareer:
         if share is None or term.completed == 0 or (share.grown and self._clock() < self._share_renewed_at + _RENEW_S):
             return
         self._share_renewed_at = self._clock()
+        if not share.grown and self._reclaim_due:  # the cores an earlier term still holds first: it grows into them
+            self._reclaim_cores(term.epoch, term.log)
         try:
             self._jvm(share.renew if share.grown else share.grow)
         except Exception as exc:  # Unresponsive is the health check's to act on; a refusal is tried again
@@ -550,6 +555,14 @@ class SparkCareer:
         to answer under load once would otherwise leave a paused leader's cores held for the whole term)."""
         if self._reclaim_due and self._clock() >= self._reclaim_tried_at + _RENEW_S:
             self._reclaim_cores(term.epoch, term.log)
+
+    def _put_off_reclaim(self) -> None:
+        """A term on its standby executors: reclaim an earlier term's cores right before it grows, once its first
+        batch has committed, or ``_RENEW_S`` after inauguration if that batch takes longer (``_retry_reclaim``).
+        Not at inauguration: asking the master costs the handover up to a second, and the kill's executors
+        stopping would take CPU from the first batch."""
+        self._reclaim_due = self._cluster_master is not None
+        self._reclaim_tried_at = self._clock()
 
     def _record_application(self, epoch: int, log: Any) -> None:
         """On a cluster, once the term's application is up: record it as this term's, so that a successor can kill
