@@ -6,8 +6,11 @@ The real master is in tests/test_spark_cluster.py and tests/test_cluster_failove
 from __future__ import annotations
 
 import http.client
+import http.server
+import json
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,7 +25,7 @@ from tenure.career.spark._cluster import (
     reclaim_cores,
     record_application,
 )
-from tenure.service.replica._cluster_master import master_webuis
+from tenure.service.replica._cluster_master import StandaloneMaster, master_webuis
 from tests.test_spark_career import Recorder, make_config
 
 
@@ -236,3 +239,71 @@ def test_a_leader_on_standby_executors_reclaims_right_before_it_grows(tmp_path: 
     now[0] += 2
     slow._retry_reclaim(term)  # type: ignore[arg-type]
     assert master.listed == 2, "a first batch slower than 30 s held the reclaim back"
+
+
+class _StandInMaster:
+    """A standalone master's web UI over real HTTP, for the client's logic (a real master: test_spark_cluster):
+    ``/json/`` with ``status`` and its applications, ``/`` with a CSRF token, and ``POST /app/kill/``, which kills,
+    is ignored, or is refused with ``kill_status`` (a master with ``spark.ui.killEnabled=false`` serves no kill
+    handler: 404)."""
+
+    def __init__(self, status: str, apps: list[str], *, kill_status: int | None = 302, kills: bool = True) -> None:
+        self.status, self.apps = status, list(apps)
+        self.posts: list[tuple[str, dict[str, list[str]]]] = []
+        self.json_reads = 0
+        stand_in = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                stand_in.json_reads += self.path == "/json/"
+                body = (json.dumps({"status": stand_in.status,
+                                    "activeapps": [{"id": a, "name": "tenure [g epoch 3]"} for a in stand_in.apps]})
+                        if self.path == "/json/" else '<input name="csrfToken" value="t0ken">')
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def do_POST(self) -> None:
+                form = urllib.parse.parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
+                stand_in.posts.append((self.path, form))
+                if kills and kill_status == 302:
+                    stand_in.apps = [a for a in stand_in.apps if a not in form.get("id", [])]
+                self.send_response(kill_status or 302)
+                self.send_header("Location", "/")
+                self.end_headers()
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self._server.server_port}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_the_alive_master_is_asked_and_a_master_that_does_not_kill_names_the_fix() -> None:
+    """A master in standby listed first is passed over for the ALIVE one, which alone gets the kill (with its page's
+    CSRF token), without a second question about which master is ALIVE. A master that refuses the kill (no kill
+    handler: ``spark.ui.killEnabled=false``) or ignores it fails the kill with the setting to change."""
+    standby = _StandInMaster("STANDBY", ["app-9"])
+    alive = _StandInMaster("ALIVE", ["app-1", "app-2"])
+    refusing = _StandInMaster("ALIVE", ["app-1"], kill_status=404)
+    ignoring = _StandInMaster("ALIVE", ["app-1"], kills=False)
+    try:
+        master = StandaloneMaster([standby.url, alive.url], timeout_s=2.0)
+        assert master.applications() == [("app-1", "tenure [g epoch 3]"), ("app-2", "tenure [g epoch 3]")]
+        master.kill("app-1")
+        assert alive.posts == [("/app/kill/", {"id": ["app-1"], "terminate": ["true"], "csrfToken": ["t0ken"]})]
+        assert standby.posts == [] and alive.apps == ["app-2"]
+        assert alive.json_reads == 2, "the kill asked again which master is ALIVE before it posted"
+        for stand_in in (refusing, ignoring):
+            with pytest.raises(OSError, match=rf"^the Spark master at {stand_in.url} did not kill application "
+                                              r"app-1.*: set spark\.ui\.killEnabled=true on the master$"):
+                StandaloneMaster([stand_in.url], timeout_s=2.0).kill("app-1")
+        assert refusing.apps == ["app-1"] and len(refusing.posts) == 1
+    finally:
+        for stand_in in (standby, alive, refusing, ignoring):
+            stand_in.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
@@ -14,6 +15,8 @@ __all__ = ["StandaloneMaster", "master_webuis"]
 
 _WEBUI_PORT = 8080  # the standalone master's default (spark.master.ui.port)
 _CSRF_TOKEN = re.compile(r'name="csrfToken" value="([^"]+)"')
+_KILL_FIX = "set spark.ui.killEnabled=true on the master"
+_NO_KILL_HANDLER = (404, 405)  # what a master with killing disabled answers: it serves no kill link
 
 
 def master_webuis(spark_master: str, webui: str | None) -> list[str]:
@@ -38,6 +41,7 @@ class StandaloneMaster:
         self._webuis = list(webuis)
         self._timeout_s = timeout_s
         self._http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self._alive_url: str | None = None  # the ALIVE master's web UI, as the last request found it
 
     def applications(self) -> list[tuple[str, str]]:
         """``(id, name)`` of each application the ALIVE master holds (running or waiting for cores)."""
@@ -45,26 +49,32 @@ class StandaloneMaster:
         return [(str(app["id"]), str(app["name"])) for app in state.get("activeapps", [])]
 
     def kill(self, app_id: str) -> None:
-        """Kill ``app_id`` as the kill link on the master's page does (with the page's CSRF token), then check
-        that it is gone.
+        """Kill ``app_id`` as the kill link on the master's page does (with the page's CSRF token), on the master
+        the last request found ALIVE, then check that it is gone.
 
         Raises:
-            OSError: no master answered, or the application is still held (killing disabled on the master).
+            OSError: no master answered, or the master refused the kill or still holds the application (killing
+                disabled on the master).
         """
-        url, _state = self._alive()
+        url = self._alive_url or self._alive()[0]
+        refused = f"the Spark master at {url} did not kill application {app_id}"
         form = {"id": app_id, "terminate": "true"}
         with self._http.open(f"{url}/", timeout=self._timeout_s) as resp:
             token = _CSRF_TOKEN.search(resp.read().decode(errors="replace"))
         if token:  # a master that checks CSRF tokens (Spark 4.3 does) refuses a kill without the page's token
             form["csrfToken"] = token.group(1)
         body = urllib.parse.urlencode(form).encode()
-        with self._http.open(urllib.request.Request(f"{url}/app/kill/", data=body, method="POST"),
-                             timeout=self._timeout_s):
-            pass
+        try:
+            with self._http.open(urllib.request.Request(f"{url}/app/kill/", data=body, method="POST"),
+                                 timeout=self._timeout_s):
+                pass
+        except urllib.error.HTTPError as exc:
+            if exc.code not in _NO_KILL_HANDLER:
+                raise
+            raise OSError(f"{refused} (HTTP {exc.code} {exc.reason}): {_KILL_FIX}") from exc
         _url, state = self._alive()
         if any(app.get("id") == app_id for app in state.get("activeapps", [])):
-            raise OSError(f"the Spark master at {url} did not kill application {app_id}: set "
-                          "spark.ui.killEnabled=true on the master")
+            raise OSError(f"{refused}: {_KILL_FIX}")
 
     def _alive(self) -> tuple[str, dict[str, Any]]:
         """The first web UI whose master is ALIVE, with its state (``/json/``)."""
@@ -77,6 +87,7 @@ class StandaloneMaster:
                 problems.append(f"{url}: {getattr(exc, 'reason', None) or exc}")
                 continue
             if state.get("status") == "ALIVE":
+                self._alive_url = url
                 return url, state
             problems.append(f"{url}: status {state.get('status')}")
         raise OSError(f"no ALIVE Spark master answers at {', '.join(self._webuis)} ({'; '.join(problems)}): "
