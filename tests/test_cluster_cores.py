@@ -107,9 +107,8 @@ def _cluster_career(tmp_path: Path, master: _Master) -> SparkCareer:
 
 
 def test_a_master_that_fails_or_hangs_costs_the_term_a_warning(tmp_path: Path) -> None:
-    """The reclaim runs before the term's application starts; a master that refuses, answers garbage or does not
-    answer within the probe timeout is logged with the fix and the inauguration goes on (its application then
-    waits for the cores, as it would without the reclaim)."""
+    """A master that refuses, answers garbage or does not answer within the probe timeout is logged with the fix
+    and the term goes on (its application then waits for the cores, as it would without the reclaim)."""
     log = structlog.get_logger()
     refusing = _cluster_career(tmp_path / "a", _Master([("app-1", "tenure [g epoch 3]")], fail=OSError("403")))
     garbled = _cluster_career(tmp_path / "c", _Master([("app-1", "tenure [g epoch 3]")],

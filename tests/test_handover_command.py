@@ -20,13 +20,20 @@ def _line(zk_client: KazooClient, group: str) -> list[str]:
     return [c.identity.replica_id for c in group_status(zk_client, group).contenders if c.identity]
 
 
+#: No test here waits for a session to expire: a session of 10 s, not the fixture's 3 s, keeps a leader starved of
+#: CPU for a few seconds (CI saw it) from losing its term in the middle of a test about handover requests.
+_SESSION = ["--session-timeout-s", "10"]
+
+
 def _three(counter_replicas: ReplicaSet, zk_client: KazooClient, group: str) -> list[Replica]:
-    started = [counter_replicas.start("r1")]
-    wait_for(started[0].is_leader, 30, "r1 to lead")
+    """r1 leading, then r2 and r3 in line, all ready. The deadlines are the machine's: CI on a starved host once
+    took over 30 s to start a replica process and see it in line."""
+    started = [counter_replicas.start("r1", _SESSION)]
+    wait_for(started[0].is_leader, 90, "r1 to lead")
     for name in ("r2", "r3"):
-        started.append(counter_replicas.start(name))
-        wait_for(lambda: _line(zk_client, group)[-1] == name, 30, f"{name} in line")  # noqa: B023
-    wait_for(lambda: all(r.get("/readyz")[0] == 200 for r in started), 30, "every replica ready")
+        started.append(counter_replicas.start(name, _SESSION))
+        wait_for(lambda: _line(zk_client, group)[-1] == name, 90, f"{name} in line")  # noqa: B023
+    wait_for(lambda: all(r.get("/readyz")[0] == 200 for r in started), 90, "every replica ready")
     return started
 
 
