@@ -91,6 +91,45 @@ def test_cpu_meter_counts_a_child_that_exited_with_its_parent(tmp_path: Path) ->
     assert figures["wall_s"] > 0 and figures["cores_busy"] > 0
 
 
+def test_cpu_meter_leaves_out_an_orphan_that_init_reaps(tmp_path: Path) -> None:
+    """An orphan that spent its CPU before the reading and exits during it (an earlier run's JVM outliving its
+    Python process) is reaped by init, whose reaped time would carry the orphan's whole lifetime into ``other``:
+    the meter must not count it (it once marked a bare run as disturbed by 81 s of a 50-s run). Init's own
+    reading is compared, not ``other``, which counts whatever else runs on the machine meanwhile."""
+    spun, go = tmp_path / "spun", tmp_path / "go"
+    child = (f"import pathlib, time\nwhile time.process_time() < 0.6: pass\npathlib.Path({str(spun)!r}).touch()\n"
+             f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.05)")
+    launcher = (f"import subprocess, sys, time\nprint(subprocess.Popen([sys.executable, '-c', {child!r}]).pid, "
+                "flush=True)\ntime.sleep(120)")
+    parent = subprocess.Popen([sys.executable, "-c", launcher], stdout=subprocess.PIPE)
+    try:
+        assert parent.stdout is not None
+        orphan = psutil.Process(int(parent.stdout.readline()))
+        deadline = time.monotonic() + 60
+        while not spun.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert spun.exists(), "the child did not spin within 60 s"
+        meter = CpuMeter()
+        meter.start(os.getpid())
+        parent.kill()  # the child lives on, an orphan
+        parent.wait()
+        while orphan.ppid() == parent.pid and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if orphan.ppid() != 1:
+            pytest.skip(f"orphans are adopted by a subreaper here (pid {orphan.ppid()}), not by init")
+        go.touch()
+        while orphan.is_running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not orphan.is_running(), "init did not reap the orphan within 60 s"
+        init_s = meter._read()[1][1] - meter._start[1][1]
+    finally:
+        go.touch()
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert init_s < 0.3, init_s
+
+
 def test_cpu_meter_names_the_other_process_that_used_the_most() -> None:
     """A disturbed run says what disturbed it: the busiest process outside the measured tree, by command line."""
     # Spins for 0.6 CPU seconds, then sleeps: its CPU no longer moves when the meter and the test read it.

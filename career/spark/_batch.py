@@ -72,6 +72,12 @@ _SHORT_ERROR = 300
 _LOGGED_ERROR = 1 << 20  # the whole error, bar a runaway one
 
 
+_CACHED = StorageLevel.MEMORY_AND_DISK_DESER
+"""How a batch is cached while its steps read it: in memory as Spark's columnar batches, spilled to disk when
+memory runs short (DataFrame.persist's default). PySpark's ``MEMORY_AND_DISK`` would serialize every cached
+batch again, CPU spent on each read of the cache."""
+
+
 class BatchWriter:
     """The ``foreachBatch`` function of one term (runs on Spark's stream thread, one batch at a time).
 
@@ -221,7 +227,7 @@ class BatchWriter:
             return self._set_aside(df, batch_id, record, version)
         # 3. Classify, deduplicate, hold back late records, order, run the user's code; stage every output.
         phase = time.monotonic()
-        df.persist(StorageLevel.MEMORY_AND_DISK)
+        df.persist(_CACHED)
         try:
             counts, files, spans = self._stats(df)
             read_s = time.monotonic() - phase
@@ -414,7 +420,7 @@ class BatchWriter:
             fresh, held,
             row_function=row_function, policy=self._hooks.policy, now=now,
             partitions=self._config.shuffle_partitions,
-        ).persist(StorageLevel.MEMORY_AND_DISK)
+        ).persist(_CACHED)
         try:
             rest = processed.where(F.col("status") != WRITTEN).toArrow()
         except BaseException:

@@ -147,8 +147,7 @@ class SparkCareer:
         self._application_stopped: threading.Event | None = None  # set once a term's own Spark has stopped
         self._executors: StandbyExecutors | None = None  # the standby application's, while it runs (cluster)
         self._share_renewed_at = 0.0
-        self._reclaim_due = False  # the term's reclaim was put off or failed: done while it leads
-        self._reclaim_tried_at = 0.0
+        self._reclaim_at: float | None = None  # when the term's put-off or failed reclaim falls due (None: none)
         self._restandby: threading.Thread | None = None  # a new standby application starting after a term
         self._standby_due = False  # a term has ended: the next health check starts the next standby application
         self._closing = threading.Event()
@@ -364,7 +363,7 @@ class SparkCareer:
         self._term = None
         term.log.info(HANDED_OVER, outcome=outcome.value, batch=term.last_committed, timed_out=timed_out,
                       seconds=round(self._clock() - started, 3))
-        self._reclaim_due = False
+        self._reclaim_at = None
         if self._session_per_term:
             self._stop_keep_warm()
             self._stop_application(term)
@@ -543,7 +542,7 @@ class SparkCareer:
         if share is None or term.completed == 0 or (share.grown and self._clock() < self._share_renewed_at + _RENEW_S):
             return
         self._share_renewed_at = self._clock()
-        if not share.grown and self._reclaim_due:  # the cores an earlier term still holds first: it grows into them
+        if not share.grown and self._reclaim_at is not None:  # an earlier term's cores first: it grows into them
             self._reclaim_cores(term.epoch, term.log)
         try:
             self._jvm(share.renew if share.grown else share.grow)
@@ -553,7 +552,7 @@ class SparkCareer:
     def _retry_reclaim(self, term: Term) -> None:
         """Try a reclaim the master failed again, every ``_RENEW_S`` while the term leads (a master's web UI slow
         to answer under load once would otherwise leave a paused leader's cores held for the whole term)."""
-        if self._reclaim_due and self._clock() >= self._reclaim_tried_at + _RENEW_S:
+        if self._reclaim_at is not None and self._clock() >= self._reclaim_at:
             self._reclaim_cores(term.epoch, term.log)
 
     def _put_off_reclaim(self) -> None:
@@ -561,8 +560,7 @@ class SparkCareer:
         batch has committed, or ``_RENEW_S`` after inauguration if that batch takes longer (``_retry_reclaim``).
         Not at inauguration: asking the master costs the handover up to a second, and the kill's executors
         stopping would take CPU from the first batch."""
-        self._reclaim_due = self._cluster_master is not None
-        self._reclaim_tried_at = self._clock()
+        self._reclaim_at = self._clock() + _RENEW_S if self._cluster_master is not None else None
 
     def _record_application(self, epoch: int, log: Any) -> None:
         """On a cluster, once the term's application is up: record it as this term's, so that a successor can kill
@@ -590,13 +588,13 @@ class SparkCareer:
         master = self._cluster_master
         if master is None:
             return
-        self._reclaim_tried_at = self._clock()
+        tried_at = self._clock()
         try:
             call_within(lambda: reclaim_cores(master, self._layout.applications, epoch=epoch, log=log),
                         self._config.probe_timeout_s, "reclaiming the cluster's cores")
-            self._reclaim_due = False
+            self._reclaim_at = None
         except Exception as exc:  # nothing the master does may fail the term
-            self._reclaim_due = True
+            self._reclaim_at = tried_at + _RENEW_S
             log.warning(STALE_APPLICATIONS_LEFT, error=f"{type(exc).__name__}: {exc}",
                         fix="the term's application may wait for cores an earlier term's paused leader holds: "
                             "check that the master's web UI answers at --spark-master-webui and that "
