@@ -12,9 +12,9 @@ progress of a trigger without data carries the id of the batch that runs next, s
 skipped that batch's own progress.
 
 Each progress crosses py4j as one JSON string (:class:`_JsonProgressListener`): PySpark's own listener builds
-the Python progress by asking the JVM for every field of it, a py4j round trip each, 86 ms at p50
-against 1.2 ms for the JSON (same fields; ``bench/results/issue-29-progress``), CPU that a leader on two busy
-cores takes from its batches.
+the Python progress by asking the JVM for every field of it, a py4j round trip each: 86 ms at p50 against 1.2 ms
+for the JSON (same fields; ``bench/results/issue-29-progress``), spent on the JVM's listener thread and the
+replica's py4j threads while the next batch runs.
 """
 
 from __future__ import annotations
