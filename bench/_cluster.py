@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,6 +22,7 @@ from kazoo.exceptions import NoNodeError
 from bench._common import ENSEMBLE_ATTEMPTS, ENSEMBLE_START_S, process_tree_rss
 from tenure.election import GroupPaths
 from tenure.service.local import Ensemble, EnsembleError, Topology, die_with_parent, running_ensemble
+from tenure.service.replica import ReplicaSpec
 
 __all__ = ["Cluster", "Commit", "CommitTimeline", "NaiveCluster", "TenureCluster", "producer_args"]
 
@@ -157,22 +158,21 @@ class TenureCluster:
     """``tenure.service.local.Topology`` with the Spark career, 3 replicas, warm or cold standby, plus a producer."""
 
     def __init__(self, directory: Path, *, standby: str, rate: float, replicas: int = 3,
-                 replica_args: Sequence[str] = ()) -> None:
+                 spec: ReplicaSpec | None = None) -> None:
         self.label = f"tenure-{standby}"
         self.group = "bench"
         self._directory = directory
         self._replicas = replicas
         self._standby = standby
-        self._replica_args = list(replica_args)
+        self._spec = ReplicaSpec(group=self.group, career="spark", session_timeout_s=SESSION_TIMEOUT_S,
+                                 handover_timeout_s=HANDOVER_TIMEOUT_S, standby=standby) | (spec or {})
         self.topology = self._make(1)
         self.data_root = self.topology.data_root
         self._rate = rate
 
     def _make(self, attempt: int) -> Topology:
         directory = self._directory if attempt == 1 else self._directory.with_name(f"{self._directory.name}.{attempt}")
-        return Topology(directory, replicas=self._replicas, group=self.group, career="spark",
-                        session_timeout_s=SESSION_TIMEOUT_S, handover_timeout_s=HANDOVER_TIMEOUT_S,
-                        zk_tick_ms=ZK_TICK_MS, replica_args=["--standby", self._standby, *self._replica_args])
+        return Topology(directory, replicas=self._replicas, spec=self._spec, zk_tick_ms=ZK_TICK_MS)
 
     @property
     def connect_string(self) -> str:

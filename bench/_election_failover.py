@@ -31,7 +31,7 @@ from bench._common import BenchContext, Result, Target, percentiles
 from tenure.election import ELECTED, GroupPaths, GroupStatus, group_status
 from tenure.service.drill import read_events
 from tenure.service.local import Ensemble, EnsembleError, Topology, wait_for
-from tenure.service.replica import four_letter_word
+from tenure.service.replica import ReplicaSpec, four_letter_word
 
 __all__ = ["run_election_failover"]
 
@@ -129,9 +129,9 @@ def _kill_leader(topology: Topology, client: KazooClient, tick_ms: int) -> dict[
 def _start(directory: Path, tick_ms: int) -> Topology:
     """A started topology at ``tick_ms``; a port taken between the probe and the launch gets a new range."""
     for attempt in range(1, 6):
-        topology = Topology(directory, replicas=_REPLICAS, group=_GROUP, career="counter",
-                            session_timeout_s=_SESSION_TIMEOUT_S, handover_timeout_s=_HANDOVER_TIMEOUT_S,
-                            zk_tick_ms=tick_ms)
+        spec = ReplicaSpec(group=_GROUP, career="counter", session_timeout_s=_SESSION_TIMEOUT_S,
+                           handover_timeout_s=_HANDOVER_TIMEOUT_S)
+        topology = Topology(directory, replicas=_REPLICAS, spec=spec, zk_tick_ms=tick_ms)
         try:
             topology.make_dirs()
             topology.ensemble.start(timeout_s=_START_TIMEOUT_S)

@@ -41,6 +41,7 @@ from tenure.career.queue import QueueLayout
 from tenure.career.spark import worker_python
 from tenure.service.local import SparkCluster, Topology, free_base_port
 from tenure.service.ops import produce, verify
+from tenure.service.replica import ReplicaSpec
 
 __all__ = ["main", "run_cluster"]
 
@@ -77,12 +78,12 @@ class _Replicas(TenureCluster):
 
     def _make(self, attempt: int) -> Topology:
         directory = self._directory if attempt == 1 else self._directory.with_name(f"{self._directory.name}.{attempt}")
-        return Topology(directory, replicas=self._replicas, group=self.group, career="spark",
-                        session_timeout_s=SESSION_TIMEOUT_S, handover_timeout_s=HANDOVER_TIMEOUT_S,
-                        zk_tick_ms=ZK_TICK_MS, spark_workers=self.workers,
-                        replica_args=["--standby", self._standby, *(
-                            [] if self.standby_executors is None else
-                            ["--standby-executors", str(self.standby_executors)])])
+        spec = ReplicaSpec(group=self.group, career="spark", session_timeout_s=SESSION_TIMEOUT_S,
+                           handover_timeout_s=HANDOVER_TIMEOUT_S, standby=self._standby)
+        if self.standby_executors is not None:
+            spec |= ReplicaSpec(standby_executors=self.standby_executors)
+        return Topology(directory, replicas=self._replicas, spec=spec, zk_tick_ms=ZK_TICK_MS,
+                        spark_workers=self.workers)
 
     @property
     def timeline(self) -> CommitTimeline:

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
@@ -21,6 +20,7 @@ from bench._plots import add_plot, rate_plot
 from tenure.career.queue import QueueLayout
 from tenure.career.spark import BATCH_COMMITTED
 from tenure.service.ops import produce
+from tenure.service.replica import ReplicaSpec
 
 __all__ = ["produce_records", "run_throughput"]
 
@@ -97,10 +97,10 @@ def _run_bare(work: Path, source: Path, records: int) -> dict[str, Any]:
 
 
 def _run_tenure(work: Path, source: Path, records: int, *, standby: str = "warm",
-                replica_args: Sequence[str] = ()) -> dict[str, Any]:
+                spec: ReplicaSpec | None = None) -> dict[str, Any]:
     """One replica (the leader, nothing else competing for the 2 cores) of `tenure run --career spark`, with
-    ``replica_args`` added to its command line."""
-    cluster = TenureCluster(work, standby=standby, rate=0.0, replicas=1, replica_args=replica_args)
+    ``spec``'s settings added."""
+    cluster = TenureCluster(work, standby=standby, rate=0.0, replicas=1, spec=spec)
     cluster.start()
     try:
         # Linked once the replica runs: its warm-up (a minute or more) dwarfs the milliseconds this takes.

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from tenure.career._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from tenure.career._counter import CounterCareer
+    from tenure.career._counter import CounterCareer, CounterSettings
     from tenure.career._deadline import Probe, call_within
-    from tenure.career._health import StorageHealth
+    from tenure.career._health import HealthSettings, StorageHealth
     from tenure.career._protocol import (
         BatchFailed,
         Career,
@@ -33,9 +33,11 @@ __all__ = [
     "CareerContext",
     "CareerObserver",
     "CounterCareer",
+    "CounterSettings",
     "FailedBatch",
     "Fence",
     "HandoverRecord",
+    "HealthSettings",
     "Outcome",
     "Probe",
     "StorageHealth",
@@ -44,8 +46,10 @@ __all__ = [
 
 _HOMES = {
     "CounterCareer": "_counter",
+    "CounterSettings": "_counter",
     "Probe": "_deadline",
     "call_within": "_deadline",
+    "HealthSettings": "_health",
     "StorageHealth": "_health",
     **dict.fromkeys(["BatchFailed", "Career", "CareerContext", "CareerObserver", "FailedBatch", "Fence",
                      "HandoverRecord", "Outcome"], "_protocol"),

@@ -5,17 +5,30 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
-from tenure.career._health import StorageHealth
+from tenure.career._health import HealthSettings, StorageHealth
 from tenure.career._protocol import CareerContext, CareerObserver, Outcome
-from tenure.election import Fenced
+from tenure.election import ConfigError, Fenced
+from tenure.settings import setting
 
-__all__ = ["CounterCareer"]
+__all__ = ["CounterCareer", "CounterSettings"]
 
 _log = structlog.get_logger("tenure.career.counter")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CounterSettings:
+    """The counter career's settings (``tenure run``'s flags of the same names)."""
+
+    counter_interval_s: float = setting(0.2, unit="s", help="Counter career: one commit per interval.")
+
+    def __post_init__(self) -> None:
+        if self.counter_interval_s <= 0:
+            raise ConfigError(f"counter_interval_s={self.counter_interval_s:g} must be a positive number of seconds")
 
 
 class CounterCareer:
@@ -31,10 +44,11 @@ class CounterCareer:
     """
 
     def __init__(self, path: Path, *, interval_s: float, observer: CareerObserver,
-                 clock: Callable[[], float] = time.monotonic, min_free_bytes: int = 0,
-                 probe_timeout_s: float = 10.0) -> None:
+                 clock: Callable[[], float] = time.monotonic, health: HealthSettings | None = None) -> None:
+        health = health if health is not None else HealthSettings(min_free_disk_mb=0)  # a test's: no disk minimum
         self._path = path
-        self._storage = StorageHealth([path.parent], min_free_bytes=min_free_bytes, timeout_s=probe_timeout_s)
+        self._storage = StorageHealth([path.parent], min_free_bytes=health.min_free_bytes,
+                                      timeout_s=health.probe_timeout_s)
         self._interval_s = interval_s
         self._observer = observer
         self._clock = clock

@@ -11,12 +11,14 @@ import os
 import shutil
 import socket
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tenure.career._deadline import Probe
-from tenure.election._errors import Unresponsive
+from tenure.election._errors import ConfigError, Unresponsive
+from tenure.settings import setting
 
-__all__ = ["StorageHealth", "storage_problem"]
+__all__ = ["HealthSettings", "StorageHealth", "storage_problem"]
 
 # One name per process: replicas share the data root, and a probe another replica unlinks under us is no fault.
 _PROBE = f".tenure-health-{socket.gethostname()}-{os.getpid()}"
@@ -44,6 +46,36 @@ def storage_problem(folder: Path, min_free_bytes: int) -> str | None:
         return (f"data root {folder} has {free // (1 << 20)} MiB free, below the {min_free_bytes // (1 << 20)} MiB "
                 "minimum (--min-free-disk-mb)")
     return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HealthSettings:
+    """How a career checks that it can work, shared by every career (``tenure run``'s flags of the same names).
+
+    Example::
+
+        HealthSettings(probe_timeout_s=3.0).min_free_bytes  # 536870912
+    """
+
+    probe_timeout_s: float = setting(
+        10.0, unit="s", help="Deadline of every call into Spark's JVM from the control thread and of the storage "
+        "probe: no answer makes a follower unhealthy and a leader give its lock up.",
+        hazard="Below the longest stop-the-world GC pause the driver sees, a pause becomes a failover; it must "
+        "stay below liveness_timeout_s, or a probe outlasts the control loop's liveness.")
+    min_free_disk_mb: int = setting(
+        512, unit="MiB", help="Below this much free disk on the data root (or the queue's volume) the replica "
+        "leaves the election (handing over first) until there is room again; 0: no minimum.",
+        hazard="At 0 a full disk shows only as failing batches.")
+
+    def __post_init__(self) -> None:
+        if self.probe_timeout_s <= 0:
+            raise ConfigError(f"probe_timeout_s={self.probe_timeout_s:g} is not above 0 seconds; raise it")
+        if self.min_free_disk_mb < 0:
+            raise ConfigError(f"min_free_disk_mb={self.min_free_disk_mb} is negative: use 0 to turn the check off")
+
+    @property
+    def min_free_bytes(self) -> int:
+        return self.min_free_disk_mb << 20
 
 
 class StorageHealth:

@@ -13,7 +13,7 @@ class ConfigError(TenureError, ValueError):
     """A setting that cannot work; the message names the setting, the value and the fix.
 
     Raised where each setting is defined and validated (the election's, the career's, the replica's own), so
-    one rule holds everywhere. A ``ValueError`` too, so pydantic reports it as a field error.
+    one rule holds everywhere. A ``ValueError`` too: a setting that cannot work is a bad value.
     """
 
 

@@ -4,8 +4,15 @@ One installed name with three rooms: ``tenure.election`` (the ZooKeeper recipe: 
 fenced commit), ``tenure.career`` (the leadership lifecycle and its careers, Spark's among them) and
 ``tenure.service`` (the replica process, operators' tools, local infrastructure, drills). In the repository the
 rooms are the top-level folders ``election/``, ``career/`` and ``service/``; ``tenure/`` links them under one name.
+Beneath the rooms, the foundation floor: ``tenure.settings`` (each setting declared once). Importing ``tenure``
+imports none of the rooms, so the lowest floor can use it.
 """
 
-from tenure.service import __version__
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("tenure")
+except PackageNotFoundError:  # a source tree that was never installed (pyproject.toml holds the version)
+    __version__ = "0+unknown"
 
 __all__ = ["__version__"]

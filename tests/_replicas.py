@@ -17,6 +17,7 @@ from tenure.election import GroupPaths, group_status
 from tenure.service.drill import read_events
 from tenure.service.local import ReplicaProcess, Topology, free_port
 from tenure.service.ops import connected
+from tenure.service.replica import ReplicaSpec
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
@@ -55,15 +56,17 @@ def descendants(pid: int) -> set[int]:
 
 
 class Replica(ReplicaProcess):
-    """A `tenure run` process (see tenure.service.local._topology) with the assertions tests need.
+    """A `tenure run` process (see tenure.service.local._topology) of ``spec`` on ``zk``, with the assertions tests
+    need.
 
     ``signal(SIGSTOP)`` / ``signal(SIGCONT)`` pause and resume the whole process tree (Python and its Spark
     JVM, see ``tenure.service.replica._proctree``); ``reap`` resumes the tree before it kills.
     """
 
-    def __init__(self, replica_id: str, args: list[str], log_dir: Path, env: dict[str, str] | None = None) -> None:
-        super().__init__(replica_id, free_port(), args, log_dir / f"{replica_id}.log",
-                         env={"PYTHONPATH": str(REPO), **(env or {})})
+    def __init__(self, replica_id: str, zk: str, spec: ReplicaSpec, log_dir: Path, env: dict[str, str] | None = None,
+                 *, fault_file: Path | None = None) -> None:
+        super().__init__(replica_id, free_port(), spec, log_dir / f"{replica_id}.log",
+                         env={"PYTHONPATH": str(REPO), **(env or {})}, zk=zk, fault_file=fault_file)
 
     def start(self) -> Replica:
         super().start()
@@ -94,15 +97,20 @@ class Replica(ReplicaProcess):
 
 
 class ReplicaSet:
-    """Several replicas of one group; every process is reaped at the end, even when the test fails."""
+    """Several replicas of one group, each of ``spec`` on ``zk``; every process is reaped at the end, even when the
+    test fails."""
 
-    def __init__(self, common_args: list[str], log_dir: Path) -> None:
-        self.common_args = common_args
+    def __init__(self, zk: str, spec: ReplicaSpec, log_dir: Path) -> None:
+        self.zk = zk
+        self.spec = spec
         self.log_dir = log_dir
         self.replicas: list[Replica] = []
 
-    def start(self, replica_id: str, extra: list[str] | None = None, env: dict[str, str] | None = None) -> Replica:
-        replica = Replica(replica_id, [*self.common_args, *(extra or [])], self.log_dir, env).start()
+    def start(self, replica_id: str, env: dict[str, str] | None = None, *, fault_file: Path | None = None,
+              **settings: Any) -> Replica:
+        """Start ``replica_id`` with the set's spec, ``settings`` over it (a setting's flat name and value)."""
+        replica = Replica(replica_id, self.zk, self.spec | ReplicaSpec(**settings), self.log_dir, env,
+                          fault_file=fault_file).start()
         self.replicas.append(replica)
         return replica
 
@@ -132,10 +140,9 @@ def tenure(*args: str, timeout_s: float = 90.0) -> subprocess.CompletedProcess[s
 
 def counter_replica_set(zk_hosts: str, group: str, tmp_path: Path, session_timeout_s: float = 3.0) -> ReplicaSet:
     """Replicas of the counter career on one data root, quick to elect and to hand over (reap them after)."""
-    common = ["--zk", zk_hosts, "--group", group, "--data-root", str(tmp_path / "data"), "--career", "counter",
-              "--session-timeout-s", str(session_timeout_s), "--handover-timeout-s", "2",
-              "--counter-interval-s", "0.05"]
-    return ReplicaSet(common, tmp_path)
+    spec = ReplicaSpec(group=group, data_root=tmp_path / "data", career="counter", session_timeout_s=session_timeout_s,
+                       handover_timeout_s=2, counter_interval_s=0.05)
+    return ReplicaSet(zk_hosts, spec, tmp_path)
 
 
 def counter_exactly_once(data_root: Path) -> list[int]:

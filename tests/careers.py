@@ -20,7 +20,7 @@ class _FailingCounter(CounterCareer):
 
 def always_fails(config: Any, observer: CareerObserver) -> CounterCareer:
     """Every execute() raises, whatever the replica."""
-    return _FailingCounter(config.data_root / "counter.log", interval_s=config.counter_interval_s,
+    return _FailingCounter(config.data_root / "counter.log", interval_s=config.counter.counter_interval_s,
                            observer=observer)
 
 
@@ -31,7 +31,8 @@ class _FreezesWhenTold(CounterCareer):
     only ``hand_over`` finds it (the JVM froze after the last health check, as a handover began)."""
 
     def __init__(self, config: Any, observer: CareerObserver) -> None:
-        super().__init__(config.data_root / "counter.log", interval_s=config.counter_interval_s, observer=observer)
+        super().__init__(config.data_root / "counter.log", interval_s=config.counter.counter_interval_s,
+                         observer=observer)
         self._frozen = config.data_root / f"frozen-{config.replica_id}"
         self._frozen_at_hand_over = config.data_root / f"frozen-at-hand-over-{config.replica_id}"
 
@@ -57,7 +58,8 @@ class _StuckInClose(CounterCareer):
     for ever, as stopping a SparkContext waits on a frozen JVM. The child's pid is in ``child-<replica id>``."""
 
     def __init__(self, config: Any, observer: CareerObserver) -> None:
-        super().__init__(config.data_root / "counter.log", interval_s=config.counter_interval_s, observer=observer)
+        super().__init__(config.data_root / "counter.log", interval_s=config.counter.counter_interval_s,
+                         observer=observer)
         self._pid_file = config.data_root / f"child-{config.replica_id}"
         self._child: subprocess.Popen[bytes] | None = None
 

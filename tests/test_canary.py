@@ -16,10 +16,9 @@ from tests._replicas import ReplicaSet, counter_exactly_once, tenure
 
 def test_canaries_hand_over_on_schedule_and_report_their_gap(counter_replicas: ReplicaSet, zk_client: KazooClient,
                                                              zk_hosts: str, zk_group: str, tmp_path: Path) -> None:
-    canary = ["--canary-handover-every-s", "2"]
-    first = counter_replicas.start("r1", canary)
+    first = counter_replicas.start("r1", canary_handover_every_s=2)
     wait_for(first.is_leader, 30, "r1 to lead")
-    second = counter_replicas.start("r2", canary)
+    second = counter_replicas.start("r2", canary_handover_every_s=2)
     # A read's deadline is the machine's: CI on a starved host once saw the ensemble answer none within 10 s.
     wait_for(lambda: len(read_history(zk_client, zk_group, timeout_s=60)) >= 3, 60, "three terms, two canaries")
     terms = read_history(zk_client, zk_group)
@@ -36,7 +35,7 @@ def test_canaries_hand_over_on_schedule_and_report_their_gap(counter_replicas: R
 
 
 def test_a_leader_alone_skips_its_canary(counter_replicas: ReplicaSet) -> None:
-    alone = counter_replicas.start("r1", ["--canary-handover-every-s", "0.5"])
+    alone = counter_replicas.start("r1", canary_handover_every_s=0.5)
     wait_for(alone.is_leader, 30, "r1 to lead")
     wait_for(lambda: alone.has_event(CANARY_SKIPPED, reason="no follower in line"), 10, "a skipped canary")
     assert alone.is_leader() and not alone.has_event(CANARY_HANDOVER)

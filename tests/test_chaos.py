@@ -16,6 +16,7 @@ from tenure.service.drill._chaos import FaultOutcome
 from tenure.service.drill._chaos_plan import CAREER_POINTS, FAULT_KINDS, ChaosSettings, plan_faults
 from tenure.service.drill._chaos_run import AuditSummary, ChaosResult, judge_chaos, render_chaos
 from tenure.service.local import ReplicaProcess, wait_for
+from tenure.service.replica import ReplicaSpec
 
 
 @pytest.mark.parametrize(("seed", "count", "window_s", "career"),
@@ -95,7 +96,7 @@ def test_judge_and_report() -> None:
 def test_pause_resume_and_kill_act_on_the_whole_tree(tmp_path: Path) -> None:
     """A replica's pause stops its process and its children (as a Spark JVM); resume restarts both; kill leaves
     no child behind, even a paused one."""
-    replica = ReplicaProcess("r1", 0, [], tmp_path / "r1.log")
+    replica = ReplicaProcess("r1", 0, ReplicaSpec(), tmp_path / "r1.log", zk="127.0.0.1:1")
     script = ("import subprocess, sys, time; "
               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)")
     replica.process = subprocess.Popen([sys.executable, "-c", script])

@@ -18,6 +18,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from tenure.career import HealthSettings
 from tenure.career.spark import SparkCareer
 from tenure.career.spark._cluster import (
     STALE_APPLICATION_KILLED,
@@ -100,7 +101,7 @@ def test_the_masters_web_ui_addresses(spark_master: str, webui: str | None, expe
 
 
 def _cluster_career(tmp_path: Path, master: _Master) -> SparkCareer:
-    config = make_config(tmp_path, spark_master="spark://127.0.0.1:7077", probe_timeout_s=0.5)
+    config = make_config(tmp_path, spark_master="spark://127.0.0.1:7077", health=HealthSettings(probe_timeout_s=0.5))
     career = SparkCareer(config, Recorder(), replica_id="r1", group="g", cluster_master=master)
     record_application(career._layout.applications, 3, "app-1", "r0")
     return career
@@ -181,7 +182,7 @@ def test_a_reclaim_the_master_failed_is_tried_again_while_the_term_leads(tmp_pat
     leader's cores held for the whole term: the leader tries again every 30 s until the reclaim is done."""
     now = [100.0]
     master = _Master([("app-1", "tenure [g epoch 3]")], fail=OSError("timed out"))
-    config = make_config(tmp_path, spark_master="spark://127.0.0.1:7077", probe_timeout_s=0.5)
+    config = make_config(tmp_path, spark_master="spark://127.0.0.1:7077", health=HealthSettings(probe_timeout_s=0.5))
     career = SparkCareer(config, Recorder(), replica_id="r1", group="g", cluster_master=master, clock=lambda: now[0])
     record_application(career._layout.applications, 3, "app-1", "r0")
     log = structlog.get_logger()

@@ -18,6 +18,7 @@ from tenure.career.spark import STANDBY_EXECUTORS_HELD
 from tenure.career.spark._cluster import STALE_APPLICATION_KILLED
 from tenure.service.local import Topology
 from tenure.service.ops import verify
+from tenure.service.replica import ReplicaSpec
 from tests._replicas import committed_by, land_now, line_of, replica_events
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,10 +82,10 @@ def test_exactly_once_through_worker_master_and_leader_loss(tmp_path: Path) -> N
     restarted replica, warm again, takes over on its own standby application, kills the paused term's application
     through the master and commits; resumed, the paused replica writes nothing."""
     hold = tmp_path / "hold"
-    executors = f"spark.executorEnv.PYTHONPATH={ROOT},spark.executorEnv.TENURE_TEST_HOLD={hold}"
-    topology = Topology(tmp_path, replicas=2, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=4.0,
-                        replica_args=["--max-line-bytes", str(LINE_LIMIT), "--row-function", "tests.pipelines:held",
-                                      "--spark-conf", executors], spark_workers=2)
+    executors = {"spark.executorEnv.PYTHONPATH": str(ROOT), "spark.executorEnv.TENURE_TEST_HOLD": str(hold)}
+    spec = ReplicaSpec(career="spark", session_timeout_s=SESSION_S, handover_timeout_s=4.0, max_line_bytes=LINE_LIMIT,
+                       row_function="tests.pipelines:held", spark_conf=executors)
+    topology = Topology(tmp_path, replicas=2, spec=spec, spark_workers=2)
     topology.start()
     cluster = topology.spark
     assert cluster is not None

@@ -14,6 +14,7 @@ from tenure.career import FailedBatch, HandoverRecord, Probe, StorageHealth, cal
 from tenure.election import Unresponsive
 from tenure.service.replica import Metrics
 from tenure.service.replica._progress import Progress
+from tenure.service.replica._watchdog import WatchdogSettings, find_stall
 
 
 def test_call_within_returns_raises_or_abandons() -> None:
@@ -92,7 +93,7 @@ class _Clock:
 
 def _progress(clock: _Clock) -> Progress:
     metrics = Metrics(CollectorRegistry(), replica_id="r1", group="g", default_collectors=False)
-    return Progress(metrics, liveness_timeout_s=30.0, clock=clock)
+    return Progress(metrics, clock=clock)
 
 
 def test_progress_owed_only_while_leading_with_input_waiting() -> None:
@@ -125,15 +126,18 @@ def test_progress_owed_only_while_leading_with_input_waiting() -> None:
 
 
 def test_an_inauguration_gets_its_allowance_and_no_more() -> None:
-    """Inside ``allowing`` the loop may go quiet up to the allowance; after the step the liveness timeout
+    """Inside ``inaugurating`` the loop may go quiet up to the watchdog's allowance; after it the liveness timeout
     counts again from its end."""
     clock = _Clock()
     progress = _progress(clock)
-    with progress.allowing(90):
+    limits = WatchdogSettings(liveness_timeout_s=30.0, first_batch_allowance_s=90.0)
+    with progress.inaugurating():
         clock.now += 80
-        view = progress.view()
-        assert view.now <= view.loop_deadline
-    view = progress.view()
-    assert view.loop_deadline == clock.now + 30
-    clock.now += 31
-    assert progress.view().now > progress.view().loop_deadline
+        assert find_stall(progress.view(), limits) is None
+        clock.now += 11
+        assert find_stall(progress.view(), limits) is not None, "past the allowance"
+    assert progress.view().inaugurating_since is None
+    clock.now += 30
+    assert find_stall(progress.view(), limits) is None
+    clock.now += 1
+    assert find_stall(progress.view(), limits) is not None

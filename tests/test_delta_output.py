@@ -27,7 +27,7 @@ from tenure.election import GroupPaths
 from tenure.service.drill import read_events
 from tenure.service.local import Topology, wait_for
 from tenure.service.ops import verify
-from tenure.service.replica import FAULT_INJECTED
+from tenure.service.replica import FAULT_INJECTED, ReplicaSpec
 
 POINTS = ("after_rename", "inside_delta_commit")
 
@@ -123,8 +123,8 @@ def _pause_the_leader_at(topology: Topology, point: str) -> tuple[str, int, bool
 @pytest.mark.fleet
 @pytest.mark.timeout(900)
 def test_a_reader_sees_whole_batches_and_a_leader_paused_in_its_publish_adds_no_version(tmp_path: Path) -> None:
-    topology = Topology(tmp_path, replicas=2, zk_servers=1, fault_files=True, session_timeout_s=4.0,
-                        replica_args=["--max-files-per-trigger", "4"])
+    topology = Topology(tmp_path, replicas=2, zk_servers=1, fault_files=True,
+                        spec=ReplicaSpec(session_timeout_s=4.0, max_files_per_trigger=4))
     reader = _Reader(topology.data_root / "table")
     topology.start()
     reader.start()

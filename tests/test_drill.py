@@ -29,7 +29,7 @@ from tenure.service.drill._run import run_scenario
 from tenure.service.drill._scenarios import CLUSTER_SCENARIOS, SCENARIOS, expand
 from tenure.service.drill._settings import DrillSettings, career_unavailable, worker_loss_budget_s
 from tenure.service.local import NetNamespace, netns_unavailable
-from tenure.service.replica import EXIT_STALLED, ReplicaConfig
+from tenure.service.replica import EXIT_STALLED, ReplicaSpec, setting_named
 
 FIRST_COMMIT = "successor's first commit: about 1 s after the handover, plus one batch"
 SETTINGS = DrillSettings(career="counter", session_timeout_s=6.0, safe_fraction=0.5)
@@ -324,17 +324,18 @@ def test_stuck_leader_settings_and_replica_flags(tmp_path: Path) -> None:
     defaults = DrillSettings.make(career="spark", records=None, short=False)
     for name in ("stall_timeout_s", "first_batch_allowance_s", "liveness_timeout_s", "probe_timeout_s",
                  "row_timeout_s", "max_batch_attempts"):
-        assert getattr(defaults, name) == ReplicaConfig.model_fields[name].default, name
-    assert STUCK_SETTINGS.watchdog_args() == (
-        "--stall-timeout-s", "20", "--first-batch-allowance-s", "30", "--liveness-timeout-s", "10",
-        "--probe-timeout-s", "3", "--row-timeout-s", "2", "--max-batch-attempts", "3")
+        assert getattr(defaults, name) == setting_named(name).default, name
+    assert STUCK_SETTINGS.watchdog_spec() == ReplicaSpec(
+        stall_timeout_s=20, first_batch_allowance_s=30, liveness_timeout_s=10, probe_timeout_s=3, row_timeout_s=2,
+        max_batch_attempts=3)
     for settings in (defaults, STUCK_SETTINGS):
         assert settings.retry_attempts * settings.row_timeout_s > settings.stall_timeout_s
     spec = SCENARIOS["hung-row-function"]
-    assert spec.replica_args is not None and spec.hang_files
-    args = spec.replica_args(STUCK_SETTINGS)
-    assert args[-4:] == ("--row-function", "tenure.career.drills:hang_when_told", "--retry-attempts", "12")
-    drill = Drill(spec.name, STUCK_SETTINGS, tmp_path, None, replica_args=args, hang_files=True)
+    assert spec.replica_spec is not None and spec.hang_files
+    replica_spec = spec.replica_spec(STUCK_SETTINGS)
+    assert (replica_spec["row_function"], replica_spec["retry_attempts"]) == ("tenure.career.drills:hang_when_told", 12)
+    drill = Drill(spec.name, STUCK_SETTINGS, tmp_path, None, replica_spec=replica_spec, hang_files=True)
+    assert drill.topology.spec["stall_timeout_s"] == 20 and drill.topology.spec["standby"] == "warm"
     assert drill.topology.replica_env == {r: {HANG_ENV: str(drill.hang_file(r))}
                                           for r in ("replica-1", "replica-2", "replica-3")}
     assert Drill("crash", STUCK_SETTINGS, tmp_path / "plain", None).topology.replica_env == {}

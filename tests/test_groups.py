@@ -24,7 +24,14 @@ from tenure.career.spark._storage import Layout
 from tenure.election import ConfigError, DigestCredential, ElectionError
 from tenure.service.local import free_port, wait_for
 from tenure.service.ops import connected, queue_lag, remove_group, show_status, verify
-from tenure.service.replica import GroupError, list_groups, queue_path, register_group, registered_groups
+from tenure.service.replica import (
+    GroupError,
+    ReplicaSpec,
+    list_groups,
+    queue_path,
+    register_group,
+    registered_groups,
+)
 from tests._replicas import REPO, Replica
 from tests.test_spark_career import MAX_LINE, Queue, Recorder, leadership, make_config, run_until
 
@@ -237,18 +244,17 @@ def test_a_spark_replica_registers_its_group_and_a_shared_data_root_is_refused(
     """`tenure run --queue-dir` registers the group at start-up (here as a cold follower: no Spark starts);
     a second group on the same data root exits 2 with one line; SIGTERM still exits 0."""
     queue = tmp_path / "queue"
-    args = ["--zk", zk_hosts, "--group", zk_group, "--data-root", str(tmp_path / "a"), "--queue-dir", str(queue),
-            "--career", "spark", "--standby", "cold", "--session-timeout-s", "4", "--handover-timeout-s", "2"]
+    spec = ReplicaSpec(group=zk_group, data_root=tmp_path / "a", queue_dir=queue, career="spark", standby="cold",
+                       session_timeout_s=4, handover_timeout_s=2)
     with leadership(zk_client, zk_group, "holder"):  # someone else leads: the replica follows
-        replica = Replica("r1", args, tmp_path)
+        replica = Replica("r1", zk_hosts, spec, tmp_path)
         try:
             replica.start()
             wait_for(lambda: [g.group for g in list_groups(zk_client, queue)] == [zk_group], 60,
                      "the replica to register its group")
             wait_for(lambda: replica.get("/readyz")[0] == 200, 60, "the follower to be ready")
-            line = one_error(tenure("run", "--zk", zk_hosts, "--group", f"{zk_group}-b", "--data-root",
-                                    str(tmp_path / "a"), "--queue-dir", str(queue), "--career", "spark",
-                                    "--metrics-port", str(free_port())))
+            second = ReplicaSpec(group=f"{zk_group}-b", data_root=tmp_path / "a", queue_dir=queue, career="spark")
+            line = one_error(tenure("run", *second.argv(zk=zk_hosts, replica_id="r2", metrics_port=free_port())))
             assert f"is already the data root of group '{zk_group}'" in line
             replica.signal(signal.SIGTERM)
             assert replica.wait(60) == 0

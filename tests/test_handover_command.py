@@ -22,16 +22,16 @@ def _line(zk_client: KazooClient, group: str) -> list[str]:
 
 #: No test here waits for a session to expire: a session of 10 s, not the fixture's 3 s, keeps a leader starved of
 #: CPU for a few seconds (CI saw it) from losing its term in the middle of a test about handover requests.
-_SESSION = ["--session-timeout-s", "10"]
+_SESSION_S = 10
 
 
 def _three(counter_replicas: ReplicaSet, zk_client: KazooClient, group: str) -> list[Replica]:
     """r1 leading, then r2 and r3 in line, all ready. The deadlines are the machine's: CI on a starved host once
     took over 30 s to start a replica process and see it in line."""
-    started = [counter_replicas.start("r1", _SESSION)]
+    started = [counter_replicas.start("r1", session_timeout_s=_SESSION_S)]
     wait_for(started[0].is_leader, 90, "r1 to lead")
     for name in ("r2", "r3"):
-        started.append(counter_replicas.start(name, _SESSION))
+        started.append(counter_replicas.start(name, session_timeout_s=_SESSION_S))
         wait_for(lambda: _line(zk_client, group)[-1] == name, 90, f"{name} in line")  # noqa: B023
     wait_for(lambda: all(r.get("/readyz")[0] == 200 for r in started), 90, "every replica ready")
     return started
@@ -133,7 +133,7 @@ def test_a_target_that_does_not_answer_is_not_ready(counter_replicas: ReplicaSet
     """A frozen follower keeps its node until its session expires, but cannot say it is ready: refused."""
     leader = counter_replicas.start("r1")
     wait_for(leader.is_leader, 30, "r1 to lead")
-    frozen = counter_replicas.start("r2", ["--session-timeout-s", "9"])  # its node outlives the check below
+    frozen = counter_replicas.start("r2", session_timeout_s=9)  # its node outlives the check below
     wait_for(lambda: _line(zk_client, zk_group) == ["r1", "r2"] and frozen.get("/readyz")[0] == 200, 30,
              "r2 ready in line")
     frozen.pause()

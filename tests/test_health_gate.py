@@ -17,15 +17,16 @@ from tenure.career._health import storage_problem
 from tenure.career.lifecycle import BACKING_OFF, CAREER_FAILED, HEALTHY_AGAIN, LEFT_ELECTION
 from tenure.election import group_status
 from tenure.service.local import wait_for
+from tenure.service.replica import ReplicaSpec
 from tests._replicas import ReplicaSet
 
 
 @pytest.fixture()
 def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSet]:
     """Counter replicas, each on a data root of its own here: the fault breaks one replica's storage only."""
-    common = ["--zk", zk_hosts, "--group", zk_group, "--career", "counter", "--session-timeout-s", "3",
-              "--handover-timeout-s", "2", "--counter-interval-s", "0.05"]
-    replica_set = ReplicaSet(common, tmp_path)
+    spec = ReplicaSpec(group=zk_group, career="counter", session_timeout_s=3, handover_timeout_s=2,
+                       counter_interval_s=0.05)
+    replica_set = ReplicaSet(zk_hosts, spec, tmp_path)
     yield replica_set
     replica_set.reap_all()
 
@@ -37,9 +38,9 @@ def _line(zk_client: KazooClient, group: str) -> list[str]:
 def test_a_leader_whose_data_root_breaks_hands_over_and_rejoins_when_healed(
         replicas: ReplicaSet, zk_client: KazooClient, zk_group: str, tmp_path: Path) -> None:
     root = tmp_path / "r1-data"
-    first = replicas.start("r1", ["--data-root", str(root)])
+    first = replicas.start("r1", data_root=root)
     wait_for(first.is_leader, 30, "r1 to lead")
-    second = replicas.start("r2", ["--data-root", str(tmp_path / "r2-data")])
+    second = replicas.start("r2", data_root=tmp_path / "r2-data")
     wait_for(lambda: second.get("/readyz")[0] == 200, 30, "r2 ready")
 
     # The volume goes away under the leader: its data root is now a plain file (an unmounted, replaced path).
@@ -76,10 +77,10 @@ def test_the_storage_check_names_the_problem(tmp_path: Path) -> None:
 def test_a_follower_whose_data_root_breaks_leaves_the_line_until_healed(
         replicas: ReplicaSet, zk_client: KazooClient, zk_group: str, tmp_path: Path) -> None:
     """No batch runs on a follower: only the periodic check can notice, and it does."""
-    leader = replicas.start("r1", ["--data-root", str(tmp_path / "r1-data")])
+    leader = replicas.start("r1", data_root=tmp_path / "r1-data")
     wait_for(leader.is_leader, 30, "r1 to lead")
     root = tmp_path / "r2-data"
-    follower = replicas.start("r2", ["--data-root", str(root)])
+    follower = replicas.start("r2", data_root=root)
     wait_for(lambda: _line(zk_client, zk_group) == ["r1", "r2"], 30, "r2 in line")
     shutil.rmtree(root)
     root.write_text("not a folder\n")

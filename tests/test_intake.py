@@ -25,6 +25,7 @@ from tenure.career.spark._marks import ConsumptionMarks
 from tenure.career.spark._storage import Layout, archive_files
 from tenure.service.local import Topology
 from tenure.service.ops import verify
+from tenure.service.replica import ReplicaSpec
 from tests.test_order import consumed, inversions, line, published
 from tests.test_spark_career import Recorder, leadership, make_config, run_until, shift_checkpoint_clock
 
@@ -235,7 +236,7 @@ def test_a_fast_producer_loses_nothing_to_late(tmp_path: Path) -> None:
     """The case from the field: one replica at two files per trigger; a producer writes 60 files of 40 records
     back to back (hidden name, then rename; names in production order; each key's seq contiguous across files),
     so most files share a millisecond with another. All 2 400 records are written in order, none late."""
-    topology = Topology(tmp_path, replicas=1, zk_servers=1, replica_args=["--max-files-per-trigger", "2"])
+    topology = Topology(tmp_path, replicas=1, zk_servers=1, spec=ReplicaSpec(max_files_per_trigger=2))
     topology.start()
     try:
         topology.wait_for_leader(300)

@@ -1,5 +1,6 @@
 """The layering the package layout promises, read from the import statements of every module.
 
+The foundation floor (``tenure/settings.py`` and any module beside it in ``tenure/``) imports no room;
 ``election`` knows nothing of careers, Spark or the service; ``career`` knows nothing of the service; inside
 ``service`` the replica imports no operator tool, local infrastructure or drill; and no two modules import each
 other, directly or round a longer circle. Lazy imports inside functions count too.
@@ -15,6 +16,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("election", "career", "service")
+#: The foundation floor: the installed package's own modules, beneath the rooms (its ``__main__`` is the CLI's door).
+FLOOR = sorted(p for p in (REPO / "tenure").glob("*.py") if p.name != "__main__.py")
 
 #: importer package prefix → package prefixes it must never import.
 FORBIDDEN: dict[str, tuple[str, ...]] = {
@@ -29,8 +32,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 
 
 def _module_name(path: Path) -> str:
-    """The installed name of a room's file: ``service/replica/_process.py`` is ``tenure.service.replica._process``."""
-    parts = ("tenure", *path.relative_to(REPO).with_suffix("").parts)
+    """The installed name of a room's file: ``service/replica/_process.py`` is ``tenure.service.replica._process``;
+    a floor's file, ``tenure/settings.py``, is ``tenure.settings``."""
+    relative = path.relative_to(REPO).with_suffix("").parts
+    parts = relative if relative[0] == "tenure" else ("tenure", *relative)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -46,7 +51,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def _graph() -> dict[str, set[str]]:
-    modules = {_module_name(p): p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")}
+    modules = {_module_name(p): p for p in [*FLOOR, *(p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py"))]}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         # ``from a.b import c`` names module a.b.c when it exists, else the package a.b (an attribute of it).
@@ -64,6 +69,16 @@ def test_the_graph_is_read() -> None:
     assert "tenure.service.replica._lifecycle" in graph["tenure.service.replica._process"]
     assert "tenure.career.lifecycle._runner" in graph["tenure.career.lifecycle"]
     assert "tenure.election._errors" in graph["tenure.career.spark._hooks"]
+    assert "tenure.settings" in graph["tenure.election._settings"]
+
+
+def test_the_floor_imports_no_room() -> None:
+    """``tenure/``'s own modules (``tenure.settings``; ``tenure/__init__.py`` too) import none of the three rooms,
+    so the lowest room, the election, can build on them without a cycle."""
+    assert any(p.name == "settings.py" for p in FLOOR)
+    wrong = sorted(f"{p.relative_to(REPO)} imports {name}" for p in FLOOR for name in _imports(p)
+                   for room in PACKAGES if _inside(name, f"tenure.{room}"))
+    assert not wrong, "\n".join(wrong)
 
 
 @pytest.mark.parametrize("importer", sorted(FORBIDDEN))

@@ -22,7 +22,7 @@ from tenure.career.spark import BATCH_COMMITTED
 from tenure.service.local import ReplicaProcess, free_port, wait_for
 from tenure.service.ops import verify
 from tenure.service.ops._produce._atomic import fsync_dir, write_hidden_then_rename
-from tenure.service.replica import FAULT_INJECTED
+from tenure.service.replica import FAULT_INJECTED, ReplicaSpec
 from tests._powerloss import PowerLossFS, powerloss_fs
 from tests._replicas import REPO, descendants
 
@@ -57,13 +57,11 @@ class _Producer:
 
 
 def _start(name: str, zk_hosts: str, group: str, data_root: Path, logs: Path) -> ReplicaProcess:
-    replica = ReplicaProcess(
-        name, free_port(),
-        ["--zk", zk_hosts, "--group", group, "--data-root", str(data_root), "--career", "spark",
-         "--session-timeout-s", f"{SESSION_S:g}", "--handover-timeout-s", "2", "--max-files-per-trigger", "2",
-         "--standby", "cold"],
-        logs / f"{name}.log", env={"PYTHONPATH": str(REPO), "TENURE_LOG_LEVEL": "info"},
-        fault_file=logs / f"{name}.fault")
+    spec = ReplicaSpec(group=group, data_root=data_root, career="spark", session_timeout_s=SESSION_S,
+                       handover_timeout_s=2, max_files_per_trigger=2, standby="cold")
+    replica = ReplicaProcess(name, free_port(), spec, logs / f"{name}.log",
+                             env={"PYTHONPATH": str(REPO), "TENURE_LOG_LEVEL": "info"}, zk=zk_hosts,
+                             fault_file=logs / f"{name}.fault")
     replica.start()
     return replica
 

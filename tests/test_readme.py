@@ -1,36 +1,21 @@
-"""The configuration table of the docs (docs/operating/configuration.md) is the reference operators read: it must
-match ReplicaConfig exactly."""
+"""The configuration reference of the docs (docs/operating/configuration.md) is the reference operators read: it must
+be what the declared settings generate, setting for setting."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from pydantic_core import PydanticUndefined
-
-from tenure.service.replica import ReplicaConfig
-
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "operating" / "configuration.md"
+from tenure.service.replica import SETTINGS
+from tenure.service.replica._reference import CLOSE, OPEN, PAGE, main, settings_reference
 
 
-def expected_table() -> list[str]:
-    rows = ["| flag | variable | default | meaning |", "|---|---|---|---|"]
-    for name, info in ReplicaConfig.model_fields.items():
-        if info.default_factory is not None:
-            default = "the host name" if name == "replica_id" else "—"
-        elif info.default is PydanticUndefined:
-            default = "required"
-        elif info.default is None:
-            default = "—"
-        else:
-            default = f"`{info.default}`"
-        rows.append(f"| `--{name.replace('_', '-')}` | `TENURE_{name.upper()}` | {default} | {info.description} |")
-    return rows
-
-
-def test_configuration_table_matches_replica_config() -> None:
+def test_configuration_reference_matches_the_declarations() -> None:
+    """The committed block is the generated one (`python -m tenure.service.replica._reference` rewrites it), and it
+    has one row per declared setting, with its flag, variable and hazard."""
     lines = PAGE.read_text().splitlines()
-    start = lines.index("| flag | variable | default | meaning |")
-    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
-    expected = expected_table()
-    assert lines[start:end] == expected, (f"{PAGE.relative_to(PAGE.parents[2])}'s configuration table is stale; "
-                                          "replace it with:\n" + "\n".join(expected))
+    block = lines[lines.index(OPEN) + 1:lines.index(CLOSE)]
+    assert block == settings_reference(), (f"{PAGE.name}'s settings reference is stale: run "
+                                           "python -m tenure.service.replica._reference")
+    assert main(["--check"]) == 0
+    rows = [line for line in block if line.startswith("| `--")]
+    assert [row.split(" | ")[0] for row in rows] == [f"| `{d.flag}`" for d in SETTINGS]
+    stall = next(row for row in rows if row.startswith("| `--stall-timeout-s`"))
+    assert "`TENURE_STALL_TIMEOUT_S` | `120.0` | s |" in stall and "Hazard: Below the longest batch" in stall

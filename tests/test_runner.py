@@ -25,6 +25,7 @@ from tenure.career.lifecycle import (
     RUNNER_STATE,
 )
 from tenure.service.local import free_port, wait_for
+from tenure.service.replica import ReplicaSpec
 from tests._replicas import REPO, Replica, ReplicaSet
 
 SESSION_S = 3.0
@@ -34,10 +35,9 @@ HANDOVER_S = 2.0
 @pytest.fixture()
 def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSet]:
     """A replica set of the counter career on a shared data root; every process reaped afterwards."""
-    common = ["--zk", zk_hosts, "--group", zk_group, "--data-root", str(tmp_path / "data"), "--career", "counter",
-              "--session-timeout-s", str(SESSION_S), "--handover-timeout-s", str(HANDOVER_S),
-              "--counter-interval-s", "0.05", "--failure-backoff-s", "0.5"]
-    replica_set = ReplicaSet(common, tmp_path)
+    spec = ReplicaSpec(group=zk_group, data_root=tmp_path / "data", career="counter", session_timeout_s=SESSION_S,
+                       handover_timeout_s=HANDOVER_S, counter_interval_s=0.05, failure_backoff_s=0.5)
+    replica_set = ReplicaSet(zk_hosts, spec, tmp_path)
     yield replica_set
     replica_set.reap_all()
 
@@ -80,7 +80,7 @@ def test_three_replicas_one_leader_and_health(replicas: ReplicaSet) -> None:
         assert replica.get("/livez")[0] == 200
         metrics = replica.metrics()
         assert metrics["tenure_zk_connected"] == 1.0
-        assert metrics[f"tenure_info{{group={replicas.common_args[3]},host={socket.gethostname()},"
+        assert metrics[f"tenure_info{{group={replicas.spec['group']},host={socket.gethostname()},"
                        f"replica_id={replica.replica_id},version=0.1.0}}"] == 1.0
         assert "process_resident_memory_bytes" in metrics
     assert leader.metrics()["tenure_leader_epoch"] > 0
@@ -147,7 +147,7 @@ def test_paused_leader_is_fenced_and_steps_down(replicas: ReplicaSet, tmp_path: 
 
 def test_failing_career_moves_leadership_and_backs_off(replicas: ReplicaSet, tmp_path: Path) -> None:
     """A career that raises releases leadership to a healthy replica and backs off with growing delays."""
-    bad = replicas.start("bad", ["--career", "tests.careers:always_fails"])
+    bad = replicas.start("bad", career="tests.careers:always_fails")
     wait_for(lambda: bad.has_event(CAREER_FAILED), 30, "the failing career to raise")
     good = replicas.start("good")
     wait_for(good.is_leader, 30, "the healthy replica to lead")
@@ -160,10 +160,9 @@ def test_failing_career_moves_leadership_and_backs_off(replicas: ReplicaSet, tmp
     _assert_counter_exactly_once(tmp_path / "data")
 
 
-def _run_fails(args: list[str], timeout_s: float = 60) -> str:
-    """Run `tenure run` expecting exit 2 and return its one error line."""
-    result = subprocess.run([sys.executable, "-m", "tenure", "run", *args], capture_output=True, text=True,
-                            timeout=timeout_s, cwd=REPO, check=False)
+def _run_fails(command: list[str], timeout_s: float = 60) -> str:
+    """Run ``command`` (`tenure run …`) expecting exit 2 and return its one error line."""
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=REPO, check=False)
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("tenure: error:")]
     assert len(errors) == 1, result.stderr
@@ -171,26 +170,26 @@ def _run_fails(args: list[str], timeout_s: float = 60) -> str:
 
 
 @pytest.mark.parametrize(
-    ("case", "extra", "expected"),
+    ("case", "settings", "expected"),
     [
-        ("session above the ensemble's maximum", ["--session-timeout-s", "90"],
+        ("session above the ensemble's maximum", {"session_timeout_s": 90},
          "session_timeout_s=90 is outside the ensemble's bounds of 2–60 s"),
-        ("handover not below session", ["--session-timeout-s", "4", "--handover-timeout-s", "4"],
+        ("handover not below session", {"session_timeout_s": 4, "handover_timeout_s": 4},
          "handover_timeout_s=4 is not below session_timeout_s=4"),
-        ("bad group name", ["--group", "a/b"], "group='a/b' is not a valid group name"),
-        ("bad connect string", ["--zk", "nonsense"], "zk='nonsense' is not a ZooKeeper connect string"),
-        ("unknown career", ["--career", "nope"], "career='nope' is not a career"),
-        ("bad dedup window", ["--career", "spark", "--dedup-window", "soon"],
+        ("bad group name", {"group": "a/b"}, "group='a/b' is not a valid group name"),
+        ("bad connect string", {"zk": "nonsense"}, "zk='nonsense' is not a ZooKeeper connect string"),
+        ("unknown career", {"career": "nope"}, "career='nope' is not a career"),
+        ("bad dedup window", {"career": "spark", "dedup_window": "soon"},
          "dedup_window='soon' is not a Spark interval"),
-        ("career that cannot load", ["--career", "no.such.module:make"], "career='no.such.module:make' cannot"),
+        ("career that cannot load", {"career": "no.such.module:make"}, "career='no.such.module:make' cannot"),
     ],
 )
-def test_bad_config_one_line_exit_2(zk_hosts: str, tmp_path: Path, case: str, extra: list[str],
+def test_bad_config_one_line_exit_2(zk_hosts: str, tmp_path: Path, case: str, settings: dict[str, object],
                                     expected: str) -> None:
     """Each bad setting gives one error line naming the field, value and fix, and exit code 2."""
-    args = ["--zk", zk_hosts, "--data-root", str(tmp_path), "--metrics-port", str(free_port()),
-            "--career", "counter", *extra]
-    assert expected in _run_fails(args), case
+    zk = str(settings.pop("zk", zk_hosts))
+    spec = ReplicaSpec(data_root=tmp_path, career="counter") | settings
+    assert expected in _run_fails(spec.command(zk=zk, replica_id="r1", metrics_port=free_port())), case
 
 
 def test_port_in_use_and_unreachable_zookeeper(zk_hosts: str, tmp_path: Path) -> None:
@@ -199,12 +198,12 @@ def test_port_in_use_and_unreachable_zookeeper(zk_hosts: str, tmp_path: Path) ->
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        line = _run_fails(["--zk", zk_hosts, "--data-root", str(tmp_path), "--metrics-host", "127.0.0.1",
-                           "--metrics-port", str(port), "--career", "counter"])
+        spec = ReplicaSpec(data_root=tmp_path, career="counter")
+        line = _run_fails(spec.command(zk=zk_hosts, replica_id="r1", metrics_port=port))
     assert f"metrics_port={port} cannot be bound" in line
     dead = f"127.0.0.1:{free_port()}"
-    line = _run_fails(["--zk", dead, "--data-root", str(tmp_path), "--metrics-port", str(free_port()),
-                       "--career", "counter", "--connect-timeout-s", "2"])
+    spec |= ReplicaSpec(connect_timeout_s=2)
+    line = _run_fails(spec.command(zk=dead, replica_id="r1", metrics_port=free_port()))
     assert f"zk='{dead}' did not answer within connect_timeout_s=2" in line
 
 
@@ -212,9 +211,10 @@ def test_toml_config_and_precedence(zk_hosts: str, tmp_path: Path) -> None:
     """A TOML file is read; an unknown key in it is named; flags override the file."""
     cfg = tmp_path / "tenure.toml"
     cfg.write_text(f'zk = "{zk_hosts}"\ncareer = "counter"\nsession_timeout_s = 4\nhandover_timeout_s = 9\n')
-    line = _run_fails(["--config", str(cfg), "--data-root", str(tmp_path)])
+    run = [sys.executable, "-m", "tenure", "run", "--config", str(cfg)]
+    line = _run_fails([*run, *ReplicaSpec(data_root=tmp_path).argv()])
     assert "handover_timeout_s=9 is not below session_timeout_s=4" in line
-    line = _run_fails(["--config", str(cfg), "--handover-timeout-s", "2", "--group", "bad/group"])
+    line = _run_fails([*run, *ReplicaSpec(handover_timeout_s=2, group="bad/group").argv()])
     assert "group='bad/group'" in line
     cfg.write_text('zk = "127.0.0.1:2181"\nsesion_timeout_s = 4\n')
-    assert "sesion_timeout_s is not a setting" in _run_fails(["--config", str(cfg)])
+    assert "sesion_timeout_s is not a setting" in _run_fails(run)

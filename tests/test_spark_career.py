@@ -148,7 +148,7 @@ def leadership(client: KazooClient, group: str, replica: str) -> Iterator[tuple[
 
 def make_config(root: Path, **overrides: Any) -> SparkCareerConfig:
     settings: dict[str, Any] = {"data_root": root, "standby": "cold", "max_files_per_trigger": 2,
-                                "trigger_interval_s": 0.2, "max_line_bytes": MAX_LINE, "handover_timeout_s": 30.0}
+                                "trigger_interval_s": 0.2, "max_line_bytes": MAX_LINE, "handover_budget_s": 30.0}
     settings.update(overrides)
     return SparkCareerConfig(**settings)
 
@@ -451,7 +451,7 @@ def test_a_failing_batch_raises_batch_failed_with_a_short_error_and_the_log_keep
     with structlog.testing.capture_logs() as logs, leadership(zk_client, zk_group, "r1") as (_, ctx):
         # Made inside the capture: a structlog logger keeps the processors it was bound with.
         career = SparkCareer(make_config(root, transform="tests.pipelines:fails_long", max_files_per_trigger=1,
-                                         handover_timeout_s=3.0), Recorder(), replica_id="r1")
+                                         handover_budget_s=3.0), Recorder(), replica_id="r1")
         career.inaugurate(ctx)
         with pytest.raises(BatchFailed) as failed:
             run_until(career, lambda: False, timeout_s=120)

@@ -12,6 +12,7 @@ import pytest
 from tenure.election import group_status, read_history
 from tenure.service.local import ReplicaStatus, Topology
 from tenure.service.ops import connected, verify
+from tenure.service.replica import ReplicaSpec
 from tests._replicas import tenure
 
 LINE_LIMIT = 64 * 1024
@@ -29,8 +30,8 @@ def test_exactly_once_through_two_crashes_and_a_handover(tmp_path: Path) -> None
 
     Only the first victim restarts: a replica restarted later would still be warming up when the queue drains,
     and its warm-up would only slow the leader down."""
-    topology = Topology(tmp_path, replicas=3, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=4.0,
-                        replica_args=["--max-line-bytes", str(LINE_LIMIT)])
+    topology = Topology(tmp_path, replicas=3, spec=ReplicaSpec(career="spark", session_timeout_s=SESSION_S,
+                                                               handover_timeout_s=4.0, max_line_bytes=LINE_LIMIT))
     topology.start()
     try:
         leader = topology.wait_for_leader(600)

@@ -22,9 +22,10 @@ from tenure.career.lifecycle import HANDING_OVER, LEFT_ELECTION, STALLED, StallR
 from tenure.election import GroupPaths, read_history
 from tenure.service.local import wait_for
 from tenure.service.ops._status import fetch_status, format_status_table
+from tenure.service.replica import ReplicaSpec
 from tenure.service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
 from tenure.service.replica._progress import ProgressView
-from tenure.service.replica._watchdog import StallLimits, find_stall
+from tenure.service.replica._watchdog import WatchdogSettings, find_stall, loop_live
 from tests._replicas import (
     REPO,
     Replica,
@@ -36,12 +37,12 @@ from tests._replicas import (
 
 #: What ``tests.careers:freezes_when_told`` says once frozen, as the runner's reason to leave.
 _FROZEN = "unhealthy: Spark's JVM did not answer within 1 s (frozen, or stuck in a long GC pause)"
-LIMITS = StallLimits(stall_timeout_s=120.0, first_batch_allowance_s=60.0)
+LIMITS = WatchdogSettings(liveness_timeout_s=30.0, stall_timeout_s=120.0, first_batch_allowance_s=60.0)
 
 
 def _view(**changes: object) -> ProgressView:
     """A healthy leader at t=1000 that finished a batch a second ago with work waiting; ``changes`` on top."""
-    values: dict[str, object] = dict(now=1000.0, last_tick=999.0, loop_deadline=1029.0, working_since=800.0,
+    values: dict[str, object] = dict(now=1000.0, last_tick=999.0, inaugurating_since=None, working_since=800.0,
                                      first_batch_done=True, waiting_since=950.0, last_progress=999.0, in_flight=7,
                                      backlog_files=3)
     values.update(changes)
@@ -51,7 +52,11 @@ def _view(**changes: object) -> ProgressView:
 @pytest.mark.parametrize(("view", "expected"), [
     pytest.param(_view(), None, id="healthy leader"),
     pytest.param(_view(now=1030.0, last_progress=1020.0), StallReason.CONTROL_LOOP, id="loop past its deadline"),
-    pytest.param(_view(now=1000.0, loop_deadline=1000.0), None, id="loop exactly at its deadline"),
+    pytest.param(_view(now=1029.0, last_progress=1020.0), None, id="loop exactly at its deadline"),
+    pytest.param(_view(now=1059.0, last_progress=1050.0, inaugurating_since=999.0), None,
+                 id="an inauguration within its allowance"),
+    pytest.param(_view(now=1060.0, last_progress=1050.0, inaugurating_since=999.0), StallReason.CONTROL_LOOP,
+                 id="an inauguration past its allowance"),
     pytest.param(_view(last_progress=870.0), None, id="progress long ago but input waits only 50 s"),
     pytest.param(_view(waiting_since=870.0, last_progress=870.0), StallReason.NO_PROGRESS,
                  id="input waited 130 s, no batch since"),
@@ -68,15 +73,24 @@ def _view(**changes: object) -> ProgressView:
                  id="resumed from a pause 10 s ago"),
 ])
 def test_find_stall(view: ProgressView, expected: StallReason | None) -> None:
-    """The watchdog's rules: the loop past its deadline, or a leader owing progress past its limit."""
+    """The watchdog's rules: the loop past its deadline (the liveness timeout, an inauguration's allowance), or a
+    leader owing progress past its limit."""
     stall = find_stall(view, LIMITS)
     assert (stall.reason if stall else None) is expected
     if stall is not None:
         assert stall.batch_id == 7 and stall.describe().endswith("(batch 7 in flight)")
 
 
-def _stall_args(liveness_s: float = 4.0, stall_s: float = 30.0) -> list[str]:
-    return ["--liveness-timeout-s", f"{liveness_s:g}", "--probe-timeout-s", "1", "--stall-timeout-s", f"{stall_s:g}"]
+def test_livez_counts_the_liveness_timeout_only() -> None:
+    """``/livez`` fails once the loop has not come round for the liveness timeout, an inauguration or not (the
+    watchdog's allowance is for giving the lock up, not for health)."""
+    assert loop_live(_view(now=1028.0), LIMITS)
+    assert not loop_live(_view(now=1029.0), LIMITS)
+    assert not loop_live(_view(now=1029.0, inaugurating_since=1000.0), LIMITS)
+
+
+#: Short watchdog limits for the counter replicas here.
+_STALL: dict[str, object] = {"liveness_timeout_s": 4.0, "probe_timeout_s": 1.0, "stall_timeout_s": 30.0}
 
 
 def _handover_record(client: KazooClient, group: str) -> dict[str, object]:
@@ -92,9 +106,9 @@ def test_a_hung_control_loop_gives_the_lock_up_and_exits(counter_replicas: Repli
     session so the node goes at once, and exits 4: the follower commits within the liveness timeout plus a few
     seconds, and the count stays exactly once."""
     fault = tmp_path / "fault-r1"
-    r1 = counter_replicas.start("r1", [*_stall_args(), "--fault-file", str(fault)])
+    r1 = counter_replicas.start("r1", fault_file=fault, **_STALL)
     wait_for(r1.is_leader, 30, "r1 to lead")
-    r2 = counter_replicas.start("r2", _stall_args())
+    r2 = counter_replicas.start("r2", **_STALL)
     wait_for(lambda: r2.get("/readyz")[0] == 200, 30, "r2 to be in line")
     fault.write_text("before_transaction hang\n")
     hung_at = time.monotonic()
@@ -135,11 +149,12 @@ def test_a_full_event_queue_is_a_fail_stop(zk_hosts: str, zk_client: KazooClient
               "main()\n")
     log = tmp_path / "r1.log"
     with log.open("wb") as out:
+        spec = ReplicaSpec(group=zk_group, data_root=tmp_path / "data", career="counter", session_timeout_s=3,
+                           handover_timeout_s=2, liveness_timeout_s=60)
         proc = subprocess.Popen(
-            [sys.executable, "-c", script, "run", "--zk", zk_hosts, "--group", zk_group, "--replica-id", "r1",
-             "--data-root", str(tmp_path / "data"), "--career", "counter", "--metrics-port", "0",
-             "--session-timeout-s", "3", "--handover-timeout-s", "2", "--liveness-timeout-s", "60",
-             "--fault-file", str(fault)], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+            [sys.executable, "-c", script, "run",
+             *spec.argv(zk=zk_hosts, replica_id="r1", metrics_port=0, fault_file=fault)],
+            cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
     try:
         paths = GroupPaths(zk_group)
 
@@ -171,7 +186,7 @@ def test_a_full_event_queue_is_a_fail_stop(zk_hosts: str, zk_client: KazooClient
 
 def _freezable_leader_and_follower(replicas: ReplicaSet) -> tuple[Replica, Replica]:
     """r1 leading with the career ``tests.careers:freezes_when_told``, r2 in line behind it."""
-    r1 = replicas.start("r1", ["--career", "tests.careers:freezes_when_told"])
+    r1 = replicas.start("r1", career="tests.careers:freezes_when_told")
     wait_for(r1.is_leader, 30, "r1 to lead")
     r2 = replicas.start("r2")
     wait_for(lambda: r2.get("/readyz")[0] == 200, 30, "r2 to be in line")
@@ -242,7 +257,7 @@ def test_a_handover_past_its_budget_closes_the_session_before_it_exits(zk_hosts:
     replicas = counter_replica_set(zk_hosts, zk_group, tmp_path, session_timeout_s=10.0)
     try:
         fault = tmp_path / "fault-r1"
-        r1 = replicas.start("r1", ["--fault-file", str(fault)])
+        r1 = replicas.start("r1", fault_file=fault)
         wait_for(r1.is_leader, 30, "r1 to lead")
         r2 = replicas.start("r2")
         wait_for(lambda: r2.get("/readyz")[0] == 200, 30, "r2 to be in line")
@@ -262,7 +277,7 @@ def test_a_handover_past_its_budget_closes_the_session_before_it_exits(zk_hosts:
 
 def _stuck_in_close(replicas: ReplicaSet, data: Path) -> tuple[Replica, int]:
     """r1 leading with ``tests.careers:stuck_in_close``; returns it and its career's child process."""
-    r1 = replicas.start("r1", ["--career", "tests.careers:stuck_in_close"])
+    r1 = replicas.start("r1", career="tests.careers:stuck_in_close")
     wait_for(r1.is_leader, 30, "r1 to lead")
     return r1, int((data / "child-r1").read_text())
 

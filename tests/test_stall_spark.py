@@ -20,16 +20,17 @@ from tenure.career.drills import HANG_ENV, POISON_PILL
 from tenure.career.lifecycle import STALLED
 from tenure.career.spark import ROW_FUNCTION_TIMED_OUT
 from tenure.election import read_history
-from tenure.service.local import Topology, sample_key
-from tenure.service.ops import connected, verify
-from tenure.service.replica import BATCHES, EXIT_HANDOVER_OVERRUN, EXIT_STALLED
+from tenure.service.local import Topology
+from tenure.service.ops import connected, sample_key, verify
+from tenure.service.replica import BATCHES, EXIT_HANDOVER_OVERRUN, EXIT_STALLED, ReplicaSpec
 from tests._replicas import committed_by, land_now, line_of, process_running, replica_events
 
 SESSION_S = 6.0
 STALL_S = 20.0
 FIRST_BATCH_ALLOWANCE_S = 15.0
-FAST = ["--probe-timeout-s", "3", "--liveness-timeout-s", "10", "--stall-timeout-s", f"{STALL_S:g}",
-        "--first-batch-allowance-s", f"{FIRST_BATCH_ALLOWANCE_S:g}", "--failure-backoff-s", "0.5"]
+FAST = ReplicaSpec(career="spark", session_timeout_s=SESSION_S, handover_timeout_s=3.0, probe_timeout_s=3,
+                   liveness_timeout_s=10, stall_timeout_s=STALL_S, first_batch_allowance_s=FIRST_BATCH_ALLOWANCE_S,
+                   failure_backoff_s=0.5)
 
 
 def _drained(topology: Topology, records: int) -> bool:
@@ -51,8 +52,7 @@ def test_frozen_jvms_give_the_lock_up_follower_and_leader(tmp_path: Path) -> Non
     A fourth replica, not a restarted one, takes over from the frozen leader: a restart's warm-up is a minute on
     this machine, so it would set the test's pace."""
     records = 6000  # 40 s at 150 records/s
-    topology = Topology(tmp_path, replicas=4, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=3.0,
-                        replica_args=FAST)
+    topology = Topology(tmp_path, replicas=4, spec=FAST)
     topology.start()
     try:
         topology.wait_for_leader(300)
@@ -136,9 +136,9 @@ def test_a_row_function_that_hangs_in_one_replica_moves_the_lock(tmp_path: Path)
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)  # accepts connections (the kernel's backlog) and never answers
     hang = {f"replica-{i}": tmp_path / f"hang-{i}" for i in (1, 2, 3)}
-    topology = Topology(tmp_path, replicas=3, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=3.0,
-                        replica_args=[*FAST, "--row-function", "tenure.career.drills:hang_when_told", "--row-timeout-s",
-                                      "2", "--retry-attempts", "8", "--max-files-per-trigger", "2"],
+    topology = Topology(tmp_path, replicas=3,
+                        spec=FAST | ReplicaSpec(row_function="tenure.career.drills:hang_when_told", row_timeout_s=2,
+                                                retry_attempts=8, max_files_per_trigger=2),
                         replica_env={name: {HANG_ENV: str(path)} for name, path in hang.items()})
     topology.start()
     try:
@@ -182,9 +182,9 @@ def test_a_poison_batch_is_set_aside_after_max_attempts(tmp_path: Path) -> None:
     """A batch that fails on every leader (the transform raises on a record's poison pill) fails two terms in a
     row, on both replicas; the third term commits it without running it: its file and a manifest go to
     set-aside/, the queue moves on, and verify accounts for the set-aside ids and passes."""
-    topology = Topology(tmp_path, replicas=2, career="spark", session_timeout_s=SESSION_S, handover_timeout_s=3.0,
-                        replica_args=[*FAST, "--transform", "tenure.career.drills:fail_on_poison_pill",
-                                      "--max-batch-attempts", "2", "--max-files-per-trigger", "1"])
+    topology = Topology(tmp_path, replicas=2,
+                        spec=FAST | ReplicaSpec(transform="tenure.career.drills:fail_on_poison_pill",
+                                                max_batch_attempts=2, max_files_per_trigger=1))
     topology.start()
     try:
         topology.wait_for_leader(300)

@@ -21,6 +21,7 @@ import pytest
 from tenure.career.lifecycle import HANDED_OVER
 from tenure.election import RELEASE_INCOMPLETE, GroupPaths
 from tenure.service.local import REPLICA_STOPPED, TOPOLOGY_STOPPED, Topology, free_port, wait_for
+from tenure.service.replica import ReplicaSpec
 from tests._prometheus import alerts, prometheus_binary, query, running_prometheus
 from tests._replicas import REPO, counter_replica_set, descendants
 
@@ -135,7 +136,8 @@ def test_ctrl_c_at_a_terminal_stops_in_the_promised_order(tmp_path: Path) -> Non
 def test_prometheus_scrapes_the_topology_and_alerts_on_no_leader(tmp_path: Path) -> None:
     """A real Prometheus scrapes `tenure up`'s replicas: it sees one leader; with every replica stopped the
     TenureNoLeader rule goes pending."""
-    topology = Topology(tmp_path / "up", replicas=3, career="counter", session_timeout_s=4, handover_timeout_s=2)
+    topology = Topology(tmp_path / "up", replicas=3,
+                        spec=ReplicaSpec(career="counter", session_timeout_s=4, handover_timeout_s=2))
     topology.start()
     try:
         targets = ", ".join(f'"127.0.0.1:{r.port}"' for r in topology.replicas)

@@ -25,6 +25,7 @@ from tenure.career.output import batch_of, batch_versions, snapshot_files
 from tenure.career.spark import BATCH_COMMITTED
 from tenure.service.local import ReplicaProcess, free_port, wait_for
 from tenure.service.ops import verify
+from tenure.service.replica import ReplicaSpec
 from tests._replicas import REPO
 
 pytestmark = pytest.mark.timeout(600)
@@ -65,11 +66,11 @@ def _put(landing: Path, first: int, files: int) -> None:
 
 def _start(name: str, code: Path, zk_hosts: str, group: str, data: Path, logs: Path,
            module: str = "tenure", cwd: Path | None = None) -> ReplicaProcess:
-    replica = ReplicaProcess(
-        name, free_port(),
-        ["--zk", zk_hosts, "--group", group, "--data-root", str(data), "--career", "spark", "--session-timeout-s",
-         "4", "--handover-timeout-s", "2", "--max-files-per-trigger", "2", "--standby", "cold"],
-        logs / f"{name}.log", env={"PYTHONPATH": str(code), "TENURE_LOG_LEVEL": "info"}, module=module, cwd=cwd)
+    spec = ReplicaSpec(group=group, data_root=data, career="spark", session_timeout_s=4, handover_timeout_s=2,
+                       max_files_per_trigger=2, standby="cold")
+    replica = ReplicaProcess(name, free_port(), spec, logs / f"{name}.log",
+                             env={"PYTHONPATH": str(code), "TENURE_LOG_LEVEL": "info"}, zk=zk_hosts, module=module,
+                             cwd=cwd)
     replica.start()
     return replica
 

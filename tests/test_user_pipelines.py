@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ from kazoo.client import KazooClient
 
 from tenure.career import Outcome
 from tenure.career.spark import HookError, SparkCareer
+from tenure.service.replica import ReplicaSpec
 from tests.test_spark_career import (
     Crash,
     Queue,
@@ -115,10 +115,8 @@ def test_tenure_run_with_a_bad_transform_exits_2_with_one_line(zk_hosts: str, tm
     """The whole path: flags → config → career construction, before the replica ever joins the election."""
     for spec, expected in (("not-a-spec", "transform='not-a-spec' is not package.module:function"),
                            ("no_such_module_xyz:f", "module 'no_such_module_xyz' cannot be imported")):
-        done = subprocess.run(
-            [sys.executable, "-m", "tenure", "run", "--zk", zk_hosts, "--data-root", str(tmp_path),
-             "--metrics-port", "0", "--transform", spec],
-            capture_output=True, text=True, timeout=120, check=False)
+        command = ReplicaSpec(data_root=tmp_path, transform=spec).command(zk=zk_hosts, replica_id="r1", metrics_port=0)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 2, done.stderr
         lines = done.stderr.strip().splitlines()
         assert lines[-1].startswith("tenure: error: ") and expected in lines[-1], done.stderr

@@ -63,14 +63,11 @@ class LoopProgress(Protocol):
     def tick(self) -> None:
         """The control loop came round."""
 
-    def allowing(self, seconds: float) -> contextlib.AbstractContextManager[None]:
-        """The loop is inside a step bounded by ``seconds``, longer than the liveness timeout."""
+    def inaugurating(self) -> contextlib.AbstractContextManager[None]:
+        """The loop is inside an inauguration, which the watchdog allows longer than the liveness timeout."""
 
     def working(self, leading: bool, *, new_term: bool = False) -> None:
         """The runner began (or resumed) leading, or stopped."""
-
-    def loop_age(self) -> float:
-        """Seconds since the control loop last came round."""
 
     def batch_in_flight(self) -> int | None:
         """The batch running now, if any."""
@@ -108,6 +105,9 @@ class ProcessControl(Protocol):
 
     def loop_started(self) -> None:
         """The control loop begins (the career prepared, the election joined): start watching its progress."""
+
+    def loop_live(self) -> bool:
+        """Whether the control loop came round within the watchdog's liveness timeout (``/livez``)."""
 
     def loop_ended(self) -> None:
         """The control loop ended: stop watching its progress; the election and the career are closed next."""

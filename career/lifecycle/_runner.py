@@ -178,7 +178,7 @@ class Runner:
         """A snapshot for /livez, /readyz and /leader (safe to call from the HTTP threads)."""
         reasons = []
         stalled = self._stalled
-        live = self._progress.loop_age() < self._settings.liveness_timeout_s and stalled is None
+        live = self._process.loop_live() and stalled is None
         if stalled is not None:
             reasons.append(f"stalled: {stalled.describe()}")
         elif not live:
@@ -340,7 +340,7 @@ class Runner:
     def _inaugurate(self, epoch: int) -> None:
         # Starting Spark (cold standby, a cluster's application) may outlast the liveness timeout: it is bounded
         # by the first-batch allowance instead, past which the watchdog gives the lock up.
-        with self._progress.allowing(self._settings.first_batch_allowance_s):
+        with self._progress.inaugurating():
             self._begin_term(epoch)
 
     def _begin_term(self, epoch: int) -> None:

@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass
 
 from tenure.election import ConfigError
+from tenure.settings import setting
 
 __all__ = ["TRANSITIONS", "RunnerSettings", "RunnerState"]
 
@@ -45,54 +46,46 @@ TRANSITIONS: dict[RunnerState, frozenset[RunnerState]] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunnerSettings:
-    """The runner's timings, validated here (``ReplicaConfig`` builds them from its flags).
+    """The runner's settings, each declared with its default, unit and hazard (``tenure run``'s flags of the same
+    names), validated here.
+
+    Example::
+
+        RunnerSettings(replica_id="r1", handover_timeout_s=2.0)
 
     Attributes:
-        handover_timeout_s: the graceful handover's budget: stop the career, write the handover record, release.
-        idle_backoff_s: pause after an ``execute()`` that found no work.
-        failure_backoff_s: first back-off after the career raised; doubles up to ``failure_backoff_max_s``.
-        failure_backoff_max_s: cap of the failure back-off; a term longer than this forgives earlier failures.
-        liveness_timeout_s: the control loop must come round this often; past it ``/livez`` fails and the
-            progress watchdog declares a stall (the replica gives its lock up and exits). Hazard: a step on the
-            control thread bounded by more than this (an inauguration that starts Spark) declares its own
-            allowance (``first_batch_allowance_s``).
-        tick_s: the loop's longest wait for an event.
-        canary_handover_every_s: a leader hands over to the next ready follower after this long (None: never),
-            so a broken standby is found before a real failure needs it.
-        stall_timeout_s: a leader with input waiting (queue files or due retries) that finishes no batch for this
-            long is stalled: it gives its lock up at once, records why, and exits non-zero for its supervisor to
-            restart it (default 120: a steady batch takes well under 2 s here, the heaviest measured about 10 s).
-            Hazard: below the longest batch the input can make, a healthy leader is replaced mid-batch.
-        first_batch_allowance_s: added to ``stall_timeout_s`` for a term's first batch and to the liveness
-            timeout for an inauguration: starting Spark, a cluster's executors registering, loading the state
-            (default 60).
-        max_batch_attempts: a batch that failed (or stalled) this many terms in a row, whichever replicas led
-            them, is set aside with its files, its error and the count, and the queue moves on (default 3). A
-            failure while the storage, Spark or ZooKeeper is down is no attempt.
+        replica_id: this replica's id (the replica's own setting, given when the runner is wired).
+        tick_s: the loop's longest wait for an event (default 0.5; not an operator's setting).
     """
 
     replica_id: str
-    handover_timeout_s: float = 5.0
-    idle_backoff_s: float = 0.1
-    failure_backoff_s: float = 1.0
-    failure_backoff_max_s: float = 60.0
-    liveness_timeout_s: float = 30.0
     tick_s: float = 0.5
-    canary_handover_every_s: float | None = None
-    stall_timeout_s: float = 120.0
-    first_batch_allowance_s: float = 60.0
-    max_batch_attempts: int = 3
+    handover_timeout_s: float = setting(
+        5.0, unit="s", help="Graceful handover budget: the career's hand-over, the handover record, the release. "
+        "After SIGTERM the handover gets this + 2 s, then closing Spark gets as long again (`career_closed` logs "
+        "how long it took); past either, the replica kills its Spark processes and exits 3 (`handover_overrun`, "
+        "`close_overrun`). A second signal exits at once (128 + the signal), killing them too.",
+        hazard="Must be below the session timeout, or a stuck leader outlives its lease.")
+    idle_backoff_s: float = setting(0.1, unit="s", help="Pause after an execute() that found no work.")
+    failure_backoff_s: float = setting(1.0, unit="s", help="First back-off after the career raised; doubles.")
+    failure_backoff_max_s: float = setting(
+        60.0, unit="s", help="Cap of the failure back-off; a term longer than this forgives earlier failures.")
+    max_batch_attempts: int = setting(
+        3, unit="terms", help="A batch that failed or stalled this many terms in a row, whichever replicas led "
+        "them, is set aside under set-aside/ with its files and error, and the queue moves on; failures while "
+        "storage, Spark or ZooKeeper is down do not count.",
+        hazard="At 1 a batch that failed once on a flaky executor is set aside at once.")
+    canary_handover_every_s: float | None = setting(
+        None, unit="s", default_text="never", help="A leader hands over to the next ready follower after this "
+        "long, so a broken standby shows before a real failure needs it.",
+        hazard="Each canary is a handover: output pauses for about a second.")
 
     def __post_init__(self) -> None:
         if self.max_batch_attempts < 1:
             raise ConfigError(f"max_batch_attempts={self.max_batch_attempts} is below 1: raise it to at least 1")
-        if self.first_batch_allowance_s < 0:
-            raise ConfigError(f"first_batch_allowance_s={self.first_batch_allowance_s:g} is negative: use 0 for "
-                              "no allowance")
-        for name in ("handover_timeout_s", "idle_backoff_s", "failure_backoff_s", "failure_backoff_max_s",
-                     "liveness_timeout_s", "tick_s", "stall_timeout_s"):
+        for name in ("handover_timeout_s", "idle_backoff_s", "failure_backoff_s", "failure_backoff_max_s", "tick_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be a positive number of seconds")
         if self.canary_handover_every_s is not None and not self.canary_handover_every_s > 0:

@@ -68,15 +68,6 @@ _LOCAL_WARMUP_MASTER = "local[1]"  # a follower's warm-up on a cluster when it h
 _INFRASTRUCTURE = (ElectionError, KazooException, Unresponsive)
 
 
-def _stop_budget(budget_s: float, *, on_cluster: bool) -> tuple[float, float, float]:
-    """How a clean hand-over spends ``budget_s``: (wait for the batch in flight, stop the query, stop the cluster
-    application). Each step is bounded, so the three add up to the budget and the runner's watchdog, which
-    allows the budget plus the handover record and the release, never fires on a hand-over that works."""
-    stop_s = min(1.5, 0.25 * budget_s)
-    session_s = min(2.0, 0.25 * budget_s) if on_cluster else 0.0
-    return budget_s - stop_s - session_s, stop_s, session_s
-
-
 def _session_stopped(session: SparkSession) -> bool:
     """Whether the session's SparkContext has stopped (a py4j call: may hang on a frozen JVM)."""
     try:
@@ -143,7 +134,7 @@ class SparkCareer:
         self._faults = faults if faults is not None else no_fault
         self._progress = ProgressInbox()
         self._housekeeper = Housekeeper(self._layout, config, observer, clock, self._faults)
-        self._jvm = Probe("Spark's JVM", config.probe_timeout_s)  # every call from the control thread into Spark
+        self._jvm = Probe("Spark's JVM", config.health.probe_timeout_s)  # every call from the control thread into it
         self._application_stopped: threading.Event | None = None  # set once a term's own Spark has stopped
         self._executors: StandbyExecutors | None = None  # the standby application's, while it runs (cluster)
         self._share_renewed_at = 0.0
@@ -152,9 +143,9 @@ class SparkCareer:
         self._standby_due = False  # a term has ended: the next health check starts the next standby application
         self._closing = threading.Event()
         self._storage = StorageHealth(dict.fromkeys((config.data_root, config.queue_dir or config.data_root)),
-                                      min_free_bytes=config.min_free_disk_mb << 20, timeout_s=config.probe_timeout_s)
-        self._wait_s, self._stop_s, self._session_stop_s = _stop_budget(config.handover_timeout_s,
-                                                                       on_cluster=config.on_cluster)
+                                      min_free_bytes=config.health.min_free_bytes,
+                                      timeout_s=config.health.probe_timeout_s)
+        self._wait_s, self._stop_s, self._session_stop_s = config.handover_split()
         self._hooks = Hooks(
             transform=load_hook("transform", config.transform) if config.transform else None,
             row_function=load_hook("row_function", config.row_function) if config.row_function else None,
@@ -337,8 +328,9 @@ class SparkCareer:
         """End the term; returns the last committed batch id.
 
         CLEAN: no new batch starts; the batch in flight finishes its commit and publish and Spark commits it
-        to the checkpoint, bounded by ``handover_timeout_s``; then the query stops. REVOKED/FAILED: the query
-        stops at once (a batch in flight is abandoned; its commit would be fenced anyway).
+        to the checkpoint, bounded by its share of the handover budget (``SparkCareerConfig.handover_split``); then
+        the query stops. REVOKED/FAILED: the query stops at once (a batch in flight is abandoned; its commit would
+        be fenced anyway).
 
         Raises:
             Unresponsive: Spark's JVM did not answer, so the query could not be stopped (the runner fail-stops).
@@ -575,7 +567,7 @@ class SparkCareer:
             record_application(records, epoch, session.sparkContext.applicationId, self._replica_id)
 
         try:
-            call_within(claim, self._config.probe_timeout_s, "recording the term's application")
+            call_within(claim, self._config.health.probe_timeout_s, "recording the term's application")
         except Exception as exc:
             log.warning("application_not_recorded", error=f"{type(exc).__name__}: {exc}",
                         effect="a successor may not free this term's cores should its leader pause")
@@ -591,7 +583,7 @@ class SparkCareer:
         tried_at = self._clock()
         try:
             call_within(lambda: reclaim_cores(master, self._layout.applications, epoch=epoch, log=log),
-                        self._config.probe_timeout_s, "reclaiming the cluster's cores")
+                        self._config.health.probe_timeout_s, "reclaiming the cluster's cores")
             self._reclaim_at = None
         except Exception as exc:  # nothing the master does may fail the term
             self._reclaim_at = tried_at + _RENEW_S

@@ -1,4 +1,4 @@
-"""The Spark career's settings: one frozen dataclass, validated at construction (``ConfigError`` names the fix)."""
+"""The Spark career's settings: each declared once, with its default, unit and hazard, and validated at construction."""
 
 from __future__ import annotations
 
@@ -6,21 +6,33 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
+from tenure.career._health import HealthSettings
+from tenure.career.lifecycle._states import RunnerSettings
 from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
 from tenure.career.spark._pipeline import BINARY_FILE
 from tenure.career.spark._retry import RetryPolicy
 from tenure.election._errors import ConfigError
+from tenure.settings import default_of, setting
 
-__all__ = ["SparkCareerConfig"]
+__all__ = ["HandoverSplit", "SparkCareerConfig"]
 
 _WINDOW = re.compile(r"^\s*\d+\s+(second|minute|hour|day|week)s?\s*$", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
+class HandoverSplit(NamedTuple):
+    """How a clean hand-over spends the Spark career's part of the handover budget, in seconds."""
+
+    batch_s: float  # waiting for the batch in flight
+    query_stop_s: float  # stopping the streaming query
+    application_stop_s: float  # on a cluster, stopping the term's application
+
+
+@dataclass(frozen=True, kw_only=True)
 class SparkCareerConfig:
-    """Settings of :class:`SparkCareer`; durations carry their unit in the name.
+    """Settings of :class:`SparkCareer`: the operator's settings, each declared with its default, unit and hazard
+    (``tenure run``'s flags of the same names), and what the replica or a library caller wires in.
 
     Example::
 
@@ -28,36 +40,13 @@ class SparkCareerConfig:
 
     Attributes:
         data_root: holds ``landing/``, ``archive/``, ``table/``, ``quarantine/``, ``checkpoint/``. Must be on a
-            filesystem with atomic rename (local, HDFS mount); not plain S3.
+            filesystem with atomic rename (local, HDFS mount); not plain S3 (the replica's ``--data-root``).
         queue_dir: holds the queue — ``landing/``, ``archive/`` and the groups' ``consumed/<group>/`` marks —
-            when several consumer groups share one queue (default None: the data root, one group). Each group
-            keeps its own data root; a queue file is archived once every registered group has consumed it.
-        spark_master: ``local[2]`` (default), ``spark://host:7077``, ``k8s://…``. Ignored when a SparkSession
-            already exists in the process (its master wins). On a cluster (any master but ``local…``) the
-            cluster's cores are the leader's, but for the few of a warm follower's standby application
-            (``standby_executors``); the leader's application stops at hand-over, releasing its executors.
-        standby: ``warm`` (default): ``prepare`` starts Spark and runs the real pipeline once on a scratch sample,
-            so a new leader's first batch runs hot (costs about 1 GB per follower). ``cold``: Spark starts at
-            inauguration (7–9 s here) and stops at hand-over when this career started it.
-        max_files_per_trigger: flow control, files per batch (default 5). Ignored when
-            ``max_bytes_per_trigger`` is set (Spark refuses both at once).
-        max_bytes_per_trigger: flow control, bytes per batch (default None: off); at least one file per batch.
-        trigger_interval_s: processing-time trigger (default 0.1): how long a file that lands on an idle consumer
-            waits at most. An idle trigger lists the source (measured: 4.4 % of a core idle at 0.1 s, 1.7 % at
-            0.5 s); a busy query starts its next batch as soon as the last one ends, whatever the interval.
-        max_line_bytes: longer lines are quarantined as ``oversized`` (default 1 MiB; ``tenure verify`` must use
-            the same value).
-        dedup_window: how long a message id is remembered, as a Spark interval (default ``2 minutes``). Spark
-            scans every remembered id in every batch to expire old ones, so a batch costs time in proportion to
-            ``rate × window`` (measured: about 0.09 s a batch per million ids on 2 cores). A repeat arriving later
-            than this after the first copy is quarantined as late, not written (per-key order catches it).
-        archive_retention_s: archived queue files are deleted this long after archiving (default 7 days).
-            Hazard: ``tenure verify`` needs the queue files to audit; after deletion their ids count as
-            unexpected.
-        shuffle_partitions: partitions of each batch's output, by key (default 2: one part file per partition);
-            a batch of up to ``SMALL_BATCH_RECORDS`` (20 000) records is one part file, with no shuffle.
-        handover_timeout_s: a clean hand-over waits this long for the batch in flight before stopping the query
-            (default 5). Keep it below the ZooKeeper session timeout.
+            when several consumer groups share one queue (default None: the data root; the replica's
+            ``--queue-dir``). A queue file is archived once every registered group has consumed it.
+        health: the probe deadline and the disk minimum, shared by every career (the replica's).
+        handover_budget_s: the whole handover budget the runner allows (the replica's ``--handover-timeout-s``);
+            this career takes ``handover_spark_share`` of it (:meth:`handover_split`).
         source_format: Spark source format (default ``binaryFile`` over ``landing/``). Any other format is read
             as one line per row from its ``value`` column (e.g. ``kafka``; its connector must be on the classpath).
         source_path: the source's path (default: ``<data_root>/landing`` for ``binaryFile``, none otherwise).
@@ -67,40 +56,9 @@ class SparkCareerConfig:
             (quarantine's ``source_file``; default ``'stream'``; Kafka: ``concat(topic, '-', partition)``).
         line_expr: for a non-file source, the SQL expression for quarantine's ``line`` (default ``0``; Kafka:
             ``offset``).
-        spark_conf: extra Spark settings (static ones apply only when this career starts Spark).
         app_name: the Spark application name (default ``tenure``).
-        warmup_timeout_s: bound on the warm-up run in ``prepare`` (default 120).
-        keep_warm_interval_s: warm standby on a local master: while following, run a tiny Python job this often
-            so Spark does not stop the idle Python workers a new leader's first batch needs (default 20; Spark
-            stops them after 60 s idle). 0 turns it off.
-        standby_executors: warm standby on a cluster: the executors a follower's own application holds while it
-            waits (default 1; each has ``spark.executor.cores`` cores, 1 unless set), warmed by the warm-up and
-            kept warm; elected, it leads on them, and after its first batch the application grows to the leader's
-            share (``spark.cores.max``, or every free core). A follower is ready, and joins the election, once they
-            have registered; if the cluster gives none within ``warmup_timeout_s`` it warms up locally and holds
-            none (``standby_without_executors``).
-            0: followers hold no executors, and the leader's application starts at inauguration.
-        transform: ``package.module:function`` taking and returning a DataFrame, applied to each batch's
-            validated, deduplicated, ordered records before the write (default None). It must keep ``id``,
-            ``key`` and ``seq`` and one row per record; it is checked at ``prepare``.
-        row_function: ``package.module:function`` called with each record (a dict: ``id``, ``key``, ``seq``,
-            ``ts``, ``payload``), returning the record (its ``payload`` may change) or None (default None).
-            A raise holds the record, and its key's later records, in the retry store.
-        retry_attempts: attempts of a failing record before it is dead-lettered (default 5).
-        retry_backoff_s: delay after the first failure; doubles per attempt (default 1).
-        retry_backoff_max_s: cap of the retry delay (default 300); at least ``retry_backoff_s``.
-        min_free_disk_mb: below this much free space on the data root (or the queue's volume) the career reports
-            itself unhealthy and the replica leaves the election until there is room again (default 512).
-        probe_timeout_s: the deadline of every call the control thread makes into Spark's JVM (a query's
-            status, the health check) and of the storage probe (default 10). A JVM or a file system that does
-            not answer in time makes a follower unhealthy and a leader give its lock up (a stall). Hazard: below
-            the longest stop-the-world GC pause the driver sees, a pause becomes a failover.
-        row_timeout_s: the deadline of one row-function call (default 30; 0: none). A call that exceeds it is
-            interrupted (a signal in the Python worker) and fails its record with ``RowTimeout`` into the retry
-            and dead-letter path; the batch goes on. A call stuck in native code that ignores signals cannot be
-            interrupted: its batch stalls until the progress watchdog moves the lock. Keep ``retry_attempts ×
-            row_timeout_s`` above the replica's ``stall_timeout_s``, so that a replica whose row function hangs
-            gives the lock up before its records are dead-lettered.
+        warmup_timeout_s: bound on the warm-up run in ``prepare``, on starting Spark and the query, and on a
+            cluster's standby executors registering (default 120).
 
     Raises:
         ConfigError: a setting cannot work; the message names it, its value and the fix (a ``ValueError`` too).
@@ -108,35 +66,98 @@ class SparkCareerConfig:
 
     data_root: Path
     queue_dir: Path | None = None
-    spark_master: str = "local[2]"
-    standby: Literal["warm", "cold"] = "warm"
-    max_files_per_trigger: int | None = 5
-    max_bytes_per_trigger: int | None = None
-    trigger_interval_s: float = 0.1
-    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
-    dedup_window: str = "2 minutes"
-    archive_retention_s: float = 7 * 24 * 3600.0
-    shuffle_partitions: int = 2
-    handover_timeout_s: float = 5.0
+    health: HealthSettings = field(default_factory=HealthSettings)
+    handover_budget_s: float = default_of(RunnerSettings, "handover_timeout_s")
     source_format: str = BINARY_FILE
     source_path: str | None = None
     source_options: Mapping[str, str] = field(default_factory=dict)
     source_schema: str | None = None
     source_file_expr: str = "'stream'"
     line_expr: str = "0"
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
     app_name: str = "tenure"
     warmup_timeout_s: float = 120.0
-    keep_warm_interval_s: float = 20.0
-    standby_executors: int = 1
-    transform: str | None = None
-    row_function: str | None = None
-    retry_attempts: int = 5
-    retry_backoff_s: float = 1.0
-    retry_backoff_max_s: float = 300.0
-    min_free_disk_mb: int = 512
-    probe_timeout_s: float = 10.0
-    row_timeout_s: float = 30.0
+    standby: Literal["warm", "cold"] = setting(
+        "warm", help="warm: followers hold a warmed SparkSession that has run the real pipeline once on a scratch "
+        "sample, so a new leader's first batch runs hot; cold: Spark starts at election (7–9 s here) and stops at "
+        "hand-over.", hazard="warm costs about 1 GB per follower; cold adds Spark's start to every failover.")
+    spark_master: str = setting(
+        "local[2]", help="Spark master: local[N], spark://…, k8s://…; on a cluster only the leader's application "
+        "holds its share of cores, followers --standby-executors each. Ignored when a SparkSession already exists "
+        "in the process (its master wins).")
+    spark_conf: Mapping[str, str] = setting(
+        factory=dict, help="Extra Spark settings, key=value[,key=value…], e.g. "
+        "spark.executor.memory=512m; static ones apply only when this career starts Spark.")
+    keep_warm_interval_s: float = setting(
+        20.0, unit="s", help="Warm standby, local Spark: a follower runs a tiny Python job this often so its Python "
+        "workers stay alive (Spark stops them after 60 s idle); 0: off.",
+        hazard="Off, or above 60 s, a new leader's first batch starts Python workers again (seconds).")
+    standby_executors: int = setting(
+        1, unit="executors", help="Warm standby on a cluster: executors a follower's own application holds, warmed "
+        "(spark.executor.cores each, default 1); it joins the election once they have registered, and its "
+        "application grows to the leader's share once it leads. If the cluster gives none within the warm-up's "
+        "deadline, the follower warms up locally and holds none (`standby_without_executors`). 0: followers hold "
+        "none (the leader's application starts at election).",
+        hazard="Each follower's executors are cores the leader cannot use.")
+    max_files_per_trigger: int | None = setting(
+        5, unit="files", help="Flow control: queue files per batch (ignored when --max-bytes-per-trigger is set).")
+    max_bytes_per_trigger: int | None = setting(
+        None, unit="bytes", help="Flow control: bytes per batch, if set; at least one file per batch.")
+    trigger_interval_s: float = setting(
+        0.1, unit="s", help="How often an idle consumer polls the queue (a sleep, not a wall-clock trigger): the "
+        "longest a file landing on an idle consumer waits. A busy query starts its next batch as soon as the last "
+        "one ends.", hazard="An idle poll lists the queue: measured 4.4 % of a core idle at 0.1 s, 1.7 % at 0.5 s.")
+    max_line_bytes: int = setting(
+        DEFAULT_MAX_LINE_BYTES, unit="bytes", help="Longer lines are quarantined as oversized.",
+        hazard="`tenure verify` must use the same value, or it counts those lines as lost.")
+    dedup_window: str = setting(
+        "2 minutes", help="How long a message id is remembered (a Spark interval); a repeat arriving later is "
+        "quarantined as late.", hazard="Each batch scans every remembered id (about 0.09 s a batch per million "
+        "ids on 2 cores): keep rate × window small.")
+    archive_retention_s: float = setting(
+        7 * 24 * 3600.0, unit="s", help="Archived queue files are deleted this long after archiving.",
+        hazard="`tenure verify` needs the queue files to audit; after deletion their ids count as unexpected.")
+    shuffle_partitions: int = setting(
+        2, unit="partitions", help="Output partitions (part files) per batch, by key; a batch of up to 20 000 "
+        "records is one part file.")
+    transform: str | None = setting(
+        None, help="package.module:function applied to each batch's records (a DataFrame) before the write; must "
+        "keep id, key, seq and one row per record. Checked at start-up.")
+    row_function: str | None = setting(
+        None, help="package.module:function called per record (a dict: id, key, seq, ts, payload), returning the "
+        "record (its payload may change) or None; a raise sends the record (and its key's later ones) to the retry "
+        "store.")
+    retry_attempts: int = setting(
+        5, unit="attempts", help="Attempts of a failing record before it is dead-lettered (1: no retry).")
+    retry_backoff_s: float = setting(
+        1.0, unit="s", help="Delay after a record's first failure; doubles with each attempt.")
+    retry_backoff_max_s: float = setting(300.0, unit="s", help="Cap of the retry delay.")
+    row_timeout_s: float = setting(
+        30.0, unit="s", help="Deadline of one row-function call; past it the call is interrupted (a signal in the "
+        "Python worker) and the record fails with RowTimeout into the retry and dead-letter path; the batch goes "
+        "on (0: none).",
+        hazard="A call stuck in native code that ignores signals cannot be interrupted: its batch stalls until the "
+        "watchdog moves the lock. Keep retry_attempts × row_timeout_s above stall_timeout_s, so that a replica "
+        "whose row function hangs gives the lock up before its records are dead-lettered.")
+    handover_spark_share: float = setting(
+        0.8, unit="share of handover_timeout_s", help="The Spark career's part of the handover budget: waiting "
+        "for the batch in flight, stopping the query and, on a cluster, the application; the rest is for the "
+        "handover record and the release.",
+        hazard="Near 1 the record and the release have only the 2 s grace past the budget; low, a clean handover "
+        "gives up on the batch in flight sooner (the successor runs it again).")
+    handover_query_stop_share: float = setting(
+        0.25, unit="share of the Spark career's part", help="Of the Spark career's part of the handover budget, "
+        "the share for stopping the streaming query (Spark's stopTimeout), at most handover_query_stop_max_s; the "
+        "batch in flight gets what the stops leave.",
+        hazard="Too small, a query that does not stop in time is left to the process's exit.")
+    handover_query_stop_max_s: float = setting(
+        1.5, unit="s", help="The most the streaming query's stop may take of a clean hand-over.")
+    handover_application_stop_share: float = setting(
+        0.25, unit="share of the Spark career's part", help="On a cluster, the share of the Spark career's part of "
+        "the handover budget for stopping the term's application (freeing its executors), at most "
+        "handover_application_stop_max_s.",
+        hazard="Too small, the application's executors are freed only when the master notices the driver gone.")
+    handover_application_stop_max_s: float = setting(
+        2.0, unit="s", help="On a cluster, the most stopping the term's application may take of a clean hand-over.")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_root", Path(self.data_root))
@@ -148,15 +169,21 @@ class SparkCareerConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{name}={value} is below 1: raise it to at least 1")
-        if self.min_free_disk_mb < 0:
-            raise ConfigError(f"min_free_disk_mb={self.min_free_disk_mb} is negative: use 0 to turn the check off")
         for name in ("max_line_bytes", "shuffle_partitions", "retry_attempts"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} is below 1; raise it to at least 1")
-        for name in ("trigger_interval_s", "handover_timeout_s", "archive_retention_s", "warmup_timeout_s",
-                     "retry_backoff_s", "probe_timeout_s"):
+        for name in ("trigger_interval_s", "handover_budget_s", "archive_retention_s", "warmup_timeout_s",
+                     "retry_backoff_s", "handover_query_stop_max_s", "handover_application_stop_max_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name):g} is not above 0 seconds; raise it")
+        for name in ("handover_spark_share", "handover_query_stop_share", "handover_application_stop_share"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ConfigError(f"{name}={getattr(self, name):g} is not a share: choose a value above 0 and at "
+                                  "most 1")
+        if self.handover_query_stop_share + self.handover_application_stop_share >= 1:
+            raise ConfigError(f"handover_query_stop_share={self.handover_query_stop_share:g} and "
+                              f"handover_application_stop_share={self.handover_application_stop_share:g} add up to "
+                              "1 or more, leaving the batch in flight no time: lower them")
         if self.row_timeout_s < 0:
             raise ConfigError(f"row_timeout_s={self.row_timeout_s:g} is negative; use 0 for no deadline")
         if self.standby_executors < 0:
@@ -170,10 +197,24 @@ class SparkCareerConfig:
                               f"{self.retry_backoff_s:g}; raise it to at least {self.retry_backoff_s:g}")
         if not _WINDOW.match(self.dedup_window):
             raise ConfigError(f"dedup_window={self.dedup_window!r} is not a Spark interval; use e.g. '2 minutes'")
+        stray = next((key for key in self.spark_conf if not key.startswith("spark.")), None)
+        if stray is not None:
+            raise ConfigError(f"spark_conf has {stray!r}, which is not a Spark setting: keys start with 'spark.'")
         clean = next((key for key in self.source_options if key.lower() == "cleansource"), None)
         if clean is not None:
             raise ConfigError(f"source_options sets {clean}={self.source_options[clean]!r}; remove it: the career "
                               "archives consumed files itself, and Spark's cleanSource is unsafe with two drivers")
+
+    def handover_split(self) -> HandoverSplit:
+        """How a clean hand-over spends this career's part of the budget (``handover_spark_share`` of
+        ``handover_budget_s``): each stop its share, up to its cap; the batch in flight what they leave. Each step
+        is bounded, so the three add up to the career's part, and the runner's overrun timer, which allows the
+        whole budget plus the handover record and the release, never fires on a hand-over that works."""
+        budget_s = self.handover_spark_share * self.handover_budget_s
+        query_s = min(self.handover_query_stop_max_s, self.handover_query_stop_share * budget_s)
+        application_s = (min(self.handover_application_stop_max_s, self.handover_application_stop_share * budget_s)
+                         if self.on_cluster else 0.0)
+        return HandoverSplit(budget_s - query_s - application_s, query_s, application_s)
 
     @property
     def retry_policy(self) -> RetryPolicy:

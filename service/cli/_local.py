@@ -8,9 +8,10 @@ from pathlib import Path
 import click
 
 from tenure.election import TenureError
+from tenure.service.cli._replica import setting_option
 from tenure.service.cli._root import fail, spark_cluster_option, stop_on_signals
-from tenure.service.local import Ensemble, SparkCluster, Topology, run_demo, run_up
-from tenure.service.replica import log_to_file
+from tenure.service.local import LOCAL_SPEC, Ensemble, SparkCluster, Topology, run_demo, run_up
+from tenure.service.replica import ReplicaSpec, log_to_file
 
 __all__ = ["demo", "spark", "up", "zk"]
 
@@ -70,12 +71,11 @@ def spark(workers: int, port: int, directory: Path, cores_per_worker: int, worke
 @click.option("--replicas", type=click.IntRange(1, 9), default=3, envvar="TENURE_UP_REPLICAS", show_default=True)
 @click.option("--dir", "directory", type=click.Path(path_type=Path), default=Path(".tenure/up"),
               envvar="TENURE_UP_DIR", show_default=True, help="ZooKeeper data, the data root and per-process logs.")
-@click.option("--career", default="spark", envvar="TENURE_CAREER", show_default=True,
-              help="spark, counter, or package.module:factory.")
-@click.option("--group", default="default", envvar="TENURE_GROUP", show_default=True)
-@click.option("--session-timeout-s", type=float, default=6.0, show_default=True)
-@click.option("--handover-timeout-s", type=float, default=3.0, show_default=True)
-@click.option("--standby", type=click.Choice(["warm", "cold"]), default="warm", show_default=True)
+@setting_option("career", envvar=True)
+@setting_option("group", envvar=True)
+@setting_option("session_timeout_s", default=LOCAL_SPEC["session_timeout_s"])
+@setting_option("handover_timeout_s", default=LOCAL_SPEC["handover_timeout_s"])
+@setting_option("standby")
 @click.option("--produce", "produce_records", type=int, default=0, show_default=True,
               help="Also run a producer of this many records (0: none).")
 @click.option("--rate", type=float, default=1000.0, show_default=True, help="Producer records per second.")
@@ -83,9 +83,9 @@ def spark(workers: int, port: int, directory: Path, cores_per_worker: int, worke
 def up(replicas: int, directory: Path, career: str, group: str, session_timeout_s: float,
        handover_timeout_s: float, standby: str, produce_records: int, rate: float, spark_workers: int) -> None:
     """Run the compose topology as local processes: a 3-server ensemble, N replicas, optionally a producer."""
-    topology = Topology(directory, replicas=replicas, group=group, career=career,
-                        session_timeout_s=session_timeout_s, handover_timeout_s=handover_timeout_s,
-                        replica_args=["--standby", standby], spark_workers=spark_workers)
+    spec = ReplicaSpec(career=career, group=group, session_timeout_s=session_timeout_s,
+                       handover_timeout_s=handover_timeout_s, standby=standby)
+    topology = Topology(directory, replicas=replicas, spec=spec, spark_workers=spark_workers)
     producer = ["--records", str(produce_records), "--keys", "50", "--rate", f"{rate:g}"] if produce_records else None
     log_to_file(topology.logs / "up.log")
     try:
@@ -99,7 +99,7 @@ def up(replicas: int, directory: Path, career: str, group: str, session_timeout_
               show_default=True, help="Wiped and re-created: ZooKeeper data, data root, logs.")
 @click.option("--records", type=click.IntRange(min=100), default=20000, show_default=True)
 @click.option("--rate", type=click.FloatRange(min=1), default=2000.0, show_default=True)
-@click.option("--career", default="spark", show_default=True)
+@setting_option("career")
 @spark_cluster_option
 def demo(directory: Path, records: int, rate: float, career: str, spark_workers: int) -> None:
     """The README's main job: 3 replicas and a producer, the leader SIGKILLed midway, then `verify`."""

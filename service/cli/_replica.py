@@ -1,39 +1,64 @@
-"""``tenure run``: one replica in the foreground, one flag per ``ReplicaConfig`` field."""
+"""``tenure run``: one replica in the foreground, one flag per declared setting (``SETTINGS``)."""
 
 from __future__ import annotations
 
 import sys
+import types
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import click
-from pydantic_core import PydanticUndefined
 
 from tenure.election import TenureError
 from tenure.service.cli._root import fail
-from tenure.service.replica import ReplicaConfig, load_config, run_replica
+from tenure.service.replica import SETTINGS, load_config, run_replica, setting_named
+from tenure.settings import Declaration
 
-__all__ = ["run"]
+__all__ = ["run", "setting_option", "shown_default"]
+
+
+def _click_type(declaration: Declaration) -> Any:
+    """The flag's type: a choice for a ``Literal``, the number or path type (alone or optional), else text."""
+    annotation = declaration.type
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        annotation = next(a for a in get_args(annotation) if a is not type(None))
+    if get_origin(annotation) is Literal:
+        return click.Choice(get_args(annotation))
+    return annotation if annotation in (int, float, Path) else str
+
+
+def shown_default(declaration: Declaration) -> str | None:
+    """How the flag's help shows its default; None when it has none to show (required, or unset or computed with
+    no words for it)."""
+    if declaration.required:
+        return None
+    if declaration.computed or declaration.default is None:
+        return declaration.default_text
+    return str(declaration.default)
 
 
 def _replica_options(command: Callable[..., None]) -> Callable[..., None]:
-    """One ``--flag`` (and ``TENURE_FLAG`` variable) per ``ReplicaConfig`` field, help from its description.
+    """One ``--flag`` (and ``TENURE_FLAG`` variable) per declared setting, its help from the declaration.
 
-    Defaults stay in the model: a flag left out is None here, so the TOML file and the model fill it.
+    Defaults stay in the declarations: a flag left out is None here, so the TOML file and the declaration fill it.
     """
-    for name, field in reversed(list(ReplicaConfig.model_fields.items())):
-        annotation = field.annotation
-        choices = get_args(annotation) if get_origin(annotation) is Literal else None
-        base = next((t for t in (int, float, Path) if annotation is t or t in get_args(annotation)), str)
-        click_type: Any = click.Choice(choices) if choices else base
-        default = field.get_default(call_default_factory=False) if field.default_factory is None else None
-        help_text = field.description or ""
-        if default not in (None, PydanticUndefined):
-            help_text += f" [default: {default}]"
-        command = click.option(f"--{name.replace('_', '-')}", name, type=click_type, default=None,
-                               envvar=f"TENURE_{name.upper()}", help=help_text)(command)
+    for declaration in reversed(SETTINGS):
+        default = shown_default(declaration)
+        help_text = declaration.describe() + (f" [default: {default}]" if default is not None else "")
+        command = click.option(declaration.flag, declaration.name, type=_click_type(declaration), default=None,
+                               envvar=declaration.variable, help=help_text)(command)
     return command
+
+
+def setting_option(name: str, *, default: Any = None, envvar: bool = False) -> Callable[[Any], Any]:
+    """The flag of another command (``tenure up``) for the replica's setting ``name``: its type and help from the
+    declaration, its default ``default`` or else the declared one; with ``envvar``, the setting's variable too."""
+    declaration = setting_named(name)
+    return click.option(declaration.flag, name, type=_click_type(declaration), show_default=True,
+                        default=declaration.default if default is None else default, help=declaration.help,
+                        envvar=declaration.variable if envvar else None)
 
 
 @click.command()

@@ -16,8 +16,9 @@ import click
 from kazoo.client import KazooClient
 from kazoo.security import ACL
 
+from tenure import __version__
 from tenure.election import DigestCredential, TenureError
-from tenure.service import __version__, ops
+from tenure.service import ops
 from tenure.service.replica import configure_logging
 
 __all__ = ["ZkTarget", "fail", "main", "spark_cluster_option", "stop_on_signals", "zk_target"]

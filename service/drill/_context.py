@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from tenure.service.drill._monitor import (
 from tenure.service.drill._settings import DrillSettings
 from tenure.service.local import NetNamespace, ReplicaLaunch, ReplicaProcess, Topology, free_base_port
 from tenure.service.ops import verify
-from tenure.service.replica import IS_LEADER
+from tenure.service.replica import IS_LEADER, ReplicaSpec
 
 __all__ = ["Drill", "Marker", "is_ready"]
 
@@ -62,7 +62,7 @@ class Drill:
     each named replica in its own (the chaos drill: whichever replica leads can be cut off). The ensemble's
     client port listens on the host end of ``ns`` (or of the first of ``namespaces``). Every replica runs with
     a fault file (``Topology(fault_files=True)``), so a scenario can arm a fault at a named point.
-    ``replica_args`` are a scenario's own ``tenure run`` flags, after the drill's; with ``hang_files`` each replica
+    ``replica_spec`` is a scenario's own settings, over the drill's; with ``hang_files`` each replica
     also runs with a hang file of its own (``hang_file``, named by ``tenure.career.drills.HANG_ENV``): a row function
     ``tenure.career.drills:hang_when_told`` hangs in the replica whose file the scenario writes.
 
@@ -75,7 +75,7 @@ class Drill:
     """
 
     def __init__(self, name: str, settings: DrillSettings, directory: Path, ns: NetNamespace | None,
-                 *, namespaces: dict[str, NetNamespace] | None = None, replica_args: Sequence[str] = (),
+                 *, namespaces: dict[str, NetNamespace] | None = None, replica_spec: ReplicaSpec | None = None,
                  hang_files: bool = False) -> None:
         self.name = name
         self.settings = settings
@@ -86,15 +86,11 @@ class Drill:
         # host name resolves to (`env` execs, so the replica keeps the pid the drill signals).
         launch = {rid: ReplicaLaunch((*space.exec_prefix, "env", "SPARK_LOCAL_IP=127.0.0.1"), space.ns_address)
                   for rid, space in self.namespaces.items()} or None
-        extra = ["--standby", "warm", "--counter-interval-s", f"{settings.counter_interval_s:g}",
-                 "--safe-fraction", f"{settings.safe_fraction:g}", "--failure-backoff-s", "1", *replica_args]
         self.hang_dir = directory.absolute() / "hang"
         ids = [f"replica-{i}" for i in range(1, _REPLICAS + 1)]
         env = {rid: {HANG_ENV: str(self.hang_file(rid))} for rid in ids} if hang_files else None
-        self.topology = Topology(directory, replicas=_REPLICAS, group=_GROUP, career=settings.career,
-                                 session_timeout_s=settings.session_timeout_s,
-                                 handover_timeout_s=settings.handover_timeout_s, zk_tick_ms=settings.zk_tick_ms,
-                                 replica_args=extra,
+        spec = settings.replica_spec() | ReplicaSpec(group=_GROUP) | (replica_spec or {})
+        self.topology = Topology(directory, replicas=_REPLICAS, spec=spec, zk_tick_ms=settings.zk_tick_ms,
                                  zk_client_address=zk_side.host_address if zk_side else "127.0.0.1",
                                  replica_launch=launch, zk_port=free_base_port(), fault_files=True,
                                  spark_workers=settings.spark_workers, replica_env=env)

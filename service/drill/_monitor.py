@@ -42,7 +42,8 @@ from tenure.career.lifecycle import (
 )
 from tenure.career.spark import BATCH_FAILED, BATCH_FENCED
 from tenure.election import COMMIT_FENCED, JOINED, RESUMED, REVOKED, SUSPENDED, GroupPaths
-from tenure.service.local import ReplicaProcess, Topology, sample_key, scrape
+from tenure.service.local import ReplicaProcess, Topology
+from tenure.service.ops import sample_key, scrape
 from tenure.service.replica import BATCHES, COMMITS_FENCED, FAULT_INJECTED, IS_LEADER, LEADER_EPOCH, RunnerState
 
 __all__ = [

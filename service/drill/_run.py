@@ -57,7 +57,7 @@ def run_scenario(name: str, settings: DrillSettings, directory: Path) -> Scenari
             if scenario_dir.exists():
                 shutil.rmtree(scenario_dir)
             drill = Drill(name, settings, scenario_dir, ns, hang_files=spec.hang_files,
-                          replica_args=spec.replica_args(settings) if spec.replica_args is not None else ())
+                          replica_spec=spec.replica_spec(settings) if spec.replica_spec is not None else None)
             try:
                 if not spec.custom_start:
                     drill.prepare()

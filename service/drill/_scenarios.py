@@ -37,6 +37,7 @@ from tenure.service.drill._settings import (
 )
 from tenure.service.local import NetNamespace, NetnsError, ReplicaProcess, SparkCluster, SparkClusterError
 from tenure.service.ops import connected, request_handover, wait_handover, write_lines
+from tenure.service.replica import ReplicaSpec
 
 __all__ = ["CLUSTER_SCENARIOS", "GROUPS", "SCENARIOS", "Scenario", "cluster_refusal", "expand"]
 
@@ -68,7 +69,7 @@ class Scenario:
     ``cluster``: it faults the embedded Spark cluster (``--spark-cluster``), so ``all`` includes it only on one.
     ``produce_s``: the production lasts at least this long (the records spread over it), so that the work
     outlasts the fault and what the criteria count after it.
-    ``replica_args``: the scenario's own ``tenure run`` flags, made from the run's settings (the stuck-leader
+    ``replica_spec``: the scenario's own replica settings, made from the run's settings (the stuck-leader
     drills: the progress watchdog's limits, misbehaving user code); ``hang_files``: each replica runs with a hang
     file of its own (``Drill.hang_file``).
     """
@@ -82,7 +83,7 @@ class Scenario:
     custom_start: bool = False
     cluster: bool = False
     produce_s: float | None = None
-    replica_args: Callable[[DrillSettings], tuple[str, ...]] | None = None
+    replica_spec: Callable[[DrillSettings], ReplicaSpec] | None = None
     hang_files: bool = False
 
 
@@ -448,21 +449,21 @@ _POISON_FILE = "drill-poison.jsonl"
 _POISON_KEY = "drill-poison"
 
 
-def _hung_row_args(s: DrillSettings) -> tuple[str, ...]:
+def _hung_row_spec(s: DrillSettings) -> ReplicaSpec:
     """The watchdog's limits, a row function that hangs where told, and enough attempts that no record is
     dead-lettered before the hung leader gives its lock up (``DrillSettings.retry_attempts``)."""
-    return (*s.watchdog_args(), "--row-function", "tenure.career.drills:hang_when_told",
-            "--retry-attempts", str(s.retry_attempts))
+    return s.watchdog_spec() | ReplicaSpec(row_function="tenure.career.drills:hang_when_told",
+                                           retry_attempts=s.retry_attempts)
 
 
-def _leader_alone(s: DrillSettings) -> tuple[str, ...]:
+def _leader_alone(s: DrillSettings) -> ReplicaSpec:
     """The cluster drills watch the leader's application alone on the master (its executor on every worker, the
     one application the restarted master recovers): followers hold no standby executors there."""
-    return ("--standby-executors", "0")
+    return ReplicaSpec(standby_executors=0)
 
 
-def _poison_args(s: DrillSettings) -> tuple[str, ...]:
-    return (*s.watchdog_args(), "--transform", "tenure.career.drills:fail_on_poison_pill")
+def _poison_spec(s: DrillSettings) -> ReplicaSpec:
+    return s.watchdog_spec() | ReplicaSpec(transform="tenure.career.drills:fail_on_poison_pill")
 
 
 def _wait_exit(d: Drill, replica: ReplicaProcess, timeout_s: float, why: str) -> int | None:
@@ -635,21 +636,21 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("cold-start", "all replicas start at once", _cold_start, custom_start=True),
     Scenario("rolling-restart", "restart every replica in turn", _rolling_restart),
     Scenario("worker-loss", "SIGKILL a Spark worker and its executor while batches run, later restart it",
-             _worker_loss, spark_only=True, cluster=True, produce_s=40.0, replica_args=_leader_alone),
+             _worker_loss, spark_only=True, cluster=True, produce_s=40.0, replica_spec=_leader_alone),
     Scenario("master-loss", f"SIGKILL the Spark master, restart it {MASTER_DOWN_S:g} s later (or two commit "
              "intervals, if longer)", _master_loss,
-             spark_only=True, cluster=True, produce_s=40.0, replica_args=_leader_alone),
+             spark_only=True, cluster=True, produce_s=40.0, replica_spec=_leader_alone),
     # The stuck-leader drills produce for 40 s at least: work must wait when the stuck leader gives its lock up.
     Scenario("frozen-jvm", "freeze the leader's Spark JVM (SIGSTOP), its Python process running on", _frozen_jvm,
-             spark_only=True, spark_need="a JVM to freeze", produce_s=40.0, replica_args=DrillSettings.watchdog_args),
+             spark_only=True, spark_need="a JVM to freeze", produce_s=40.0, replica_spec=DrillSettings.watchdog_spec),
     Scenario("hung-row-function", "the leader's row function hangs on a socket that never answers",
              _hung_row_function, spark_only=True, spark_need="a row function", produce_s=40.0,
-             replica_args=_hung_row_args, hang_files=True),
+             replica_spec=_hung_row_spec, hang_files=True),
     Scenario("frozen-next-in-line", "freeze the Spark JVM of the follower next in line, then SIGTERM the leader",
              _frozen_next_in_line, spark_only=True, spark_need="a JVM to freeze", produce_s=40.0,
-             replica_args=DrillSettings.watchdog_args),
+             replica_spec=DrillSettings.watchdog_spec),
     Scenario("poison-batch", "a queue file whose poison pill fails its batch on every leader", _poison_batch,
-             spark_only=True, spark_need="a transform", produce_s=40.0, replica_args=_poison_args),
+             spark_only=True, spark_need="a transform", produce_s=40.0, replica_spec=_poison_spec),
 ]}
 
 #: named groups of scenarios, for ``expand``: ``tenure drill stuck-leader`` runs a replica whose work hangs while

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from tenure.career.lifecycle import HEALTH_EVERY_S
 from tenure.election import TenureError
-from tenure.service.local import Ensemble
+from tenure.service.local import LOCAL_SPEC, Ensemble
+from tenure.service.replica import ReplicaSpec, setting_named
 
 __all__ = [
     "ABOUT_ONE_S",
@@ -83,10 +84,10 @@ class DrillSettings:
     career: str = "spark"
     records: int = 20000
     produce_s: float = 20.0
-    session_timeout_s: float = 6.0
-    handover_timeout_s: float = 3.0
+    session_timeout_s: float = LOCAL_SPEC["session_timeout_s"]
+    handover_timeout_s: float = LOCAL_SPEC["handover_timeout_s"]
     zk_tick_ms: int = Ensemble.DEFAULT_TICK_MS
-    safe_fraction: float = 0.5
+    safe_fraction: float = setting_named("safe_fraction").default
     counter_interval_s: float = 0.1
     startup_timeout_s: float = 300.0
     settle_timeout_s: float = 300.0
@@ -96,21 +97,15 @@ class DrillSettings:
     #: With N > 0 the replicas' leader runs its application on an embedded Spark standalone cluster of N
     #: one-core workers (``tenure drill --spark-cluster N``); 0: local Spark inside each replica.
     spark_workers: int = 0
-    # The progress watchdog's limits, ``tenure run``'s flags of the same names, which the stuck-leader drills pass
-    # to their replicas (``watchdog_args``); the defaults are the replica's.
-    #: A leader with input waiting that finishes no batch this long gives its lock up and exits.
-    stall_timeout_s: float = 120.0
-    #: Added to the stall timeout for a term's first batch (and to the liveness timeout for an inauguration).
-    first_batch_allowance_s: float = 60.0
-    #: The control loop must come round this often; the probe timeout stays below it.
-    liveness_timeout_s: float = 30.0
-    #: Deadline of each call into Spark's JVM and of the storage probe: a frozen JVM makes a follower leave the
-    #: line and a leader give its lock up (``spark_unresponsive``).
-    probe_timeout_s: float = 10.0
-    #: Deadline of one row-function call: a call hung on a socket fails its record into the retry path.
-    row_timeout_s: float = 30.0
-    #: A batch that failed this many terms in a row is set aside (poison-batch).
-    max_batch_attempts: int = 3
+    # The progress watchdog's limits and the deadlines it watches, ``tenure run``'s settings of the same names
+    # (their meaning is declared there), which the stuck-leader drills pass to their replicas (``watchdog_spec``);
+    # the defaults are the replica's own.
+    stall_timeout_s: float = setting_named("stall_timeout_s").default
+    first_batch_allowance_s: float = setting_named("first_batch_allowance_s").default
+    liveness_timeout_s: float = setting_named("liveness_timeout_s").default
+    probe_timeout_s: float = setting_named("probe_timeout_s").default
+    row_timeout_s: float = setting_named("row_timeout_s").default
+    max_batch_attempts: int = setting_named("max_batch_attempts").default
 
     @classmethod
     def make(cls, *, career: str, records: int | None, short: bool, spark_workers: int = 0) -> DrillSettings:
@@ -140,15 +135,19 @@ class DrillSettings:
         before any record is dead-lettered; at least the replica's default of 5."""
         return max(5, math.ceil(self.stall_timeout_s / self.row_timeout_s) + 2)
 
-    def watchdog_args(self) -> tuple[str, ...]:
-        """The progress watchdog's limits as ``tenure run`` flags (passed by the stuck-leader drills only: the
+    def replica_spec(self) -> ReplicaSpec:
+        """What every drill's replicas run with (a scenario's own settings go over it): this run's career and
+        timings, warm standby, and a failure back-off of a second."""
+        return ReplicaSpec(career=self.career, session_timeout_s=self.session_timeout_s,
+                           handover_timeout_s=self.handover_timeout_s, safe_fraction=self.safe_fraction,
+                           counter_interval_s=self.counter_interval_s, standby="warm", failure_backoff_s=1)
+
+    def watchdog_spec(self) -> ReplicaSpec:
+        """The progress watchdog's limits and the deadlines it watches (passed by the stuck-leader drills only: the
         other drills pause whole replicas past the short timeline's liveness timeout on purpose)."""
-        return ("--stall-timeout-s", f"{self.stall_timeout_s:g}",
-                "--first-batch-allowance-s", f"{self.first_batch_allowance_s:g}",
-                "--liveness-timeout-s", f"{self.liveness_timeout_s:g}",
-                "--probe-timeout-s", f"{self.probe_timeout_s:g}",
-                "--row-timeout-s", f"{self.row_timeout_s:g}",
-                "--max-batch-attempts", str(self.max_batch_attempts))
+        return ReplicaSpec(stall_timeout_s=self.stall_timeout_s, first_batch_allowance_s=self.first_batch_allowance_s,
+                           liveness_timeout_s=self.liveness_timeout_s, probe_timeout_s=self.probe_timeout_s,
+                           row_timeout_s=self.row_timeout_s, max_batch_attempts=self.max_batch_attempts)
 
 
 def worker_loss_budget_s(workers: int, interval_s: float) -> float:

@@ -12,6 +12,7 @@ from tenure.service.local._ensemble import (
     running_ensemble,
     start_ensemble,
 )
+from tenure.service.local._free_port import free_port
 from tenure.service.local._netns import NetNamespace, NetnsError, netns_unavailable
 from tenure.service.local._spark_cluster import (
     SPARK_PROCESS_DIED,
@@ -21,20 +22,19 @@ from tenure.service.local._spark_cluster import (
     SparkWorker,
 )
 from tenure.service.local._topology import (
+    LOCAL_SPEC,
     REPLICA_STOPPED,
     TOPOLOGY_STOPPED,
     ReplicaLaunch,
     ReplicaProcess,
     ReplicaStatus,
     Topology,
-    free_port,
-    sample_key,
-    scrape,
 )
 from tenure.service.local._up import run_up
 from tenure.service.local._wait import wait_for
 
 __all__ = [
+    "LOCAL_SPEC",
     "REPLICA_STOPPED",
     "SPARK_PROCESS_DIED",
     "TOPOLOGY_STOPPED",
@@ -59,8 +59,6 @@ __all__ = [
     "run_demo",
     "run_up",
     "running_ensemble",
-    "sample_key",
-    "scrape",
     "start_ensemble",
     "wait_for",
 ]

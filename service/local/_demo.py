@@ -14,6 +14,7 @@ from tenure.career.output import TABLE, snapshot_rows
 from tenure.career.queue import QueueLayout, is_queue_file
 from tenure.service.local._topology import Topology
 from tenure.service.ops import verify
+from tenure.service.replica import ReplicaSpec
 
 __all__ = ["run_demo"]
 
@@ -53,16 +54,16 @@ class _DrainProgress:
 
 
 def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, keys: int = 50,
-             career: str = "spark", session_timeout_s: float = 6.0, settle_timeout_s: float = 240.0,
-             warmup_timeout_s: float = 600.0, spark_workers: int = 0) -> int:
+             career: str = "spark", settle_timeout_s: float = 240.0, warmup_timeout_s: float = 600.0,
+             spark_workers: int = 0) -> int:
     """Run the scripted demonstration; returns 0 when the audit finds every message exactly once, in order."""
     console = Console(soft_wrap=True)  # long lines stay whole in logs and pipes
     if directory.exists():
         shutil.rmtree(directory)
     # Injected oversized lines are max_line_bytes + 1 long: a 64 KiB limit keeps the demo's queue small.
-    line_limit = ["--max-line-bytes", str(_MAX_LINE_BYTES)]
-    topology = Topology(directory, replicas=3, career=career, session_timeout_s=session_timeout_s,
-                        handover_timeout_s=3.0, replica_args=line_limit, spark_workers=spark_workers)
+    topology = Topology(directory, replicas=3, spec=ReplicaSpec(career=career, max_line_bytes=_MAX_LINE_BYTES),
+                        spark_workers=spark_workers)
+    session_timeout_s = topology.spec.value("session_timeout_s")
     try:
         cluster = f", a Spark cluster of {spark_workers} workers" if spark_workers else ""
         _say(console, f"starting a 3-server ZooKeeper ensemble{cluster} and 3 {career} replicas under {directory}")
@@ -71,7 +72,8 @@ def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, key
         _say(console, f"[green]{first.replica_id}[/] leads with epoch {first.epoch}; the others follow, warm")
         _say(console, f"producing {records} records over {keys} keys at {rate:g}/s, with 5% repeats and 1% bad lines")
         producer = topology.start_producer(["--records", str(records), "--keys", str(keys), "--rate", f"{rate:g}",
-                                            "--duplicates", "0.05", "--bad", "0.01", "--seed", "7", *line_limit])
+                                            "--duplicates", "0.05", "--bad", "0.01", "--seed", "7",
+                                            "--max-line-bytes", str(_MAX_LINE_BYTES)])
         topology.wait_for(lambda: topology.replica(first.replica_id).status().records >= records // 3, 180,
                           "the leader to write a third of the records")
         killed = topology.replica(first.replica_id)

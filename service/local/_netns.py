@@ -62,7 +62,8 @@ class NetNamespace:
     Example::
 
         with NetNamespace.create() as ns:
-            cmd = [*ns.exec_prefix, "python", "-m", "tenure", "run", "--zk", f"{ns.host_address}:2181", ...]
+            cmd = [*ns.exec_prefix, *spec.command(zk=f"{ns.host_address}:2181", replica_id="r1",
+                                                  metrics_host=ns.ns_address, metrics_port=9400)]
             ns.cut()     # the namespace loses the host
             ns.heal()
     """

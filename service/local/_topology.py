@@ -5,11 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +14,13 @@ from typing import Final
 
 import psutil
 import structlog
-from prometheus_client.parser import text_string_to_metric_families
 
 from tenure.career.spark import worker_python
 from tenure.service.local._ensemble import Ensemble, die_with_parent, free_base_port
+from tenure.service.local._free_port import free_port
 from tenure.service.local._spark_cluster import SparkCluster
 from tenure.service.local._wait import wait_for
+from tenure.service.ops import sample_key, scrape
 from tenure.service.replica import (
     BATCHES,
     IS_LEADER,
@@ -30,7 +28,7 @@ from tenure.service.replica import (
     RECORDS,
     SOURCE_BACKLOG_FILES,
     ZK_CONNECTED,
-    ReplicaConfig,
+    ReplicaSpec,
     arm,
     pause_descendants,
     pause_tree,
@@ -39,15 +37,13 @@ from tenure.service.replica import (
 )
 
 __all__ = [
+    "LOCAL_SPEC",
     "REPLICA_STOPPED",
     "TOPOLOGY_STOPPED",
     "ReplicaLaunch",
     "ReplicaProcess",
     "ReplicaStatus",
     "Topology",
-    "free_port",
-    "sample_key",
-    "scrape",
 ]
 
 # The log events other code reads (the drill, tests, bench): named once, here where they are logged.
@@ -58,34 +54,11 @@ TOPOLOGY_STOPPED: Final = "topology_stopped"
 #: one core for each follower (``--standby-executors``) on two workers with three replicas
 SPARK_CORES_PER_WORKER: Final = 2
 
+#: What a local topology (`tenure up`, `tenure demo`, the drills) changes of a replica's defaults: one machine, where
+#: no network pause is expected, affords a shorter session and handover than production's (faster failover).
+LOCAL_SPEC: Final = ReplicaSpec(session_timeout_s=6.0, handover_timeout_s=3.0)
+
 _log = structlog.get_logger("tenure.up")
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody holds right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def sample_key(metric: str, **labels: str) -> str:
-    """How :func:`scrape` names a sample: ``name{label=value,…}``, labels sorted (a Counter's name ends ``_total``)."""
-    inner = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-    return f"{metric}{{{inner}}}" if inner else metric
-
-
-def scrape(port: int, timeout_s: float = 1.0, host: str = "127.0.0.1") -> dict[str, float]:
-    """A replica's /metrics as {sample name with sorted labels: value}; empty when it does not answer."""
-    try:
-        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout_s) as resp:
-            body = resp.read().decode()
-    except (OSError, urllib.error.URLError):
-        return {}
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(body):
-        for sample in family.samples:
-            out[sample_key(sample.name, **sample.labels)] = sample.value
-    return out
 
 
 @dataclass(frozen=True)
@@ -129,7 +102,8 @@ def _replica_preexec(hold_signals: bool) -> Callable[[], None]:
 
 
 class ReplicaProcess:
-    """One `tenure run` child process with its metrics port and log file.
+    """One `tenure run` child process with its metrics port and log file, its command line made from ``spec``
+    (:meth:`ReplicaSpec.command`) with ``zk``, its id, its metrics address and its fault file.
 
     A pause stops the whole process tree (the Python process and its Spark JVM), as a frozen VM or container
     would: ``signal(SIGSTOP)`` and ``signal(SIGCONT)`` mean :meth:`pause` and :meth:`resume`, and :meth:`stop`
@@ -137,20 +111,20 @@ class ReplicaProcess:
     ``--fault-file`` (see ``tenure.service.replica._faults``).
     """
 
-    def __init__(self, replica_id: str, port: int, args: list[str], log_path: Path,
-                 env: dict[str, str] | None = None, *, command_prefix: list[str] | None = None,
+    def __init__(self, replica_id: str, port: int, spec: ReplicaSpec, log_path: Path,
+                 env: dict[str, str] | None = None, *, zk: str, command_prefix: list[str] | None = None,
                  metrics_host: str = "127.0.0.1", fault_file: Path | None = None, module: str = "tenure",
                  cwd: Path | None = None) -> None:
         self.replica_id = replica_id
         self.port = port
+        self.spec = spec
         self.log_path = log_path
         self.metrics_host = metrics_host
         self.fault_file = fault_file
-        faults = ["--fault-file", str(fault_file)] if fault_file is not None else []
         # ``module`` and ``cwd``: an earlier release's replica (tests/test_upgrade.py) runs ``service`` from its tree
         self._cwd = cwd
-        self._cmd = [*(command_prefix or []), sys.executable, "-m", module, "run", "--replica-id", replica_id,
-                     "--metrics-host", metrics_host, "--metrics-port", str(port), *args, *faults]
+        self._cmd = [*(command_prefix or []), *spec.command(zk=zk, replica_id=replica_id, metrics_host=metrics_host,
+                                                            metrics_port=port, fault_file=fault_file, module=module)]
         self._env = {**os.environ, **(env or {})}
         self._hold_signals = module == "tenure"
         self.process: subprocess.Popen[bytes] | None = None
@@ -287,45 +261,41 @@ def _reap_orphans(children: list[psutil.Process], grace_s: float = 5.0) -> None:
     psutil.wait_procs(alive, timeout=grace_s)
 
 
-def _share_cluster(replica_args: list[str], *, cores: int, replicas: int) -> None:
-    """Leave room on the embedded cluster for each follower's standby executors (``--standby-executors``, one
-    core each): the leader's share, ``spark.cores.max``, is what is left, unless ``replica_args`` say otherwise.
-    Edits ``replica_args`` in place (its ``--spark-conf``, or a new one)."""
-    standby = ReplicaConfig.model_fields["standby_executors"].default
-    if "--standby-executors" in replica_args:
-        standby = int(replica_args[replica_args.index("--standby-executors") + 1])
-    share = f"spark.cores.max={max(1, cores - (replicas - 1) * standby)}"
-    if "--spark-conf" not in replica_args:
-        replica_args += ["--spark-conf", share]
-        return
-    at = replica_args.index("--spark-conf") + 1
-    if "spark.cores.max=" not in replica_args[at]:
-        replica_args[at] = f"{replica_args[at]},{share}"
+def _share_cluster(spec: ReplicaSpec, *, cores: int, replicas: int) -> ReplicaSpec:
+    """Leave room on the embedded cluster for each follower's standby executors (``standby_executors``, one core
+    each): the leader's share, ``spark.cores.max``, is what is left, unless ``spec``'s ``spark_conf`` says otherwise.
+    Returns the ``spark_conf`` to add to ``spec``."""
+    conf = dict(spec.value("spark_conf"))
+    conf.setdefault("spark.cores.max", str(max(1, cores - (replicas - 1) * spec.value("standby_executors"))))
+    return ReplicaSpec(spark_conf=conf)
 
 
 class Topology:
     """The docker-compose topology as local processes, for `tenure up`, the demo and drills.
 
+    Every replica runs with ``spec`` over :data:`LOCAL_SPEC` (its group, career, timings …); the topology fills in
+    the data root (``<directory>/data``), the ensemble, each replica's id, port and fault file and, with
+    ``spark_workers``, the embedded Spark cluster's master.
+
     Example::
 
-        with Topology(Path(".tenure/up"), replicas=3) as topo:
+        with Topology(Path(".tenure/up"), replicas=3, spec=ReplicaSpec(career="counter")) as topo:
             leader = topo.wait_for_leader(30)
             topo.replica(leader.replica_id).signal(signal.SIGKILL)
     """
 
-    def __init__(self, directory: Path, *, replicas: int = 3, group: str = "default", career: str = "spark",
-                 session_timeout_s: float = 6.0, handover_timeout_s: float = 3.0,
-                 zk_tick_ms: int = Ensemble.DEFAULT_TICK_MS,
-                 replica_args: list[str] | None = None, zk_servers: int = 3, zk_client_address: str = "127.0.0.1",
+    def __init__(self, directory: Path, *, replicas: int = 3, spec: ReplicaSpec | None = None,
+                 zk_tick_ms: int = Ensemble.DEFAULT_TICK_MS, zk_servers: int = 3, zk_client_address: str = "127.0.0.1",
                  replica_launch: dict[str, ReplicaLaunch] | None = None, zk_port: int | None = None,
                  fault_files: bool = False, spark_workers: int = 0,
                  replica_env: dict[str, dict[str, str]] | None = None) -> None:
+        if spec is not None and "data_root" in spec:
+            raise ValueError(f"a topology's data root is {directory / 'data'}: leave data_root out of its spec")
         self.directory = directory
         #: with ``fault_files``, replica R runs with ``--fault-file <directory>/faults/R`` (see ``arm``)
         self.faults_dir = directory / "faults" if fault_files else None
         self.data_root = directory / "data"
         self.logs = directory / "logs"
-        self.group = group
         port = zk_port if zk_port is not None else free_base_port(zk_servers)
         self.ensemble = Ensemble(servers=zk_servers, port=port, directory=directory / "zk",
                                  tick_ms=zk_tick_ms, client_address=zk_client_address)
@@ -337,17 +307,13 @@ class Topology:
         self.replica_launch = dict(replica_launch or {})
         #: extra environment of each replica by id (kept across restarts), e.g. a drill's hang file
         self.replica_env = {name: dict(env) for name, env in (replica_env or {}).items()}
-        self.handover_timeout_s = handover_timeout_s
-        replica_args = list(replica_args or [])
-        spark_args = []
+        #: what every replica runs with (the ensemble and each replica's own settings aside)
+        self.spec = LOCAL_SPEC | (spec or {}) | ReplicaSpec(data_root=self.data_root)
         if self.spark is not None:
-            spark_args = ["--spark-master", self.spark.master_url, "--spark-master-webui", self.spark.webui_url]
-            _share_cluster(replica_args, cores=spark_workers * SPARK_CORES_PER_WORKER, replicas=replicas)
-        self._replica_args = [
-            "--zk", self.ensemble.connect_string, "--group", group, "--data-root", str(self.data_root),
-            "--career", career, "--session-timeout-s", f"{session_timeout_s:g}",
-            "--handover-timeout-s", f"{handover_timeout_s:g}", *spark_args, *replica_args,
-        ]
+            self.spec |= ReplicaSpec(spark_master=self.spark.master_url, spark_master_webui=self.spark.webui_url)
+            self.spec |= _share_cluster(self.spec, cores=spark_workers * SPARK_CORES_PER_WORKER, replicas=replicas)
+        self.group: str = self.spec.value("group")
+        self.handover_timeout_s: float = self.spec.value("handover_timeout_s")
         self.replicas = [self._new_replica(f"replica-{i}") for i in range(1, replicas + 1)]
         self.producer: subprocess.Popen[bytes] | None = None
 
@@ -357,8 +323,8 @@ class Topology:
         env = {"TENURE_LOG_LEVEL": "info", **self.replica_env.get(replica_id, {})}
         if self.spark is not None:  # the driver binds and advertises loopback; executors run this Python
             env |= {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": worker_python()}
-        return ReplicaProcess(replica_id, free_port(), self._replica_args, self.logs / f"{replica_id}.log",
-                              env=env, command_prefix=list(launch.prefix),
+        return ReplicaProcess(replica_id, free_port(), self.spec, self.logs / f"{replica_id}.log", env=env,
+                              zk=self.ensemble.connect_string, command_prefix=list(launch.prefix),
                               metrics_host=launch.metrics_host, fault_file=fault_file)
 
     def __enter__(self) -> Topology:

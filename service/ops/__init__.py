@@ -10,6 +10,7 @@ from tenure.service.ops._groups import connected, format_groups, queue_lag, queu
 from tenure.service.ops._handover import HandoverDone, HandoverError, request_handover, wait_handover
 from tenure.service.ops._history import format_history, show_history
 from tenure.service.ops._produce import Producer, ProducerError, produce, write_lines
+from tenure.service.ops._scrape import sample_key, scrape
 from tenure.service.ops._status import fetch_status, format_status_table, show_status
 from tenure.service.ops._verify import (
     CONTENT_FIELDS,
@@ -42,6 +43,8 @@ __all__ = [
     "read_committed_batch",
     "remove_group",
     "request_handover",
+    "sample_key",
+    "scrape",
     "show_history",
     "show_status",
     "undrain",

@@ -5,10 +5,11 @@ replica carries no operator tool and no local infrastructure.
 """
 
 from tenure.career.lifecycle import RunnerState, StallReason
-from tenure.service.replica._config import ReplicaConfig, load_config
+from tenure.service.replica._config import SETTINGS, ReplicaConfig, load_config, setting_named
 from tenure.service.replica._faults import FAULT_INJECTED, FAULT_POINTS, FaultFile, InjectedFault, arm
 from tenure.service.replica._four_letter import four_letter_word
 from tenure.service.replica._health import HTTP_REQUEST_FAILED, HealthServer
+from tenure.service.replica._launch import PER_PROCESS, ReplicaSpec
 from tenure.service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
 from tenure.service.replica._logs import configure_logging, log_to_file
 from tenure.service.replica._metrics import (
@@ -49,9 +50,11 @@ __all__ = [
     "HTTP_REQUEST_FAILED",
     "IS_LEADER",
     "LEADER_EPOCH",
+    "PER_PROCESS",
     "PROGRESS_AGE",
     "QUEUES",
     "RECORDS",
+    "SETTINGS",
     "SOURCE_BACKLOG_FILES",
     "STALLS",
     "ZK_CONNECTED",
@@ -62,6 +65,7 @@ __all__ = [
     "Metrics",
     "RegisteredGroup",
     "ReplicaConfig",
+    "ReplicaSpec",
     "RunnerState",
     "StallReason",
     "arm",
@@ -77,5 +81,6 @@ __all__ = [
     "registered_groups",
     "resume_tree",
     "run_replica",
+    "setting_named",
     "tree_pids",
 ]

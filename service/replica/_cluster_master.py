@@ -9,14 +9,50 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["StandaloneMaster", "master_webuis"]
+from tenure.election import ConfigError
+from tenure.settings import setting
+
+__all__ = ["MasterSettings", "StandaloneMaster", "master_webuis"]
 
 _WEBUI_PORT = 8080  # the standalone master's default (spark.master.ui.port)
 _CSRF_TOKEN = re.compile(r'name="csrfToken" value="([^"]+)"')
 _KILL_FIX = "set spark.ui.killEnabled=true on the master"
 _NO_KILL_HANDLER = (404, 405)  # what a master with killing disabled answers: it serves no kill link
+
+
+@dataclass(frozen=True, kw_only=True)
+class MasterSettings:
+    """How a new leader reaches a Spark standalone master's web UI (``tenure run``'s flags of the same names).
+
+    Example::
+
+        MasterSettings().request_timeout_s(probe_timeout_s=10.0)  # 2.0: a quarter of the probe, at most 2 s
+    """
+
+    spark_master_webui: str | None = setting(
+        None, default_text="port 8080 on each master host", help="A spark:// master's web UI, "
+        "http://host:port[,…]. A new leader kills there the applications of earlier terms (a paused leader's), so "
+        "their cores come free.")
+    master_request_share: float = setting(
+        0.25, unit="share of probe_timeout_s", help="Each request to the master's web UI (its applications, a "
+        "kill, the check that followed) is bounded by this share of the probe timeout, at most "
+        "master_request_max_s: a reclaim makes a few of them within one probe's deadline.",
+        hazard="Near 1 one unanswered request uses up the whole probe, and the reclaim is put off.")
+    master_request_max_s: float = setting(2.0, unit="s", help="The most one request to the master's web UI may take.")
+
+    def __post_init__(self) -> None:
+        if not 0 < self.master_request_share <= 1:
+            raise ConfigError(f"master_request_share={self.master_request_share:g} is not a share: choose a value "
+                              "above 0 and at most 1")
+        if self.master_request_max_s <= 0:
+            raise ConfigError(f"master_request_max_s={self.master_request_max_s:g} is not above 0 seconds; raise it")
+
+    def request_timeout_s(self, probe_timeout_s: float) -> float:
+        """The bound of each request to the master, given the probe timeout that bounds the whole reclaim."""
+        return min(self.master_request_max_s, self.master_request_share * probe_timeout_s)
 
 
 def master_webuis(spark_master: str, webui: str | None) -> list[str]:

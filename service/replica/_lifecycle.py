@@ -34,7 +34,7 @@ from tenure.service.replica._proctree import tree_pids
 from tenure.service.replica._progress import Progress
 from tenure.service.replica._requests import OperatorRequests
 from tenure.service.replica._term_record import TermRecorder
-from tenure.service.replica._watchdog import StallLimits, Watchdog
+from tenure.service.replica._watchdog import Watchdog, WatchdogSettings, loop_live
 
 __all__ = ["EXIT_HANDOVER_OVERRUN", "EXIT_STALLED", "ReplicaControl", "RunnerMetrics", "build_runner"]
 
@@ -97,9 +97,10 @@ class ReplicaControl:
     control loop does.
     """
 
-    def __init__(self, progress: Progress, settings: RunnerSettings) -> None:
+    def __init__(self, progress: Progress, settings: RunnerSettings, watchdog: WatchdogSettings) -> None:
         self._progress = progress
         self._settings = settings
+        self._watchdog_settings = watchdog
         self._runner: Runner | None = None
         self._watchdog: Watchdog | None = None
         self._overrun: threading.Timer | None = None
@@ -107,15 +108,16 @@ class ReplicaControl:
 
     def attach(self, runner: Runner) -> None:
         self._runner = runner
-        self._watchdog = Watchdog(self._progress, StallLimits(self._settings.stall_timeout_s,
-                                                              self._settings.first_batch_allowance_s),
-                                  runner.give_up)
+        self._watchdog = Watchdog(self._progress, self._watchdog_settings, runner.give_up)
 
     # -- ProcessControl ----------------------------------------------------------------------------------------
 
     def loop_started(self) -> None:
         assert self._watchdog is not None, "attach() the runner first"
         self._watchdog.start()
+
+    def loop_live(self) -> bool:
+        return loop_live(self._progress.view(), self._watchdog_settings)
 
     def loop_ended(self) -> None:
         if self._watchdog is not None:
@@ -198,9 +200,10 @@ class ReplicaControl:
 
 
 def build_runner(election_factory: Callable[[Callable[[ElectionEvent], None]], Election], career: Career,
-                 metrics: Metrics, settings: RunnerSettings, *, progress: Progress) -> tuple[Runner, ReplicaControl]:
+                 metrics: Metrics, settings: RunnerSettings, *, watchdog: WatchdogSettings,
+                 progress: Progress) -> tuple[Runner, ReplicaControl]:
     """The runner of one replica, its ports implemented by this process (``control`` installs the signals)."""
-    control = ReplicaControl(progress, settings)
+    control = ReplicaControl(progress, settings, watchdog)
 
     def requests(election: Election, post: Callable[[RunnerEvent], None]) -> RequestSource:
         return OperatorRequests(election.client, election.paths, settings.replica_id, post)

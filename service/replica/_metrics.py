@@ -16,8 +16,8 @@ from prometheus_client import (
 )
 from prometheus_client.gc_collector import GCCollector
 
+from tenure import __version__
 from tenure.career.lifecycle import STALL_REASONS
-from tenure.service import __version__
 
 __all__ = [
     "BATCHES",

@@ -58,7 +58,7 @@ def _connect(config: ReplicaConfig) -> KazooClient:
     credential = config.credential
     client = KazooClient(
         hosts=config.zk,
-        timeout=config.session_timeout_s,
+        timeout=config.election.session_timeout_s,
         connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0},
         auth_data=credential.auth_data() if credential else None,
     )
@@ -75,7 +75,7 @@ def _connect(config: ReplicaConfig) -> KazooClient:
 def _queue_groups(config: ReplicaConfig, client: KazooClient) -> Callable[[], Collection[str]]:
     """The registry read the Spark career's archiving waits on: the groups registered on its queue."""
     queue_dir = config.queue_dir or config.data_root
-    timeout_s = config.safe_fraction * config.session_timeout_s
+    timeout_s = config.election.op_timeout_s  # a ZooKeeper read on the control thread, bounded as the election's
     return lambda: registered_groups(client, queue_dir, timeout_s=timeout_s)
 
 
@@ -92,10 +92,11 @@ def _register_group(config: ReplicaConfig, client: KazooClient) -> None:
                           f"ZooKeeper ({exc!r}): check --zk-auth and the ACLs of /tenure/_queues") from exc
 
 
-def _cluster_master(config: ReplicaConfig) -> StandaloneMaster | None:
+def _cluster_master(config: ReplicaConfig, spark_master: str) -> StandaloneMaster | None:
     """The standalone master whose applications of earlier terms a new leader kills; None off such a master."""
-    webuis = master_webuis(config.spark_master, config.spark_master_webui)
-    return StandaloneMaster(webuis, timeout_s=min(2.0, config.probe_timeout_s / 4)) if webuis else None
+    webuis = master_webuis(spark_master, config.master.spark_master_webui)
+    timeout_s = config.master.request_timeout_s(config.health.probe_timeout_s)
+    return StandaloneMaster(webuis, timeout_s=timeout_s) if webuis else None
 
 
 def _make_career(config: ReplicaConfig, observer: CareerObserver,
@@ -110,14 +111,16 @@ def _make_career(config: ReplicaConfig, observer: CareerObserver,
         career: Career = factory(config, observer)
         return career
     if config.career == "counter":
-        return CounterCareer(config.data_root / "counter.log", interval_s=config.counter_interval_s,
-                             observer=observer, min_free_bytes=config.min_free_disk_mb << 20,
-                             probe_timeout_s=config.probe_timeout_s)
+        return CounterCareer(config.data_root / "counter.log", interval_s=config.counter.counter_interval_s,
+                             observer=observer, health=config.health)
     from tenure.career.spark import HookError, SparkCareer  # imported only when Spark is the career
 
+    spark = config.spark
+    assert spark is not None, "the Spark career's settings are built for the Spark career"
     try:
-        return SparkCareer(config.spark_career_config(), observer, replica_id=config.replica_id, group=config.group,
-                           registered_groups=registered, faults=config.faults, cluster_master=_cluster_master(config))
+        return SparkCareer(spark, observer, replica_id=config.replica_id, group=config.group,
+                           registered_groups=registered, faults=config.faults,
+                           cluster_master=_cluster_master(config, spark.spark_master))
     except (ValueError, HookError) as exc:  # what only the career can check: the dedup interval, the hooks
         raise ConfigError(str(exc)) from exc
 
@@ -131,14 +134,14 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
     structlog.contextvars.bind_contextvars(replica_id=config.replica_id, group=config.group)
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry, replica_id=config.replica_id, group=config.group)
-    progress = Progress(metrics, liveness_timeout_s=config.liveness_timeout_s)  # the career's observer
+    progress = Progress(metrics)  # the career's observer
     try:
         server = HealthServer(config.metrics_host, config.metrics_port, registry)
     except OSError as exc:
         raise ConfigError(f"metrics_port={config.metrics_port} cannot be bound on {config.metrics_host} "
                           f"({exc.strerror}): choose another --metrics-port or stop what holds it") from exc
     try:
-        _check_session_timeout(config.zk, config.session_timeout_s)
+        _check_session_timeout(config.zk, config.election.session_timeout_s)
         config.data_root.mkdir(parents=True, exist_ok=True)
         client = _connect(config)
     except BaseException:
@@ -164,14 +167,15 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
         metrics_url=f"http://{advertised}:{server.port}/metrics",
         started_at=time.time(),
     )
-    timing = config.election_settings()
+    timing = config.election
 
     def election_factory(on_event: Callable[[ElectionEvent], None]) -> Election:
         return Election(client, group=config.group, identity=identity, on_event=on_event,
                         credential=config.credential, session_timeout_s=timing.session_timeout_s,
                         safe_fraction=timing.safe_fraction, op_timeout_s=timing.op_timeout_s, faults=config.faults)
 
-    runner, control = build_runner(election_factory, career, metrics, config.runner_settings(), progress=progress)
+    runner, control = build_runner(election_factory, career, metrics, config.runner, watchdog=config.watchdog,
+                                   progress=progress)
 
     control.install_signal_handlers()
     metrics.zk_connected.set(1 if client.connected else 0)

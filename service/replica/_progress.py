@@ -24,8 +24,8 @@ class ProgressView:
     Attributes:
         now: when it was read.
         last_tick: when the control loop last came round.
-        loop_deadline: the control loop counts as stuck after this (its last tick plus the liveness timeout, or
-            later while it is inside a step allowed to take longer, such as an inauguration).
+        inaugurating_since: when the inauguration the control loop is inside began (it may outlast the liveness
+            timeout by the watchdog's allowance); None outside one.
         working_since: when the current stretch of leading (LEADING, not paused) began; None when not leading.
         first_batch_done: whether a batch has finished in this term.
         waiting_since: since when input has been waiting (queue files or due retries); None when none waits.
@@ -36,7 +36,7 @@ class ProgressView:
 
     now: float
     last_tick: float
-    loop_deadline: float
+    inaugurating_since: float | None
     working_since: float | None
     first_batch_done: bool
     waiting_since: float | None
@@ -57,21 +57,19 @@ class Progress:
 
     Example::
 
-        progress = Progress(metrics, liveness_timeout_s=30)
+        progress = Progress(metrics)
         career = SparkCareer(config, progress, replica_id="r1")   # batches report here
         progress.tick()                                            # the control loop, each round
         progress.view().stalled_for()                             # the watchdog, from its own thread
     """
 
-    def __init__(self, metrics: Metrics, *, liveness_timeout_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, metrics: Metrics, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._metrics = metrics
-        self._liveness_timeout_s = liveness_timeout_s
         self._clock = clock
         self._lock = threading.Lock()
         now = clock()
         self._tick = now
-        self._allowed_until = now
+        self._inaugurating_since: float | None = None
         self._working_since: float | None = None
         self._first_batch_done = False
         self._input_waiting = False
@@ -91,18 +89,17 @@ class Progress:
             self._tick = self._clock()
 
     @contextlib.contextmanager
-    def allowing(self, seconds: float) -> Iterator[None]:
-        """The loop is inside a step bounded by ``seconds`` that may outlast the liveness timeout (an
-        inauguration that starts Spark): it is not stuck before then, nor after the step unless the timeout
-        passes again."""
+    def inaugurating(self) -> Iterator[None]:
+        """The loop is inside an inauguration, which may outlast the liveness timeout (starting Spark): the
+        watchdog allows it the first-batch allowance; after it the liveness timeout counts from its end."""
         with self._lock:
-            self._allowed_until = self._clock() + seconds
+            self._inaugurating_since = self._clock()
         try:
             yield
         finally:
             with self._lock:
                 self._tick = self._clock()
-                self._allowed_until = self._tick
+                self._inaugurating_since = None
 
     def working(self, leading: bool, *, new_term: bool = False) -> None:
         """The runner began (or resumed) leading, or stopped; a new term's first batch gets its own allowance."""
@@ -115,8 +112,7 @@ class Progress:
     def view(self) -> ProgressView:
         with self._lock:
             return ProgressView(
-                now=self._clock(), last_tick=self._tick,
-                loop_deadline=max(self._tick + self._liveness_timeout_s, self._allowed_until),
+                now=self._clock(), last_tick=self._tick, inaugurating_since=self._inaugurating_since,
                 working_since=self._working_since, first_batch_done=self._first_batch_done,
                 waiting_since=self._waiting_since, last_progress=self._last_progress, in_flight=self._in_flight,
                 backlog_files=self._backlog_files)
@@ -125,11 +121,6 @@ class Progress:
         """The batch running now, if any."""
         with self._lock:
             return self._in_flight
-
-    def loop_age(self) -> float:
-        """Seconds since the control loop last came round."""
-        with self._lock:
-            return self._clock() - self._tick
 
     # -- CareerObserver ---------------------------------------------------------------------------------------
 

@@ -27,12 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository r
 
 from bench._paired import main
 from bench._throughput import _run_bare, _run_tenure
+from tenure.service.replica import ReplicaSpec
 
 
 def _quiet_loop(work: Path, source: Path, records: int) -> dict[str, Any]:
-    config = work / "replica.toml"
-    config.write_text("idle_backoff_s = 1.0\n")
-    return _run_tenure(work, source, records, replica_args=["--config", str(config)])
+    return _run_tenure(work, source, records, spec=ReplicaSpec(idle_backoff_s=1.0))
 
 
 if __name__ == "__main__":
