@@ -1,5 +1,4 @@
-"""Replica configuration: the replica's own settings composed with its parts', from flags, ``TENURE_*`` variables
-and an optional TOML file, each validated at start-up by the part that declares it."""
+"""The replica's configuration: its own settings and its parts' (flags, variables, TOML), each checked by its part."""
 
 from __future__ import annotations
 

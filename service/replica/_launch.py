@@ -1,5 +1,4 @@
-"""A replica's command line from its settings: the one way ``tenure up``, ``tenure demo``, the drills, the tests and
-the benchmarks start ``tenure run``."""
+"""A replica's command line from its settings: how ``tenure up``, the drills, the tests and the bench start one."""
 
 from __future__ import annotations
 
