@@ -1,5 +1,5 @@
-"""The fenced writes of one term (the commit record, the handover record), and the narrow view of a term (``Term``)
-they write through."""
+"""The fenced writes of one term (the commit record, the handover record through its door, ``_handover``), and the
+narrow view of a term (``Term``) they write through."""
 
 from __future__ import annotations
 
@@ -8,23 +8,17 @@ from collections.abc import Callable
 from typing import Any, Final, Literal, Protocol
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 from kazoo.security import ACL
 from structlog.typing import FilteringBoundLogger
 
+from tenure.election._boundary import zookeeper_errors
 from tenure.election._errors import CommitOutcomeUnknown, Fenced, NotLeader
+from tenure.election._handover import HandoverRecord, write_handover
 from tenure.election._layout import GroupPaths
 from tenure.election._states import LeadershipState
-from tenure.election._transaction import (
-    OutcomeUnknownError,
-    encode_record,
-    fenced_set,
-    parse_record,
-    read_back,
-    read_record,
-)
+from tenure.election._transaction import OutcomeUnknownError, encode_record, fenced_set, read_back, read_record
 
-__all__ = ["COMMIT_FENCED", "CommitTally", "Fence", "Term", "read_handover"]
+__all__ = ["COMMIT_FENCED", "CommitTally", "Fence", "Term"]
 
 # The log events other code reads (the drill, tests, bench): named once, here where they are logged.
 COMMIT_FENCED: Final = "commit_fenced"
@@ -65,16 +59,6 @@ class Term(Protocol):
     def log(self) -> FilteringBoundLogger: ...
 
     def is_leader(self) -> bool: ...
-
-
-def read_handover(term: Term) -> dict[str, Any] | None:
-    """The handover record at ``/tenure/<group>/handover`` (``None`` if none was written); needs no leadership,
-    so ``Election.read_handover`` answers a follower too."""
-    try:
-        raw, _ = term.client.get_async(term.paths.handover).get(timeout=term.op_timeout_s)
-    except NoNodeError:
-        return None
-    return parse_record(raw)
 
 
 class CommitTally:
@@ -152,10 +136,16 @@ class Fence:
         return text if expected_version is None else f"{text}, expected version {expected_version}"
 
     def read_commit(self) -> tuple[dict[str, Any] | None, int]:
-        """The stored commit record (``None`` if never committed) and its znode version."""
+        """The stored commit record (``None`` if never committed) and its znode version.
+
+        Raises:
+            ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed (``zookeeper_errors``).
+        """
         term = self._term
-        record, version = read_record(term.client, term.paths.commit, acl=term.acl, timeout_s=term.op_timeout_s,
-                                      context=self._context())
+        context = self._context()
+        with zookeeper_errors(context):
+            record, version = read_record(term.client, term.paths.commit, acl=term.acl, timeout_s=term.op_timeout_s,
+                                          context=context)
         with self._lock:
             self._stored_epoch = None if record is None or record.get("epoch") is None else int(record["epoch"])
         return record, version
@@ -191,6 +181,7 @@ class Fence:
             NotLeader: suspended, past the safe-until deadline, or disconnected — nothing was sent.
             Fenced: the node is gone, the version moved, or a higher epoch is stored.
             CommitOutcomeUnknown: the reply was lost and the outcome could not be read back (re-read).
+            ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed otherwise (``zookeeper_errors``).
         """
         self._count("attempted")
         context = self._context(expected_version)
@@ -200,9 +191,10 @@ class Fence:
             term.faults("before_transaction")  # a pause here is what the fence exists for
         data = encode_record(record, self._epoch)
         try:
-            version = fenced_set(term.client, node=self._node, node_version=self._node_version,
-                                 target=term.paths.commit, data=data, expected_version=expected_version,
-                                 timeout_s=term.op_timeout_s, context=context)
+            with zookeeper_errors(context):
+                version = fenced_set(term.client, node=self._node, node_version=self._node_version,
+                                     target=term.paths.commit, data=data, expected_version=expected_version,
+                                     timeout_s=term.op_timeout_s, context=context)
         except Fenced:
             self._count("fenced")
             term.log.info(COMMIT_FENCED, epoch=self._epoch, expected_version=expected_version)
@@ -235,31 +227,18 @@ class Fence:
         raise Fenced(f"{context}: connection lost during the commit and the record moved to version "
                      f"{version} by someone else; fenced")
 
-    def read_handover(self) -> dict[str, Any] | None:
-        """The handover record at ``/tenure/<group>/handover`` (``None`` if none was written): a plain read."""
-        return read_handover(self._term)
-
-    def write_handover(self, record: dict[str, Any]) -> None:
-        """Write the handover record, fenced like a commit: one transaction checks this term's own node and
-        compare-and-sets the record (plus ``"epoch"``), after refusing a record a later term already wrote.
+    def write_handover(self, record: HandoverRecord) -> None:
+        """Write the handover record for this term, fenced like a commit (``election._handover.write_handover``).
 
         Raises:
             Fenced: own node gone, record moved, or a higher epoch stored there.
-            CommitOutcomeUnknown: the reply was lost, so the outcome is unknown (re-read with ``read_handover``).
+            CommitOutcomeUnknown: the reply was lost, so the outcome is unknown (re-read the record).
+            ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed otherwise.
         """
         term = self._term
-        context = f"group {term.paths.group}, epoch {self._epoch}, node {self._node}, handover"
-        stored, version = read_record(term.client, term.paths.handover, acl=term.acl, timeout_s=term.op_timeout_s,
-                                      context=context)
-        if stored is not None and int(stored.get("epoch", -1)) > self._epoch:
-            raise Fenced(f"{context}: the stored handover has epoch {stored['epoch']}, higher than ours; fenced")
-        try:
-            fenced_set(term.client, node=self._node, node_version=self._node_version, target=term.paths.handover,
-                       data=encode_record(record, self._epoch), expected_version=version,
-                       timeout_s=term.op_timeout_s, context=context)
-        except OutcomeUnknownError as exc:
-            raise CommitOutcomeUnknown(f"{context}: connection lost while writing; outcome unknown ({exc})") from exc
-        term.log.info("handover_written", epoch=self._epoch, clean=record.get("clean"))
+        write_handover(term.client, term.paths, record, epoch=self._epoch, node=self._node,
+                       node_version=self._node_version, acl=term.acl, timeout_s=term.op_timeout_s)
+        term.log.info("handover_written", epoch=self._epoch, clean=record.clean)
 
     def __repr__(self) -> str:
         return f"Fence(group={self._term.paths.group!r}, epoch={self._epoch}, node={self._node!r})"

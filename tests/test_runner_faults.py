@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss
-from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -45,8 +43,11 @@ from tenure.election import (
     GroupPaths,
     Identity,
     NotLeader,
+    OperatorRequests,
     Revoked,
+    TermHistory,
     Unresponsive,
+    ZooKeeperUnavailable,
 )
 from tenure.service.local import wait_for
 from tenure.service.replica import Metrics
@@ -57,19 +58,20 @@ SESSION_S = 3.0
 
 
 class _FlakyElection(Election):
-    """An election whose ``read_handover``/``write_handover`` first raise the errors queued for them."""
+    """An election whose ``read_handover``/``write_handover`` first raise the errors queued for them (the errors the
+    election's public calls raise: the product's, ``tests/test_election_boundary.py`` shows ZooKeeper's are mapped)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.read_faults: list[BaseException] = []
         self.write_faults: list[BaseException] = []
 
-    def read_handover(self) -> dict[str, Any] | None:
+    def read_handover(self) -> HandoverRecord | None:
         if self.read_faults:
             raise self.read_faults.pop(0)
         return super().read_handover()
 
-    def write_handover(self, record: dict[str, Any]) -> None:
+    def write_handover(self, record: HandoverRecord) -> None:
         if self.write_faults:
             raise self.write_faults.pop(0)
         super().write_handover(record)
@@ -190,7 +192,9 @@ def harness(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[Callable[.
         career = _RecordingCounter(counter_log, progress)
         runner, _control = build_runner(election_factory, career, metrics,
                                         RunnerSettings(replica_id="r1", handover_timeout_s=2.0, idle_backoff_s=0.02,
-                                       failure_backoff_s=0.5, tick_s=0.05), progress=progress)
+                                       failure_backoff_s=0.5, tick_s=0.05), progress=progress,
+                                        requests=OperatorRequests(client, zk_group, timeout_s=SESSION_S / 2),
+                                        history=TermHistory(client, zk_group, timeout_s=SESSION_S / 2))
         outcome: list[object] = []
 
         def run() -> None:
@@ -221,11 +225,10 @@ def harness(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[Callable[.
     ("where", "fault"),
     [
         ("write", CommitOutcomeUnknown("injected: connection lost while writing; outcome unknown")),
-        ("read", ConnectionLoss()),
-        ("read", KazooTimeoutError("injected: read timed out")),
+        ("read", ZooKeeperUnavailable("injected: ZooKeeper did not answer (ConnectionLoss)")),
         ("read", NotLeader("injected: suspended while inaugurating")),
     ],
-    ids=["write-CommitOutcomeUnknown", "read-ConnectionLoss", "read-KazooTimeoutError", "read-NotLeader"],
+    ids=["write-CommitOutcomeUnknown", "read-ZooKeeperUnavailable", "read-NotLeader"],
 )
 def test_zookeeper_failure_at_inauguration_rejoins_then_leads(harness: Callable[..., _Harness], where: str,
                                                               fault: BaseException) -> None:
@@ -251,7 +254,7 @@ def test_failed_handover_record_at_stop_still_releases(harness: Callable[..., _H
     h = harness()
     wait_for(h.leading, 20, "the runner to lead")
     wait_for(lambda: len(h.counter_lines()) >= 2, 10, "commits")
-    h.election.write_faults.append(ConnectionLoss())
+    h.election.write_faults.append(ZooKeeperUnavailable("injected: ZooKeeper did not answer (ConnectionLoss)"))
     assert h.stop() == 0
     not_written = h.events(HANDOVER_RECORD_NOT_WRITTEN)
     assert len(not_written) == 1 and "ConnectionLoss" in not_written[0]["reason"]

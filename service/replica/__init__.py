@@ -7,7 +7,6 @@ replica carries no operator tool and no local infrastructure.
 from tenure.career.lifecycle import RunnerState, StallReason
 from tenure.service.replica._config import ReplicaConfig, load_config
 from tenure.service.replica._faults import FAULT_INJECTED, FAULT_POINTS, FaultFile, InjectedFault, arm
-from tenure.service.replica._four_letter import four_letter_word
 from tenure.service.replica._health import HTTP_REQUEST_FAILED, HealthServer
 from tenure.service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
 from tenure.service.replica._logs import configure_logging, log_to_file
@@ -26,15 +25,6 @@ from tenure.service.replica._metrics import (
 )
 from tenure.service.replica._process import run_replica
 from tenure.service.replica._proctree import pause_descendants, pause_tree, resume_tree, tree_pids
-from tenure.service.replica._registry import (
-    QUEUES,
-    GroupError,
-    RegisteredGroup,
-    list_groups,
-    queue_path,
-    register_group,
-    registered_groups,
-)
 from tenure.service.replica._term_record import CANARY_GAP
 
 __all__ = [
@@ -50,31 +40,23 @@ __all__ = [
     "IS_LEADER",
     "LEADER_EPOCH",
     "PROGRESS_AGE",
-    "QUEUES",
     "RECORDS",
     "SOURCE_BACKLOG_FILES",
     "STALLS",
     "ZK_CONNECTED",
     "FaultFile",
-    "GroupError",
     "HealthServer",
     "InjectedFault",
     "Metrics",
-    "RegisteredGroup",
     "ReplicaConfig",
     "RunnerState",
     "StallReason",
     "arm",
     "configure_logging",
-    "four_letter_word",
-    "list_groups",
     "load_config",
     "log_to_file",
     "pause_descendants",
     "pause_tree",
-    "queue_path",
-    "register_group",
-    "registered_groups",
     "resume_tree",
     "run_replica",
     "tree_pids",
