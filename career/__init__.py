@@ -22,7 +22,7 @@ if TYPE_CHECKING:
         CareerContext,
         CareerObserver,
         FailedBatch,
-        Fence,
+        FencedCommit,
         HandoverRecord,
         Outcome,
     )
@@ -34,7 +34,7 @@ __all__ = [
     "CareerObserver",
     "CounterCareer",
     "FailedBatch",
-    "Fence",
+    "FencedCommit",
     "HandoverRecord",
     "Outcome",
     "Probe",
@@ -47,7 +47,7 @@ _HOMES = {
     "Probe": "_deadline",
     "call_within": "_deadline",
     "StorageHealth": "_health",
-    **dict.fromkeys(["BatchFailed", "Career", "CareerContext", "CareerObserver", "FailedBatch", "Fence",
+    **dict.fromkeys(["BatchFailed", "Career", "CareerContext", "CareerObserver", "FailedBatch", "FencedCommit",
                      "HandoverRecord", "Outcome"], "_protocol"),
 }
 

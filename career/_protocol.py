@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from tenure.election import FailedBatch, HandoverRecord
 from tenure.election._errors import TenureError
 
-__all__ = ["BatchFailed", "Career", "CareerContext", "CareerObserver", "FailedBatch", "Fence", "HandoverRecord",
+__all__ = ["BatchFailed", "Career", "CareerContext", "CareerObserver", "FailedBatch", "FencedCommit", "HandoverRecord",
            "Outcome"]
 
 
@@ -38,7 +38,7 @@ class BatchFailed(TenureError):
 
 
 @runtime_checkable
-class Fence(Protocol):
+class FencedCommit(Protocol):
     """The fenced commit primitive, implemented by ``election``: the only way output becomes visible.
 
     ``read_commit`` returns the stored commit record (``None`` if none yet) and its znode version.
@@ -97,7 +97,7 @@ class CareerContext:
     """
 
     epoch: int
-    fence: Fence
+    fence: FencedCommit
     still_leading: Callable[[], bool]
     previous_handover: HandoverRecord | None
     set_aside: FailedBatch | None = None

@@ -52,7 +52,7 @@ from tenure.election import (
 from tenure.service.local import wait_for
 from tenure.service.replica import Metrics
 from tenure.service.replica._lifecycle import build_runner
-from tenure.service.replica._progress import Progress
+from tenure.service.replica._progress import ProgressClock
 
 SESSION_S = 3.0
 
@@ -188,7 +188,7 @@ def harness(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[Callable[.
 
         metrics = Metrics(CollectorRegistry(), replica_id="r1", group=zk_group, default_collectors=False)
         counter_log = tmp_path / "counter.log"
-        progress = Progress(metrics, liveness_timeout_s=30.0)
+        progress = ProgressClock(metrics, liveness_timeout_s=30.0)
         career = _RecordingCounter(counter_log, progress)
         runner, _control = build_runner(election_factory, career, metrics,
                                         RunnerSettings(replica_id="r1", handover_timeout_s=2.0, idle_backoff_s=0.02,

@@ -16,7 +16,7 @@ import click
 
 from tenure.election import DigestCredential, TenureError, ZooKeeperClient, connected
 from tenure.service import __version__
-from tenure.service.replica import configure_logging
+from tenure.service._logs import configure_logging
 
 __all__ = ["ZkTarget", "fail", "main", "spark_cluster_option", "stop_on_signals", "zk_target"]
 

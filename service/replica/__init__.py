@@ -1,4 +1,4 @@
-"""The replica process (``tenure run``): config, the runner's control loop, metrics, health, logs, fault points.
+"""The replica process (``tenure run``): config, the runner's ports, metrics, health, fault points.
 
 Imports nothing from ``tenure.service.ops``, ``tenure.service.local`` or ``tenure.service.drill``: a production
 replica carries no operator tool and no local infrastructure.
@@ -9,7 +9,6 @@ from tenure.service.replica._config import ReplicaConfig, load_config
 from tenure.service.replica._faults import FAULT_INJECTED, FAULT_POINTS, FaultFile, InjectedFault, arm
 from tenure.service.replica._health import HTTP_REQUEST_FAILED, HealthServer
 from tenure.service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
-from tenure.service.replica._logs import configure_logging, log_to_file
 from tenure.service.replica._metrics import (
     BATCHES,
     COMMITS_FENCED,
@@ -52,9 +51,7 @@ __all__ = [
     "RunnerState",
     "StallReason",
     "arm",
-    "configure_logging",
     "load_config",
-    "log_to_file",
     "pause_descendants",
     "pause_tree",
     "resume_tree",

@@ -23,7 +23,7 @@ from tenure.career.lifecycle import Leadership, RequestSource, Runner, RunnerSet
 from tenure.election import ElectionEvent, TermHistory
 from tenure.service.replica._metrics import Metrics
 from tenure.service.replica._proctree import tree_pids
-from tenure.service.replica._progress import Progress
+from tenure.service.replica._progress import ProgressClock
 from tenure.service.replica._term_record import TermRecorder
 from tenure.service.replica._watchdog import StallLimits, Watchdog
 
@@ -88,7 +88,7 @@ class ReplicaControl:
     control loop does.
     """
 
-    def __init__(self, progress: Progress, settings: RunnerSettings) -> None:
+    def __init__(self, progress: ProgressClock, settings: RunnerSettings) -> None:
         self._progress = progress
         self._settings = settings
         self._runner: Runner | None = None
@@ -189,7 +189,7 @@ class ReplicaControl:
 
 
 def build_runner(leadership_factory: Callable[[Callable[[ElectionEvent], None]], Leadership], career: Career,
-                 metrics: Metrics, settings: RunnerSettings, *, progress: Progress, requests: RequestSource,
+                 metrics: Metrics, settings: RunnerSettings, *, progress: ProgressClock, requests: RequestSource,
                  history: TermHistory) -> tuple[Runner, ReplicaControl]:
     """The runner of one replica, its ports implemented by this process (``control`` installs the signals):
     operators' ``requests`` and the term ``history`` are its group's, in ZooKeeper."""

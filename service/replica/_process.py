@@ -35,7 +35,7 @@ from tenure.service.replica._config import ReplicaConfig
 from tenure.service.replica._health import HealthServer
 from tenure.service.replica._lifecycle import build_runner
 from tenure.service.replica._metrics import Metrics
-from tenure.service.replica._progress import Progress
+from tenure.service.replica._progress import ProgressClock
 
 __all__ = ["run_replica"]
 
@@ -132,7 +132,7 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
     structlog.contextvars.bind_contextvars(replica_id=config.replica_id, group=config.group)
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry, replica_id=config.replica_id, group=config.group)
-    progress = Progress(metrics, liveness_timeout_s=config.liveness_timeout_s)  # the career's observer
+    progress = ProgressClock(metrics, liveness_timeout_s=config.liveness_timeout_s)  # the career's observer
     try:
         server = HealthServer(config.metrics_host, config.metrics_port, registry)
     except OSError as exc:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import structlog
 
 from tenure.career.lifecycle import Stall, StallReason
-from tenure.service.replica._progress import Progress, ProgressView
+from tenure.service.replica._progress import ProgressClock, ProgressView
 
 __all__ = ["StallLimits", "Watchdog", "find_stall"]
 
@@ -58,7 +58,7 @@ class Watchdog:
         watchdog.start()
     """
 
-    def __init__(self, progress: Progress, limits: StallLimits, on_stall: Callable[[Stall], None], *,
+    def __init__(self, progress: ProgressClock, limits: StallLimits, on_stall: Callable[[Stall], None], *,
                  interval_s: float = 1.0) -> None:
         self._progress = progress
         self._limits = limits
