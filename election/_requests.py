@@ -106,7 +106,8 @@ class OperatorRequests:
         requests.put_drain(DrainRequest("r2", "new disk", time.time()))
         requests.watch("r2", on_drain=print, on_handover=print)   # from kazoo's thread: only enqueue there
 
-    Raises (every call): ZooKeeperUnavailable, ZooKeeperDenied, ElectionError when ZooKeeper fails.
+    Raises (every call but ``watch``, which waits): ZooKeeperUnavailable, ZooKeeperDenied, ElectionError when
+    ZooKeeper fails.
     """
 
     def __init__(self, client: ZooKeeperClient, group: str, *, credential: DigestCredential | None = None,
@@ -196,7 +197,8 @@ class OperatorRequests:
               on_handover: Callable[[HandoverRequest | None], None]) -> None:
         """Call ``on_drain`` with ``replica_id``'s drain request and ``on_handover`` with the group's handover
         request (None when there is none) at once, then on every change, across reconnects. Both are called from
-        kazoo's thread: they must only enqueue."""
+        kazoo's thread: they must only enqueue. Hazard: kazoo's ``DataWatch`` retries its first read until
+        ZooKeeper answers, so while the ensemble is unreachable this call waits for it."""
         def drain_changed(data: bytes | None, stat: ZnodeStat | None) -> None:
             on_drain(None if stat is None else DrainRequest.decode(replica_id, data))
 
