@@ -28,10 +28,10 @@ from kazoo.client import KazooClient
 from kazoo.protocol.states import EventType, WatchedEvent
 
 from bench._common import BenchContext, Result, Target, percentiles
-from tenure.election import ELECTED, GroupPaths, GroupStatus, group_status
+from tenure.election import ELECTED, GroupPaths, GroupStatus, four_letter_word, group_status
 from tenure.service.drill import read_events
 from tenure.service.local import Ensemble, EnsembleError, Topology, wait_for
-from tenure.service.replica import ReplicaSpec, four_letter_word
+from tenure.service.replica import ReplicaSpec
 
 __all__ = ["run_election_failover"]
 

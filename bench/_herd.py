@@ -15,9 +15,8 @@ from kazoo.protocol.states import WatchedEvent
 
 from bench._children_watch import ChildrenWatchElection
 from bench._common import ENSEMBLE_ATTEMPTS, ENSEMBLE_START_S, BenchContext, Result, Target
-from tenure.election import Election, Identity, LeadershipState
+from tenure.election import Election, Identity, LeadershipState, four_letter_word
 from tenure.service.local import Ensemble, running_ensemble, wait_for
-from tenure.service.replica import four_letter_word
 
 __all__ = ["run_herd"]
 

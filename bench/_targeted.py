@@ -13,8 +13,8 @@ from typing import Any
 from bench._cluster import HANDOVER_TIMEOUT_S, SESSION_TIMEOUT_S, CommitTimeline, TenureCluster
 from bench._common import BenchContext, Result, Target
 from bench._handover import change, stats, steady
-from tenure.election import group_status
-from tenure.service.ops import connected, request_handover
+from tenure.election import connected, group_status
+from tenure.service.ops import request_handover
 
 __all__ = ["run_targeted"]
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import BenchContext, Result, machine, markdown_table, write_result
-from tenure.service.replica import configure_logging
+from tenure.service._logs import configure_logging
 
 __all__ = ["BENCHMARKS", "main"]
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
         CareerContext,
         CareerObserver,
         FailedBatch,
-        Fence,
+        FencedCommit,
         HandoverRecord,
         Outcome,
     )
@@ -35,7 +35,7 @@ __all__ = [
     "CounterCareer",
     "CounterSettings",
     "FailedBatch",
-    "Fence",
+    "FencedCommit",
     "HandoverRecord",
     "HealthSettings",
     "Outcome",
@@ -51,7 +51,7 @@ _HOMES = {
     "call_within": "_deadline",
     "HealthSettings": "_health",
     "StorageHealth": "_health",
-    **dict.fromkeys(["BatchFailed", "Career", "CareerContext", "CareerObserver", "FailedBatch", "Fence",
+    **dict.fromkeys(["BatchFailed", "Career", "CareerContext", "CareerObserver", "FailedBatch", "FencedCommit",
                      "HandoverRecord", "Outcome"], "_protocol"),
 }
 

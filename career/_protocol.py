@@ -1,4 +1,8 @@
-"""The leadership lifecycle protocol: inaugurate, execute again and again, hand over (seed 000's ILeaderCareer)."""
+"""The leadership lifecycle protocol: inaugurate, execute again and again, hand over (seed 000's ILeaderCareer).
+
+``HandoverRecord`` and ``FailedBatch``, which a career finds in its ``CareerContext``, are the election's (the
+handover record's one door, ``tenure.election``), re-exported here for careers.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from tenure.election import FailedBatch, HandoverRecord
 from tenure.election._errors import TenureError
 
-__all__ = ["BatchFailed", "Career", "CareerContext", "CareerObserver", "FailedBatch", "Fence", "HandoverRecord",
+__all__ = ["BatchFailed", "Career", "CareerContext", "CareerObserver", "FailedBatch", "FencedCommit", "HandoverRecord",
            "Outcome"]
 
 
@@ -32,70 +37,8 @@ class BatchFailed(TenureError):
         self.batch_id = batch_id
 
 
-@dataclass(frozen=True)
-class FailedBatch:
-    """A batch that ended consecutive terms without committing, carried from term to term in the handover record.
-
-    ``attempts`` counts terms in a row that tried ``batch_id`` and failed (or stalled) on it; a term that
-    commits it ends the count. ``error`` is the last attempt's error, cut short.
-    """
-
-    batch_id: int
-    attempts: int
-    error: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"batch_id": self.batch_id, "attempts": self.attempts, "error": self.error}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> FailedBatch:
-        return cls(batch_id=int(data["batch_id"]), attempts=int(data["attempts"]), error=str(data.get("error", "")))
-
-    def again(self, batch_id: int, error: str) -> FailedBatch:
-        """The count after another term failed on ``batch_id``: one more if it is this batch, else a new count."""
-        attempts = self.attempts + 1 if batch_id == self.batch_id else 1
-        return FailedBatch(batch_id, attempts, error[:500])
-
-
-@dataclass(frozen=True)
-class HandoverRecord:
-    """What the previous leader left at ``/tenure/<group>/handover`` (``None`` in the context if nothing)."""
-
-    epoch: int
-    last_batch: int | None
-    clean: bool
-    at: float
-    replica_id: str = ""
-    reason: str | None = None  # why the term ended, when it did not end cleanly on request
-    failed_batch: FailedBatch | None = None  # carried forward by every term until a term commits past it
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "epoch": self.epoch,
-            "last_batch": self.last_batch,
-            "clean": self.clean,
-            "at": self.at,
-            "replica_id": self.replica_id,
-            "reason": self.reason,
-            "failed_batch": None if self.failed_batch is None else self.failed_batch.to_json(),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> HandoverRecord:
-        failed = data.get("failed_batch")
-        return cls(
-            epoch=int(data["epoch"]),
-            last_batch=None if data.get("last_batch") is None else int(data["last_batch"]),
-            clean=bool(data["clean"]),
-            at=float(data["at"]),
-            replica_id=str(data.get("replica_id", "")),
-            reason=None if data.get("reason") is None else str(data["reason"]),
-            failed_batch=FailedBatch.from_json(failed) if isinstance(failed, dict) else None,
-        )
-
-
 @runtime_checkable
-class Fence(Protocol):
+class FencedCommit(Protocol):
     """The fenced commit primitive, implemented by ``election``: the only way output becomes visible.
 
     ``read_commit`` returns the stored commit record (``None`` if none yet) and its znode version.
@@ -154,7 +97,7 @@ class CareerContext:
     """
 
     epoch: int
-    fence: Fence
+    fence: FencedCommit
     still_leading: Callable[[], bool]
     previous_handover: HandoverRecord | None
     set_aside: FailedBatch | None = None

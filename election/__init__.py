@@ -34,6 +34,10 @@ What is not guaranteed:
   of the servers'. A process paused between its check and the transaction is still stopped by the fence.
 * A commit whose reply is lost has an unknown outcome until the record is read back; ``Fence.commit``
   tries once and otherwise raises ``CommitOutcomeUnknown`` (an ``ElectionError``) — re-read with ``read_commit()``.
+* Every public call raises the product's errors only (``TenureError`` and its subclasses), never kazoo's: a
+  connection or session lost, or a call timed out, is ``ZooKeeperUnavailable``; an ACL refusal ``ZooKeeperDenied``
+  (both ``ElectionError``s); ``Fenced`` and ``CommitOutcomeUnknown`` keep their meaning. Code outside
+  ``election/`` holds a client (``connect``) only to pass it to these calls.
 * Epochs rise only within one ensemble's life: wiping ZooKeeper's data directory restarts zxids.
 * Digest ACLs (``DigestCredential``) are applied when znodes are created; existing open znodes keep their ACL.
 
@@ -50,7 +54,7 @@ Example::
 """
 
 from tenure.election._acl import DigestCredential
-from tenure.election._drain import DrainRequest, drain_requests
+from tenure.election._client import ZooKeeperClient, connect, connected, disconnect, is_connected
 from tenure.election._election import ELECTED, RESUMED, REVOKED, SUSPENDED, Election
 from tenure.election._errors import (
     CommitOutcomeUnknown,
@@ -60,6 +64,8 @@ from tenure.election._errors import (
     NotLeader,
     TenureError,
     Unresponsive,
+    ZooKeeperDenied,
+    ZooKeeperUnavailable,
 )
 from tenure.election._events import (
     ConnectionChanged,
@@ -71,20 +77,31 @@ from tenure.election._events import (
     Suspended,
 )
 from tenure.election._fence import COMMIT_FENCED, Fence
-from tenure.election._handover_request import HandoverRequest, read_handover_request
+from tenure.election._four_letter import four_letter_word
+from tenure.election._handover import FailedBatch, HandoverRecord, read_handover
 from tenure.election._history import HISTORY_LIMIT, TERM_ENDINGS, TermHistory, TermRecord, read_history
 from tenure.election._identity import Identity
-from tenure.election._layout import GroupPaths
+from tenure.election._layout import QUEUES, GroupPaths, QueuePaths
 from tenure.election._line import JOINED, RELEASE_INCOMPLETE, RELEASED
+from tenure.election._registry import (
+    RegisteredGroup,
+    group_queues,
+    list_groups,
+    register_group,
+    registered_groups,
+    unregister_group,
+)
+from tenure.election._requests import DrainRequest, HandoverRequest, OperatorRequests
 from tenure.election._settings import ElectionSettings
 from tenure.election._states import TRANSITIONS, IllegalTransitionError, LeadershipState, check_transition
-from tenure.election._status import Contender, GroupStatus, group_status
+from tenure.election._status import Contender, GroupStatus, group_status, read_commit, read_contenders
 
 __all__ = [
     "COMMIT_FENCED",
     "ELECTED",
     "HISTORY_LIMIT",
     "JOINED",
+    "QUEUES",
     "RELEASED",
     "RELEASE_INCOMPLETE",
     "RESUMED",
@@ -103,16 +120,21 @@ __all__ = [
     "ElectionError",
     "ElectionEvent",
     "ElectionSettings",
+    "FailedBatch",
     "Fence",
     "Fenced",
     "Following",
     "GroupPaths",
     "GroupStatus",
+    "HandoverRecord",
     "HandoverRequest",
     "Identity",
     "IllegalTransitionError",
     "LeadershipState",
     "NotLeader",
+    "OperatorRequests",
+    "QueuePaths",
+    "RegisteredGroup",
     "Resumed",
     "Revoked",
     "Suspended",
@@ -120,9 +142,23 @@ __all__ = [
     "TermHistory",
     "TermRecord",
     "Unresponsive",
+    "ZooKeeperClient",
+    "ZooKeeperDenied",
+    "ZooKeeperUnavailable",
     "check_transition",
-    "drain_requests",
+    "connect",
+    "connected",
+    "disconnect",
+    "four_letter_word",
+    "group_queues",
     "group_status",
-    "read_handover_request",
+    "is_connected",
+    "list_groups",
+    "read_commit",
+    "read_contenders",
+    "read_handover",
     "read_history",
+    "register_group",
+    "registered_groups",
+    "unregister_group",
 ]

@@ -22,6 +22,7 @@ from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NoNodeError,
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from tenure.election._acl import DigestCredential
+from tenure.election._boundary import zookeeper_errors
 from tenure.election._errors import ElectionError, NotLeader
 from tenure.election._events import (
     ConnectionChanged,
@@ -32,14 +33,14 @@ from tenure.election._events import (
     Revoked,
     Suspended,
 )
-from tenure.election._fence import CommitTally, Fence, read_handover
-from tenure.election._history import TermHistory
+from tenure.election._fence import CommitTally, Fence
+from tenure.election._handover import HandoverRecord, read_handover
 from tenure.election._identity import Identity
 from tenure.election._layout import GroupPaths
 from tenure.election._line import Line, OwnNode, Place, Verdict
 from tenure.election._settings import ElectionSettings
 from tenure.election._states import LeadershipState, check_transition
-from tenure.election._status import Contender, group_status
+from tenure.election._status import Contender, read_contenders
 
 __all__ = ["ELECTED", "RESUMED", "REVOKED", "SUSPENDED", "Election"]
 
@@ -164,7 +165,6 @@ class Election:
         self.op_timeout_s = settings.op_timeout_s
         self.faults = faults
         self.log = _log.bind(group=group, replica=identity.replica_id)
-        self.history = TermHistory(client, self.paths, acl=self.acl, timeout_s=self.op_timeout_s)
         self._on_event = on_event
         self._clock = clock
         self._line = Line(client, self.paths, identity, acl=self.acl, op_timeout_s=self.op_timeout_s, clock=clock,
@@ -258,6 +258,10 @@ class Election:
         if self._clock() >= deadline or self.client.state != KazooState.CONNECTED:
             return False
         return self._current_session() == session
+
+    def leads(self, epoch: int | None) -> bool:
+        """True iff leading now (``is_leader``) in the term of ``epoch``, not in another term of this replica."""
+        return self.is_leader() and self.epoch == epoch
     def start(self, *, join: bool = True) -> None:
         """Start the control thread and, unless ``join`` is False, join the election (creates the node there);
         returns at once. A replica drained before it starts starts without joining, and joins when undrained."""
@@ -340,23 +344,41 @@ class Election:
                                     tally=self._commits)
             return self._fence
 
-    def read_handover(self) -> dict[str, Any] | None:
-        """The handover record at ``/tenure/<group>/handover`` (``None`` if none was written), read as the fence
-        reads it (``Fence.read_handover``); no leadership needed."""
-        return read_handover(self)
+    def read_handover(self) -> HandoverRecord | None:
+        """The group's handover record (``None`` if none was written); no leadership needed.
 
-    def write_handover(self, record: dict[str, Any]) -> None:
+        Raises:
+            ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed, or the node holds no record.
+        """
+        return read_handover(self.client, self.group, timeout_s=self.op_timeout_s)
+
+    def write_handover(self, record: HandoverRecord) -> None:
         """Write the handover record through the current term's fence (``Fence.write_handover``).
 
         Raises:
             NotLeader: not leading now. Fenced: own node gone, record moved, or a higher epoch stored there.
             CommitOutcomeUnknown: the reply was lost, so the outcome is unknown (re-read with ``read_handover``).
+            ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed otherwise.
         """
         self.fence().write_handover(record)
 
     def contenders(self) -> list[Contender]:
-        """All contenders in line order (leader first), read from ZooKeeper now."""
-        return group_status(self.client, self.group).contenders
+        """All contenders in line order (leader first), read from ZooKeeper now.
+
+        Raises:
+            ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed.
+        """
+        return read_contenders(self.client, self.group, timeout_s=self.op_timeout_s)
+
+    def close_session(self) -> None:
+        """End the ZooKeeper session now, stopping the client: the node goes at once and the successor hears, not a
+        session timeout later. For a replica that gives its lock up and exits; the client is useless after it.
+
+        Raises:
+            ZooKeeperUnavailable, ElectionError: the client could not be stopped (the session then expires).
+        """
+        with zookeeper_errors(f"group {self.group}: closing the session"):
+            self.client.stop()
 
     def __repr__(self) -> str:
         return f"Election(group={self.group!r}, replica={self.identity.replica_id!r}, state={self.state.name})"

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-__all__ = ["CommitOutcomeUnknown", "ConfigError", "ElectionError", "Fenced", "NotLeader", "TenureError", "Unresponsive"]
+__all__ = [
+    "CommitOutcomeUnknown",
+    "ConfigError",
+    "ElectionError",
+    "Fenced",
+    "NotLeader",
+    "TenureError",
+    "Unresponsive",
+    "ZooKeeperDenied",
+    "ZooKeeperUnavailable",
+]
 
 
 class TenureError(Exception):
@@ -19,6 +29,17 @@ class ConfigError(TenureError, ValueError):
 
 class ElectionError(TenureError):
     """The election could not proceed (for example ZooKeeper refused an operation we cannot retry)."""
+
+
+class ZooKeeperUnavailable(ElectionError):
+    """ZooKeeper did not answer: the connection was lost, the session expired, the client was closed, or a call
+    timed out. Raised for kazoo's own errors at the election's boundary, so no caller sees kazoo's types; the
+    election itself rides out such failures (it suspends, rejoins), a caller retries or ends its step."""
+
+
+class ZooKeeperDenied(ElectionError):
+    """ZooKeeper refused a call for want of the right credential (NoAuth, AuthFailed): the group's znodes carry
+    a digest ACL and the client did not authenticate with its credential (``--zk-auth user:password``)."""
 
 
 class CommitOutcomeUnknown(ElectionError):

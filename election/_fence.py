@@ -1,5 +1,5 @@
-"""The fenced writes of one term (the commit record, the handover record), and the narrow view of a term (``Term``)
-they write through."""
+"""The fenced writes of one term (the commit record, the handover record through its door, ``_handover``), and the
+narrow view of the election (``ElectionView``) they write through."""
 
 from __future__ import annotations
 
@@ -8,23 +8,17 @@ from collections.abc import Callable
 from typing import Any, Final, Literal, Protocol
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 from kazoo.security import ACL
 from structlog.typing import FilteringBoundLogger
 
+from tenure.election._boundary import zookeeper_errors
 from tenure.election._errors import CommitOutcomeUnknown, Fenced, NotLeader
+from tenure.election._handover import HandoverRecord, write_handover
 from tenure.election._layout import GroupPaths
 from tenure.election._states import LeadershipState
-from tenure.election._transaction import (
-    OutcomeUnknownError,
-    encode_record,
-    fenced_set,
-    parse_record,
-    read_back,
-    read_record,
-)
+from tenure.election._transaction import OutcomeUnknownError, encode_record, fenced_set, read_back, read_record
 
-__all__ = ["COMMIT_FENCED", "CommitTally", "Fence", "Term", "read_handover"]
+__all__ = ["COMMIT_FENCED", "CommitTally", "ElectionView", "Fence"]
 
 # The log events other code reads (the drill, tests, bench): named once, here where they are logged.
 COMMIT_FENCED: Final = "commit_fenced"
@@ -32,8 +26,9 @@ COMMIT_FENCED: Final = "commit_fenced"
 _Outcome = Literal["attempted", "fenced", "refused"]
 
 
-class Term(Protocol):
-    """What a ``Fence`` needs from the election that granted its term; ``Election`` satisfies it.
+class ElectionView(Protocol):
+    """The election as a ``Fence`` sees it: what it needs from the election that granted its term (``Election``
+    satisfies it).
 
     Modelled on client-go's ``resourcelock.Interface``: the fence sees the group's paths, the client and its
     bounds, the election's current epoch and state, whether it still leads (``is_leader`` folds in the
@@ -67,16 +62,6 @@ class Term(Protocol):
     def is_leader(self) -> bool: ...
 
 
-def read_handover(term: Term) -> dict[str, Any] | None:
-    """The handover record at ``/tenure/<group>/handover`` (``None`` if none was written); needs no leadership,
-    so ``Election.read_handover`` answers a follower too."""
-    try:
-        raw, _ = term.client.get_async(term.paths.handover).get(timeout=term.op_timeout_s)
-    except NoNodeError:
-        return None
-    return parse_record(raw)
-
-
 class CommitTally:
     """Counts of commits attempted, fenced (rejected by the fence) and refused (``NotLeader``, nothing sent).
 
@@ -97,7 +82,7 @@ class CommitTally:
 
 
 class Fence:
-    """The fenced commit primitive of one term (satisfies ``career.Fence``); get it from ``Election.fence()``.
+    """The fenced commit primitive of one term (satisfies ``career.FencedCommit``); get it from ``Election.fence()``.
 
     Example::
 
@@ -109,9 +94,9 @@ class Fence:
     by the fence (``Fenced``) and refusals before sending (``NotLeader``) for this term.
     """
 
-    def __init__(self, term: Term, *, epoch: int, node: str, node_version: int, tally: CommitTally) -> None:
+    def __init__(self, election: ElectionView, *, epoch: int, node: str, node_version: int, tally: CommitTally) -> None:
         """``epoch``, ``node`` and ``node_version`` are the term's own node; ``tally`` the election's counts."""
-        self._term = term
+        self._election = election
         self._epoch = epoch
         self._node = node
         self._node_version = node_version
@@ -148,14 +133,20 @@ class Fence:
         return self._tally["refused"]
 
     def _context(self, expected_version: int | None = None) -> str:
-        text = f"group {self._term.paths.group}, epoch {self._epoch}, node {self._node}"
+        text = f"group {self._election.paths.group}, epoch {self._epoch}, node {self._node}"
         return text if expected_version is None else f"{text}, expected version {expected_version}"
 
     def read_commit(self) -> tuple[dict[str, Any] | None, int]:
-        """The stored commit record (``None`` if never committed) and its znode version."""
-        term = self._term
-        record, version = read_record(term.client, term.paths.commit, acl=term.acl, timeout_s=term.op_timeout_s,
-                                      context=self._context())
+        """The stored commit record (``None`` if never committed) and its znode version.
+
+        Raises:
+            ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed (``zookeeper_errors``).
+        """
+        election = self._election
+        context = self._context()
+        with zookeeper_errors(context):
+            record, version = read_record(election.client, election.paths.commit, acl=election.acl,
+                                          timeout_s=election.op_timeout_s, context=context)
         with self._lock:
             self._stored_epoch = None if record is None or record.get("epoch") is None else int(record["epoch"])
         return record, version
@@ -166,14 +157,14 @@ class Fence:
 
     def _precheck(self, context: str) -> None:
         """Python-side refusals before anything is sent (the transaction below is what makes them atomic)."""
-        term = self._term
-        current = term.epoch
+        election = self._election
+        current = election.epoch
         if current != self._epoch:
             self._count("fenced")
             raise Fenced(f"{context}: this term is over (the election is now at epoch {current}); fenced")
-        if not term.is_leader():
+        if not election.is_leader():
             self._count("refused")
-            raise NotLeader(f"{context}: not leading now (state {term.state.name}, suspended or past the "
+            raise NotLeader(f"{context}: not leading now (state {election.state.name}, suspended or past the "
                             "safe-until deadline); no commit may start")
         with self._lock:
             stored = self._stored_epoch
@@ -191,75 +182,64 @@ class Fence:
             NotLeader: suspended, past the safe-until deadline, or disconnected — nothing was sent.
             Fenced: the node is gone, the version moved, or a higher epoch is stored.
             CommitOutcomeUnknown: the reply was lost and the outcome could not be read back (re-read).
+            ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed otherwise (``zookeeper_errors``).
         """
         self._count("attempted")
         context = self._context(expected_version)
         self._precheck(context)
-        term = self._term
-        if term.faults is not None:
-            term.faults("before_transaction")  # a pause here is what the fence exists for
+        election = self._election
+        if election.faults is not None:
+            election.faults("before_transaction")  # a pause here is what the fence exists for
         data = encode_record(record, self._epoch)
         try:
-            version = fenced_set(term.client, node=self._node, node_version=self._node_version,
-                                 target=term.paths.commit, data=data, expected_version=expected_version,
-                                 timeout_s=term.op_timeout_s, context=context)
+            with zookeeper_errors(context):
+                version = fenced_set(election.client, node=self._node, node_version=self._node_version,
+                                     target=election.paths.commit, data=data, expected_version=expected_version,
+                                     timeout_s=election.op_timeout_s, context=context)
         except Fenced:
             self._count("fenced")
-            term.log.info(COMMIT_FENCED, epoch=self._epoch, expected_version=expected_version)
+            election.log.info(COMMIT_FENCED, epoch=self._epoch, expected_version=expected_version)
             raise
         except OutcomeUnknownError as exc:
             return self._resolve_unknown(data, expected_version, context, exc)
         with self._lock:
             self._stored_epoch = self._epoch
-        term.log.debug("committed", epoch=self._epoch, version=version)
+        election.log.debug("committed", epoch=self._epoch, version=version)
         return version
 
     def _resolve_unknown(self, data: bytes, expected_version: int, context: str, exc: OutcomeUnknownError) -> int:
         """The reply was lost: read the record back to learn whether our transaction applied."""
-        term = self._term
+        election = self._election
         try:
-            raw, version = read_back(term.client, term.paths.commit, timeout_s=term.op_timeout_s)
+            raw, version = read_back(election.client, election.paths.commit, timeout_s=election.op_timeout_s)
         except Exception as read_exc:
             raise CommitOutcomeUnknown(f"{context}: connection lost during the commit ({exc}) and the record could not "
                                 f"be read back ({type(read_exc).__name__}): outcome unknown; re-read with "
                                 "read_commit() once connected") from read_exc
         if version == expected_version + 1 and raw == data:
-            term.log.info("commit_confirmed_after_connection_loss", epoch=self._epoch, version=version)
+            election.log.info("commit_confirmed_after_connection_loss", epoch=self._epoch, version=version)
             return version
         if version == expected_version:
             self._count("refused")
             raise NotLeader(f"{context}: connection lost during the commit ({exc}); it did not apply")
         self._count("fenced")
-        term.log.info(COMMIT_FENCED, epoch=self._epoch, expected_version=expected_version,
+        election.log.info(COMMIT_FENCED, epoch=self._epoch, expected_version=expected_version,
                       after="connection loss")
         raise Fenced(f"{context}: connection lost during the commit and the record moved to version "
                      f"{version} by someone else; fenced")
 
-    def read_handover(self) -> dict[str, Any] | None:
-        """The handover record at ``/tenure/<group>/handover`` (``None`` if none was written): a plain read."""
-        return read_handover(self._term)
-
-    def write_handover(self, record: dict[str, Any]) -> None:
-        """Write the handover record, fenced like a commit: one transaction checks this term's own node and
-        compare-and-sets the record (plus ``"epoch"``), after refusing a record a later term already wrote.
+    def write_handover(self, record: HandoverRecord) -> None:
+        """Write the handover record for this term, fenced like a commit (``election._handover.write_handover``).
 
         Raises:
             Fenced: own node gone, record moved, or a higher epoch stored there.
-            CommitOutcomeUnknown: the reply was lost, so the outcome is unknown (re-read with ``read_handover``).
+            CommitOutcomeUnknown: the reply was lost, so the outcome is unknown (re-read the record).
+            ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed otherwise.
         """
-        term = self._term
-        context = f"group {term.paths.group}, epoch {self._epoch}, node {self._node}, handover"
-        stored, version = read_record(term.client, term.paths.handover, acl=term.acl, timeout_s=term.op_timeout_s,
-                                      context=context)
-        if stored is not None and int(stored.get("epoch", -1)) > self._epoch:
-            raise Fenced(f"{context}: the stored handover has epoch {stored['epoch']}, higher than ours; fenced")
-        try:
-            fenced_set(term.client, node=self._node, node_version=self._node_version, target=term.paths.handover,
-                       data=encode_record(record, self._epoch), expected_version=version,
-                       timeout_s=term.op_timeout_s, context=context)
-        except OutcomeUnknownError as exc:
-            raise CommitOutcomeUnknown(f"{context}: connection lost while writing; outcome unknown ({exc})") from exc
-        term.log.info("handover_written", epoch=self._epoch, clean=record.get("clean"))
+        election = self._election
+        write_handover(election.client, election.paths, record, epoch=self._epoch, node=self._node,
+                       node_version=self._node_version, acl=election.acl, timeout_s=election.op_timeout_s)
+        election.log.info("handover_written", epoch=self._epoch, clean=record.clean)
 
     def __repr__(self) -> str:
-        return f"Fence(group={self._term.paths.group!r}, epoch={self._epoch}, node={self._node!r})"
+        return f"Fence(group={self._election.paths.group!r}, epoch={self._epoch}, node={self._node!r})"

@@ -17,11 +17,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
-from kazoo.security import ACL
 
+from tenure.election._acl import DigestCredential
+from tenure.election._boundary import zookeeper_errors
+from tenure.election._client import ZooKeeperClient
 from tenure.election._errors import ElectionError, Fenced
+from tenure.election._handover import HandoverRecord
 from tenure.election._layout import GroupPaths
 from tenure.election._transaction import ensure_record_node, fenced_set
 
@@ -85,43 +87,57 @@ def _encode(terms: list[TermRecord]) -> bytes:
     return json.dumps({"terms": [t.to_json() for t in kept]}, sort_keys=True, separators=(",", ":")).encode()
 
 
-def read_history(client: KazooClient, group: str, *, timeout_s: float = 10.0) -> list[TermRecord]:
-    """The group's recorded terms, oldest first (empty when none was recorded)."""
-    try:
-        raw, _stat = client.get_async(GroupPaths(group).history).get(timeout=timeout_s)
-    except NoNodeError:
-        return []
+def read_history(client: ZooKeeperClient, group: str, *, timeout_s: float = 10.0) -> list[TermRecord]:
+    """The group's recorded terms, oldest first (empty when none was recorded).
+
+    Raises:
+        ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed, or the history is not valid JSON.
+    """
+    with zookeeper_errors(f"group {group}: reading the term history"):
+        try:
+            raw, _stat = client.get_async(GroupPaths(group).history).get(timeout=timeout_s)
+        except NoNodeError:
+            return []
     return _decode(raw)
 
 
 class TermHistory:
-    """Writes one group's term history; the election hands one to each replica's runner.
+    """Writes one group's term history (a replica's runner records its terms through it).
 
     Example::
 
-        history = election.history
-        history.begin(fence, elected_at=time.time(), replica_id="r1", previous_clean=(7, True))
+        history = TermHistory(client, "orders", credential=cred, timeout_s=5.0)
+        history.begin(epoch=fence.epoch, node=fence.node, node_version=fence.node_version, replica_id="r1",
+                      elected_at=time.time(), previous=handover_record)
         history.update(fence.epoch, first_commit_at=time.time(), batches=1, records=500)
         history.update(fence.epoch, ended="clean", ended_at=time.time())
+
+    Every call bounds each ZooKeeper call by ``timeout_s`` and raises the product's errors only
+    (``zookeeper_errors``); with ``credential``, the history node, when this creates it, carries its ACL.
     """
 
-    def __init__(self, client: KazooClient, paths: GroupPaths, *, acl: list[ACL] | None, timeout_s: float) -> None:
+    def __init__(self, client: ZooKeeperClient, group: str, *, credential: DigestCredential | None = None,
+                 timeout_s: float = 10.0) -> None:
         self._client = client
-        self._paths = paths
-        self._acl = acl
+        self._paths = GroupPaths(group)
+        self._acl = credential.acls() if credential else None
         self._timeout_s = timeout_s
+
+    @property
+    def group(self) -> str:
+        return self._paths.group
 
     def read(self) -> list[TermRecord]:
         return read_history(self._client, self._paths.group, timeout_s=self._timeout_s)
 
     def begin(self, *, epoch: int, node: str, node_version: int, replica_id: str, elected_at: float,
-              previous: tuple[int, bool] | None) -> TermRecord | None:
+              previous: HandoverRecord | None) -> TermRecord | None:
         """Append this term, closing any earlier one left open, in one write checked against the term's own
         election node (``node`` at ``node_version``), as a commit is.
 
         Args:
-            previous: the handover record this term found, as (epoch, clean); an open term of that epoch is
-                closed ``clean`` or ``crash`` by it, any other open term ``crash``.
+            previous: the handover record this term found; an open term of its epoch is closed ``clean`` or
+                ``crash`` as the record says, any other open term ``crash``.
 
         Returns:
             the term before this one, as recorded (closed), or None for the group's first.
@@ -129,13 +145,14 @@ class TermHistory:
         Raises:
             Fenced: the term's node is gone: a stale leader records nothing.
         """
-        last_commit = self._last_commit()
+        clean_epoch = previous.epoch if previous is not None and previous.clean else None
+        last_commit: dict[int, float] = {}
 
         def close(t: TermRecord) -> TermRecord:
             if t.ended is not None or t.epoch >= epoch:
                 return t
             committed_at = last_commit.get(t.epoch)
-            return replace(t, ended="clean" if previous == (t.epoch, True) else "crash", closed_by=epoch,
+            return replace(t, ended="clean" if t.epoch == clean_epoch else "crash", closed_by=epoch,
                            ended_at=t.ended_at or elected_at,
                            last_commit_at=max(filter(None, (t.last_commit_at, committed_at)), default=None))
 
@@ -146,7 +163,9 @@ class TermHistory:
             before[:] = closed[-1:]
             return [*closed, TermRecord(epoch=epoch, replica_id=replica_id, elected_at=elected_at)]
 
-        self._write(change, fenced_by=(node, node_version))
+        with zookeeper_errors(f"group {self._paths.group}: recording term {epoch}"):
+            last_commit.update(self._last_commit())
+            self._write(change, fenced_by=(node, node_version))
         return before[0] if before else None
 
     def _last_commit(self) -> dict[int, float]:
@@ -167,7 +186,8 @@ class TermHistory:
         def change(terms: list[TermRecord]) -> list[TermRecord]:
             return [replace(t, **changes) if t.epoch == epoch else t for t in terms]
 
-        self._write(change, fenced_by=None)
+        with zookeeper_errors(f"group {self._paths.group}: updating term {epoch}"):
+            self._write(change, fenced_by=None)
 
     def _write(self, change: Callable[[list[TermRecord]], list[TermRecord]],
                fenced_by: tuple[str, int] | None) -> None:

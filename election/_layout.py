@@ -1,15 +1,22 @@
-"""The ZooKeeper layout of one group (ARCHITECTURE.md "ZooKeeper layout") and election-node name parsing."""
+"""Every znode path tenure uses (ARCHITECTURE.md "ZooKeeper layout"): a group's, a queue's registry, and
+election-node name parsing."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, unquote
 
 from tenure.election._errors import ConfigError
 
-__all__ = ["NODE_MARK", "GroupPaths", "node_sequence", "sort_nodes"]
+__all__ = ["NODE_MARK", "QUEUES", "GroupPaths", "QueuePaths", "node_sequence", "sort_nodes"]
 
 ROOT = "/tenure"
+#: The queue registry (``election/_registry.py``). Group names start with a letter or digit, so ``_queues`` never
+#: collides with a group's own ``/tenure/<group>``.
+QUEUES = f"{ROOT}/_queues"
 #: kazoo's Lock recipe naming: ``<guid>-n_<seq>``; the guid finds our node after a lost create reply.
 NODE_MARK = "-n_"
 _GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -63,6 +70,39 @@ class GroupPaths:
 
     def node(self, name: str) -> str:
         return f"{self.election}/{name}"
+
+
+@dataclass(frozen=True)
+class QueuePaths:
+    """``/tenure/_queues/<queue key>/<group>``: the groups registered on one queue folder.
+
+    The key is the queue's absolute path URL-quoted into one znode name (``/srv/q`` → ``%2Fsrv%2Fq``), so every
+    replica must see the queue at the same path.
+
+    Example::
+
+        QueuePaths.of("/srv/q").group("orders")   # '/tenure/_queues/%2Fsrv%2Fq/orders'
+    """
+
+    queue_dir: str  # absolute
+
+    @classmethod
+    def of(cls, queue_dir: str | os.PathLike[str]) -> QueuePaths:
+        """The paths of the queue at ``queue_dir``, made absolute (``~`` expanded, links resolved)."""
+        return cls(str(Path(queue_dir).expanduser().resolve()))
+
+    @classmethod
+    def from_key(cls, key: str) -> QueuePaths:
+        """The paths of the queue a child of ``/tenure/_queues`` names."""
+        return cls(unquote(key))
+
+    @property
+    def root(self) -> str:
+        return f"{QUEUES}/{quote(self.queue_dir, safe='')}"
+
+    def group(self, group: str) -> str:
+        """The registry entry of ``group`` on this queue."""
+        return f"{self.root}/{group}"
 
 
 def node_sequence(name: str) -> int | None:

@@ -5,16 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from tenure.election._drain import DrainRequest, drain_requests
+from tenure.election._boundary import zookeeper_errors
+from tenure.election._client import ZooKeeperClient
+from tenure.election._errors import ElectionError
+from tenure.election._handover import HandoverRecord, read_handover
 from tenure.election._history import TermRecord, read_history
 from tenure.election._identity import Identity
 from tenure.election._layout import GroupPaths, node_sequence, sort_nodes
+from tenure.election._requests import DrainRequest, OperatorRequests
 from tenure.election._transaction import parse_record
 
-__all__ = ["Contender", "GroupStatus", "group_status"]
+__all__ = ["Contender", "GroupStatus", "group_status", "read_commit", "read_contenders"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class GroupStatus:
     leader: Contender | None
     contenders: list[Contender]
     commit: dict[str, Any] | None
-    handover: dict[str, Any] | None
+    handover: HandoverRecord | None
     group: str = ""
     commit_version: int | None = None
     queues: list[dict[str, Any]] = field(default_factory=list)
@@ -68,50 +71,79 @@ class GroupStatus:
             "contenders": [c.to_json() for c in self.contenders],
             "commit": self.commit,
             "commit_version": self.commit_version,
-            "handover": self.handover,
+            "handover": None if self.handover is None else self.handover.to_json(),
             "queues": self.queues,
             "history": [t.to_json() for t in self.history],
             "drained": [d.to_json() for d in self.drained],
         }
 
 
-def _read(client: KazooClient, path: str) -> tuple[dict[str, Any] | None, int | None]:
-    try:
-        raw, stat = client.get(path)
-    except NoNodeError:
-        return None, None
-    return parse_record(raw), int(stat.version)
-
-
 _STATUS_TERMS = 5
 
 
-def group_status(client: KazooClient, group: str) -> GroupStatus:
-    """Read the group's contenders (in line order), commit and handover records from ZooKeeper.
+def read_commit(client: ZooKeeperClient, group: str, *,
+                timeout_s: float = 10.0) -> tuple[dict[str, Any] | None, int | None]:
+    """The group's commit record as stored (``None`` before its first commit) and its znode version (``None`` when
+    the node is missing); a plain read, for operators (a term reads it through its ``Fence``).
 
-    Args:
-        client: a started kazoo client (read access to the group's znodes is enough).
-        group: the consumer group.
+    Raises:
+        ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed, or the node holds no JSON object.
+    """
+    path = GroupPaths(group).commit
+    with zookeeper_errors(f"group {group}: reading the commit record"):
+        try:
+            raw, stat = client.get_async(path).get(timeout=timeout_s)
+        except NoNodeError:
+            return None, None
+    try:
+        return parse_record(raw), int(stat.version)
+    except ValueError as exc:
+        raise ElectionError(f"group {group}: {path} holds no commit record ({exc}): it was written by something "
+                            "other than tenure; check --zk and --group") from exc
 
-    Nodes that vanish while being read are left out: the answer is a snapshot, not a lock.
+
+def read_contenders(client: ZooKeeperClient, group: str, *, timeout_s: float = 10.0) -> list[Contender]:
+    """The group's contenders in line order, the leader first (nodes that vanish while being read are left out).
+
+    Raises:
+        ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed (``zookeeper_errors``).
     """
     paths = GroupPaths(group)
-    try:
-        names = sort_nodes(client.get_children(paths.election))
-    except NoNodeError:
-        names = []
-    contenders: list[Contender] = []
-    for name in names:
+    with zookeeper_errors(f"group {group}: reading the line of contenders"):
         try:
-            raw, stat = client.get(paths.node(name))
+            names = sort_nodes(client.get_children_async(paths.election).get(timeout=timeout_s))
         except NoNodeError:
-            continue
-        seq = node_sequence(name)
-        assert seq is not None, "sort_nodes keeps only sequenced names"
-        contenders.append(Contender(node=name, sequence=seq, epoch=int(stat.czxid),
-                                    session_id=int(stat.ephemeralOwner), identity=Identity.from_bytes(raw)))
-    commit, commit_version = _read(client, paths.commit)
-    handover, _ = _read(client, paths.handover)
+            names = []
+        contenders: list[Contender] = []
+        for name in names:
+            try:
+                raw, stat = client.get_async(paths.node(name)).get(timeout=timeout_s)
+            except NoNodeError:
+                continue
+            seq = node_sequence(name)
+            assert seq is not None, "sort_nodes keeps only sequenced names"
+            contenders.append(Contender(node=name, sequence=seq, epoch=int(stat.czxid),
+                                        session_id=int(stat.ephemeralOwner), identity=Identity.from_bytes(raw)))
+        return contenders
+
+
+def group_status(client: ZooKeeperClient, group: str, *, timeout_s: float = 10.0) -> GroupStatus:
+    """Read the group's contenders (in line order), commit and handover records, last terms and drained replicas.
+
+    Args:
+        client: a started client (read access to the group's znodes is enough).
+        group: the consumer group.
+        timeout_s: the bound on each ZooKeeper read.
+
+    Nodes that vanish while being read are left out: the answer is a snapshot, not a lock.
+
+    Raises:
+        ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed (``zookeeper_errors``).
+    """
+    contenders = read_contenders(client, group, timeout_s=timeout_s)
+    commit, commit_version = read_commit(client, group, timeout_s=timeout_s)
     return GroupStatus(leader=contenders[0] if contenders else None, contenders=contenders, commit=commit,
-                       handover=handover, group=group, commit_version=commit_version,
-                       history=read_history(client, group)[-_STATUS_TERMS:], drained=drain_requests(client, group))
+                       handover=read_handover(client, group, timeout_s=timeout_s), group=group,
+                       commit_version=commit_version,
+                       history=read_history(client, group, timeout_s=timeout_s)[-_STATUS_TERMS:],
+                       drained=OperatorRequests(client, group, timeout_s=timeout_s).drains())

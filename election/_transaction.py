@@ -30,6 +30,7 @@ __all__ = [
     "encode_record",
     "ensure_record_node",
     "fenced_set",
+    "lenient_object",
     "parse_record",
     "read_back",
     "read_record",
@@ -50,6 +51,16 @@ def parse_record(raw: bytes | None) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise ValueError(f"record is not a JSON object: {raw[:80]!r}")
     return value
+
+
+def lenient_object(raw: bytes | None) -> dict[str, Any]:
+    """The JSON object in znode data read leniently: empty, unreadable or not an object is ``{}`` (an operator's
+    request or a registry entry whose fields then take their defaults)."""
+    try:
+        data = json.loads(raw.decode()) if raw else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def encode_record(record: dict[str, Any], epoch: int) -> bytes:

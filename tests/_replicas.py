@@ -13,10 +13,9 @@ from typing import Any, TypeVar
 
 import psutil
 
-from tenure.election import GroupPaths, group_status
+from tenure.election import GroupPaths, connected, group_status
 from tenure.service.drill import read_events
 from tenure.service.local import ReplicaProcess, Topology, free_port
-from tenure.service.ops import connected
 from tenure.service.replica import ReplicaSpec
 
 T = TypeVar("T")

@@ -1,5 +1,5 @@
 """Calls that may hang run under a deadline (``career.Probe``, ``call_within``, ``StorageHealth``), and the
-progress clock the watchdog reads (``Progress``): their pure logic, with real threads and a fake clock."""
+progress clock the watchdog reads (``ProgressClock``): their pure logic, with real threads and a fake clock."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from tenure.career import FailedBatch, HandoverRecord, Probe, StorageHealth, call_within
 from tenure.election import Unresponsive
 from tenure.service.replica import Metrics
-from tenure.service.replica._progress import Progress
+from tenure.service.replica._progress import ProgressClock
 from tenure.service.replica._watchdog import WatchdogSettings, find_stall
 
 
@@ -91,9 +91,9 @@ class _Clock:
         return self.now
 
 
-def _progress(clock: _Clock) -> Progress:
+def _progress(clock: _Clock) -> ProgressClock:
     metrics = Metrics(CollectorRegistry(), replica_id="r1", group="g", default_collectors=False)
-    return Progress(metrics, clock=clock)
+    return ProgressClock(metrics, clock=clock)
 
 
 def test_progress_owed_only_while_leading_with_input_waiting() -> None:

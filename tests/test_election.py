@@ -26,6 +26,7 @@ from tenure.election import (
     Fenced,
     Following,
     GroupPaths,
+    HandoverRecord,
     Identity,
     IllegalTransitionError,
     LeadershipState,
@@ -495,17 +496,19 @@ def test_handover_record_is_fenced(group_contenders: Contenders) -> None:
     first = group_contenders.add("r1")
     first.events.wait_for(Elected, 10)
     assert first.election.read_handover() is None
-    first.election.write_handover({"last_batch": 3, "clean": True, "at": 1.0})
     epoch1 = first.election.epoch
-    assert first.election.read_handover() == {"last_batch": 3, "clean": True, "at": 1.0, "epoch": epoch1}
+    assert epoch1 is not None
+    first.election.write_handover(HandoverRecord(epoch1, 3, True, 1.0))
+    assert first.election.read_handover() == HandoverRecord(epoch1, 3, True, 1.0)
     second = group_contenders.add("r2")
     second.events.wait_for(Following, 10)
     first.election.release(5)
     with pytest.raises(NotLeader):
-        first.election.write_handover({"last_batch": 4, "clean": True, "at": 2.0})
+        first.election.write_handover(HandoverRecord(epoch1, 4, True, 2.0))
     second.events.wait_for(Elected, 5)
-    second.election.write_handover({"last_batch": 5, "clean": False, "at": 3.0})
-    assert second.election.read_handover()["epoch"] == second.election.epoch  # type: ignore[index]
+    # The record's epoch is the writing term's, whatever the record says.
+    second.election.write_handover(HandoverRecord(epoch1, 5, False, 3.0))
+    assert second.election.read_handover() == HandoverRecord(second.election.epoch or 0, 5, False, 3.0)
 
 
 def test_group_status_lists_leader_contenders_and_commit(group_contenders: Contenders) -> None:

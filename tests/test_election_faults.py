@@ -24,10 +24,10 @@ from tenure.election import (
     Resumed,
     Revoked,
     Suspended,
+    four_letter_word,
     group_status,
 )
 from tenure.service.local import Ensemble, start_ensemble
-from tenure.service.replica import four_letter_word
 from tests.test_election import SESSION_TIMEOUT_S, contenders, wait_until
 
 

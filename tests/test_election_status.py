@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tenure.election import Elected, ElectionError, Following
+from tenure.election import Elected, ElectionError, Following, HandoverRecord
 from tenure.service.local import free_port
 from tenure.service.ops import fetch_status, format_status_table, show_status
 from tests.test_election import contenders
@@ -22,7 +22,7 @@ def test_status_table_and_json_show_leader_epoch_contenders_and_commit(zk_hosts:
         made.add("r2").events.wait_for(Following, 10)
         fence = leader.election.fence()
         fence.commit({"batch": 17, "published": "table/batch=17"}, expected_version=fence.read_commit()[1])
-        leader.election.write_handover({"last_batch": 16, "clean": True, "at": 1.0})
+        leader.election.write_handover(HandoverRecord(fence.epoch, 16, True, 1.0))
         out = io.StringIO()
         status = show_status(zk_hosts, zk_group, out=out)
         text = out.getvalue()

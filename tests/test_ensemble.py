@@ -18,10 +18,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
+from tenure.election import four_letter_word
 from tenure.service.cli._local import zk as zk_command
 from tenure.service.drill._settings import DrillSettings
 from tenure.service.local import Ensemble, EnsembleError, Topology, find_java, running_ensemble, wait_for
-from tenure.service.replica import four_letter_word
 from tests._replicas import descendants
 from tests.conftest import ZK_TICK_MS, free_zk_base_port
 

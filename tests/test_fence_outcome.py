@@ -13,7 +13,8 @@ import pytest
 import structlog
 
 import tenure.election._fence as fence_module
-from tenure.election import CommitOutcomeUnknown, ElectionError, Fence, GroupPaths, LeadershipState
+import tenure.election._handover as handover_module
+from tenure.election import CommitOutcomeUnknown, ElectionError, Fence, GroupPaths, HandoverRecord, LeadershipState
 from tenure.election._fence import CommitTally
 from tenure.election._transaction import OutcomeUnknownError
 
@@ -45,9 +46,10 @@ def _unreadable(*_: Any, **__: Any) -> tuple[bytes, int]:
 
 @pytest.fixture()
 def fence(monkeypatch: pytest.MonkeyPatch) -> Fence:
-    monkeypatch.setattr(fence_module, "fenced_set", _lost_reply)
+    for module in (fence_module, handover_module):  # the commit's and the handover record's writes
+        monkeypatch.setattr(module, "fenced_set", _lost_reply)
+        monkeypatch.setattr(module, "read_record", lambda *_, **__: (None, 0))
     monkeypatch.setattr(fence_module, "read_back", _unreadable)
-    monkeypatch.setattr(fence_module, "read_record", lambda *_, **__: (None, 0))
     return Fence(_Term(), epoch=7, node="/tenure/g/election/n_1", node_version=0, tally=CommitTally())
 
 
@@ -61,4 +63,4 @@ def test_commit_outcome_unknown_is_named(fence: Fence) -> None:
 def test_handover_write_outcome_unknown_is_named(fence: Fence) -> None:
     """The handover record, written through the same fence, raises the same error when its reply is lost."""
     with pytest.raises(CommitOutcomeUnknown, match=r"handover.*outcome unknown"):
-        fence.write_handover({"clean": True})
+        fence.write_handover(HandoverRecord(7, None, True, 1.0))

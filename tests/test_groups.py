@@ -21,17 +21,19 @@ from tenure.career import Outcome
 from tenure.career.spark import SparkCareer
 from tenure.career.spark._marks import ConsumptionMarks
 from tenure.career.spark._storage import Layout
-from tenure.election import ConfigError, DigestCredential, ElectionError
-from tenure.service.local import free_port, wait_for
-from tenure.service.ops import connected, queue_lag, remove_group, show_status, verify
-from tenure.service.replica import (
-    GroupError,
-    ReplicaSpec,
+from tenure.election import (
+    ConfigError,
+    DigestCredential,
+    ElectionError,
+    QueuePaths,
+    connected,
     list_groups,
-    queue_path,
     register_group,
     registered_groups,
 )
+from tenure.service.local import free_port, wait_for
+from tenure.service.ops import GroupError, queue_lag, remove_group, show_status, verify
+from tenure.service.replica import ReplicaSpec
 from tests._replicas import REPO, Replica
 from tests.test_spark_career import MAX_LINE, Queue, Recorder, leadership, make_config, run_until
 
@@ -80,11 +82,11 @@ def test_register_is_idempotent_and_lists_the_queue_groups(zk_client: KazooClien
     again = register_group(zk_client, queue, a, tmp_path / "a")
     register_group(zk_client, queue, b, tmp_path / "b")
     assert again == first and first.data_root == str((tmp_path / "a").resolve())
-    assert queue_path(queue) == "/tenure/_queues/" + str(queue.resolve()).replace("/", "%2F")
+    assert QueuePaths.of(queue).root == "/tenure/_queues/" + str(queue.resolve()).replace("/", "%2F")
     assert [g.group for g in list_groups(zk_client, queue)] == sorted([a, b])
     assert registered_groups(zk_client, queue, timeout_s=5) == sorted([a, b])
     assert registered_groups(zk_client, tmp_path / "nobody", timeout_s=5) == []
-    data = json.loads(zk_client.get(f"{queue_path(queue)}/{a}")[0])
+    data = json.loads(zk_client.get(QueuePaths.of(queue).group(a))[0])
     assert set(data) == {"group", "data_root", "registered_at"} and data["group"] == a
 
 
@@ -104,14 +106,14 @@ def test_registry_nodes_carry_the_digest_acl(zk_hosts: str, zk_client: KazooClie
     authed.start(timeout=15)
     try:
         queue = tmp_path / "queue"
-        register_group(authed, queue, zk_group, tmp_path / "a", acl=cred.acls())
-        node = f"{queue_path(queue)}/{zk_group}"
+        register_group(authed, queue, zk_group, tmp_path / "a", credential=cred)
+        node = QueuePaths.of(queue).group(zk_group)
         assert make_digest_acl("tenure", "s3cret", all=True) in authed.get_acls(node)[0]
         assert json.loads(zk_client.get(node)[0])["group"] == zk_group  # world-readable: status works
         with pytest.raises(NoAuthError):
             zk_client.delete(node)
         with pytest.raises(NoAuthError):
-            zk_client.create(f"{queue_path(queue)}/intruder", b"{}")
+            zk_client.create(QueuePaths.of(queue).group("intruder"), b"{}")
         remove_group(authed, queue, zk_group)
         assert list_groups(zk_client, queue) == []
     finally:

@@ -9,10 +9,14 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from tenure.career.lifecycle import DEFERRED_TO_HANDOVER_TARGET, HANDOVER_RECORDED, HANDOVER_REQUESTED
+from tenure.career.lifecycle import (
+    DEFERRED_TO_HANDOVER_TARGET,
+    HANDOVER_RECORDED,
+    HANDOVER_REQUESTED,
+    HandoverRequests,
+)
 from tenure.election import GroupPaths, HandoverRequest, group_status, read_history
 from tenure.service.local import wait_for
-from tenure.service.replica._requests import OperatorRequests
 from tests._replicas import Replica, ReplicaSet, counter_exactly_once, tenure
 
 
@@ -91,8 +95,7 @@ def test_a_request_lives_for_its_timeout_from_when_the_replica_read_it() -> None
     """Pure logic: whatever the requester's clock said (here 10 minutes ahead), a replica honours a request for
     its timeout from its first reading, on its own monotonic clock."""
     now = [1000.0]
-    requests = OperatorRequests(None, GroupPaths("g"), "r1", lambda _event: None,  # type: ignore[arg-type]
-                                clock=lambda: now[0])
+    requests = HandoverRequests(None, "r1", clock=lambda: now[0])  # type: ignore[arg-type]  # no reads here
     ahead = time.time() + 600
     request = HandoverRequest(7, "r2", ahead, ahead + 60)
     assert requests.live(request)

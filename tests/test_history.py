@@ -13,10 +13,24 @@ import pytest
 from kazoo.client import KazooClient
 
 from tenure.career.output import publish_batch
-from tenure.election import HISTORY_LIMIT, Election, Fenced, GroupPaths, Identity, TermHistory, read_history
+from tenure.election import (
+    HISTORY_LIMIT,
+    Election,
+    Fenced,
+    GroupPaths,
+    HandoverRecord,
+    Identity,
+    TermHistory,
+    read_history,
+)
 from tenure.service.local import wait_for
 from tenure.service.ops import format_history
 from tests._replicas import ReplicaSet, tenure
+
+
+def _handover(epoch: int, *, clean: bool) -> HandoverRecord:
+    """The handover record the term of ``epoch`` left, as its successor read it."""
+    return HandoverRecord(epoch, None, clean, time.time())
 
 
 def _terms(zk_client: KazooClient, group: str) -> list[dict[str, object]]:
@@ -73,8 +87,8 @@ def test_a_stale_leader_records_no_term(zk_client: KazooClient, zk_hosts: str, z
         node_version = fence.node_version
         zk_client.delete(fence.node)  # what the session's end does to a paused leader's node
         with pytest.raises(Fenced):
-            election.history.begin(epoch=fence.epoch, node=fence.node, node_version=node_version,
-                                   replica_id="stale", elected_at=time.time(), previous=None)
+            TermHistory(zk_client, zk_group).begin(epoch=fence.epoch, node=fence.node, node_version=node_version,
+                                                   replica_id="stale", elected_at=time.time(), previous=None)
         assert read_history(zk_client, zk_group) == []
     finally:
         election.close()
@@ -83,11 +97,11 @@ def test_a_stale_leader_records_no_term(zk_client: KazooClient, zk_hosts: str, z
 def test_the_history_keeps_the_last_terms_only(zk_client: KazooClient, zk_group: str) -> None:
     paths = GroupPaths(zk_group)
     zk_client.ensure_path(paths.election)
-    history = TermHistory(zk_client, paths, acl=None, timeout_s=10.0)
+    history = TermHistory(zk_client, zk_group)
     for epoch in range(1, HISTORY_LIMIT + 6):
         node = zk_client.create(f"{paths.election}/n-{epoch}", b"", ephemeral=True)
         history.begin(epoch=epoch, node=node, node_version=0, replica_id=f"r{epoch % 3}",
-                      elected_at=time.time(), previous=(epoch - 1, epoch % 2 == 0))
+                      elected_at=time.time(), previous=_handover(epoch - 1, clean=epoch % 2 == 0))
         zk_client.delete(node)
     terms = read_history(zk_client, zk_group)
     assert len(terms) == HISTORY_LIMIT
@@ -101,7 +115,7 @@ def test_tenure_history_prints_a_table_and_json(zk_client: KazooClient, zk_hosts
     paths = GroupPaths(zk_group)
     zk_client.ensure_path(paths.election)
     node = zk_client.create(f"{paths.election}/n-1", b"", ephemeral=True)
-    TermHistory(zk_client, paths, acl=None, timeout_s=10.0).begin(
+    TermHistory(zk_client, zk_group).begin(
         epoch=42, node=node, node_version=0, replica_id="r9", elected_at=time.time() - 65, previous=None)
 
     table = tenure("history", "--zk", zk_hosts, "--group", zk_group)
@@ -123,11 +137,11 @@ def test_tenure_history_names_the_delta_versions_each_term_wrote(zk_client: Kazo
     epoch's)."""
     paths = GroupPaths(zk_group)
     zk_client.ensure_path(paths.election)
-    history = TermHistory(zk_client, paths, acl=None, timeout_s=10.0)
+    history = TermHistory(zk_client, zk_group)
     for epoch in (7, 9, 11):
         node = zk_client.create(f"{paths.election}/n-{epoch}", b"", ephemeral=True)
         history.begin(epoch=epoch, node=node, node_version=0, replica_id=f"r{epoch}", elected_at=time.time(),
-                      previous=None if epoch == 7 else (epoch - 2, True))
+                      previous=None if epoch == 7 else _handover(epoch - 2, clean=True))
         zk_client.delete(node)
     table = tmp_path / "table"
     table.mkdir()

@@ -1,9 +1,10 @@
 """The layering the package layout promises, read from the import statements of every module.
 
 The foundation floor (``tenure/settings.py`` and any module beside it in ``tenure/``) imports no room;
-``election`` knows nothing of careers, Spark or the service; ``career`` knows nothing of the service; inside
-``service`` the replica imports no operator tool, local infrastructure or drill; and no two modules import each
-other, directly or round a longer circle. Lazy imports inside functions count too.
+``election`` knows nothing of careers, Spark or the service, and is the only room that imports kazoo; ``career``
+knows nothing of the service; inside ``service`` the replica imports no operator tool, local infrastructure or
+drill; and no two modules import each other, directly or round a longer circle. Lazy imports inside functions count
+too.
 """
 
 from __future__ import annotations
@@ -90,6 +91,17 @@ def test_no_import_against_the_layers(importer: str) -> None:
         wrong += sorted(f"{p.relative_to(REPO)} imports pyspark" for p in (REPO / "election").rglob("*.py")
                         if any(_inside(t, "pyspark") for t in _imports(p)))
     assert not wrong, "\n".join(wrong)
+
+
+def test_kazoo_is_imported_in_election_alone() -> None:
+    """ZooKeeper's client stays behind the election's boundary: ``career`` and ``service`` reach ZooKeeper only
+    through ``tenure.election``, whose calls raise the product's errors (tests and bench may use kazoo)."""
+    sources = [p for pkg in ("career", "service") for p in (REPO / pkg).rglob("*.py")]
+    assert len(sources) > 50
+    wrong = sorted(f"{p.relative_to(REPO)} imports {name}" for p in sources for name in _imports(p)
+                   if _inside(name, "kazoo"))
+    assert not wrong, "\n".join(wrong)
+    assert any(_inside(name, "kazoo") for name in _imports(REPO / "election" / "_election.py")), "the scan sees kazoo"
 
 
 def test_no_module_cycle() -> None:

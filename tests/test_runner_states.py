@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tenure.career.lifecycle import TRANSITIONS, Runner, RunnerState
+from tenure.career.lifecycle import TRANSITIONS, Runner, RunnerSettings, RunnerState
 from tenure.election import TenureError
 
 _S = RunnerState
@@ -25,9 +25,9 @@ class _Quiet:
 def _runner_in(state: RunnerState) -> Runner:
     """A runner that was never started, put in ``state`` (only ``_transition`` is exercised)."""
     election = SimpleNamespace(group="g")
-    runner = Runner(lambda _post: election, _Quiet(), SimpleNamespace(replica_id="r1", canary_handover_every_s=None),
-                    observer=_Quiet(), progress=_Quiet(), process=_Quiet(), requests=lambda *_: _Quiet(),
-                    terms=lambda _e: _Quiet())  # type: ignore[arg-type]  # duck-typed stand-ins
+    runner = Runner(lambda _post: election, _Quiet(), RunnerSettings(replica_id="r1"),  # type: ignore[arg-type]
+                    observer=_Quiet(), progress=_Quiet(), process=_Quiet(), requests=_Quiet(),
+                    terms=_Quiet())  # duck-typed stand-ins
     runner._state = state
     return runner
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tenure.election import group_status, read_history
+from tenure.election import connected, group_status, read_history
 from tenure.service.local import ReplicaStatus, Topology
-from tenure.service.ops import connected, verify
+from tenure.service.ops import verify
 from tenure.service.replica import ReplicaSpec
 from tests._replicas import tenure
 

@@ -19,9 +19,9 @@ import pytest
 from tenure.career.drills import HANG_ENV, POISON_PILL
 from tenure.career.lifecycle import STALLED
 from tenure.career.spark import ROW_FUNCTION_TIMED_OUT
-from tenure.election import read_history
+from tenure.election import connected, read_history
 from tenure.service.local import Topology
-from tenure.service.ops import connected, sample_key, verify
+from tenure.service.ops import sample_key, verify
 from tenure.service.replica import BATCHES, EXIT_HANDOVER_OVERRUN, EXIT_STALLED, ReplicaSpec
 from tests._replicas import committed_by, land_now, line_of, process_running, replica_events
 

@@ -1,26 +1,17 @@
 """The lifecycle's control loop: the runner that drives a ``Career`` from election events, its states and
-transition table, the policies it consults (canary, drain, health gate, handover requests) and its ports.
+transition table, the policies it consults (canary, drain, health gate, handover requests), the fail-stop, the
+poison-batch count, its log events and its ports.
 
-Knows nothing of processes, metrics or HTTP: ``tenure.service.replica`` implements the ports (``RunnerObserver``,
-``LoopProgress``, ``ProcessControl``, ``RequestSource``, ``TermJournal``) and wires the runner.
+Knows nothing of ZooKeeper, processes, metrics or HTTP: ``tenure.election.Election`` implements ``Leadership`` and
+``tenure.election.OperatorRequests`` ``RequestSource``; ``tenure.service.replica`` implements the other ports
+(``RunnerObserver``, ``LoopProgress``, ``ProcessControl``, ``TermJournal``) and wires the runner.
 """
 
 from tenure.career.lifecycle._canary import CANARY, CanarySchedule
 from tenure.career.lifecycle._drain import DrainPolicy, DrainStep
 from tenure.career.lifecycle._events import DrainChanged, HandoverRequested, RunnerEvent, StopRequested
 from tenure.career.lifecycle._health_gate import HEALTH_EVERY_S, HealthGate, HealthStep
-from tenure.career.lifecycle._pending_handover import HandoverRequests, PendingHandover
-from tenure.career.lifecycle._ports import (
-    LoopProgress,
-    ProcessControl,
-    RequestSource,
-    RequestSourceFactory,
-    RunnerHealth,
-    RunnerObserver,
-    TermJournal,
-    TermJournalFactory,
-)
-from tenure.career.lifecycle._runner import (
+from tenure.career.lifecycle._log_events import (
     BACKING_OFF,
     BATCH_ATTEMPT_FAILED,
     CANARY_HANDOVER,
@@ -47,8 +38,18 @@ from tenure.career.lifecycle._runner import (
     RUNNER_STATE,
     STALE_ELECTED_IGNORED,
     STALLED,
-    Runner,
 )
+from tenure.career.lifecycle._pending_handover import HandoverRequests, PendingHandover
+from tenure.career.lifecycle._ports import (
+    Leadership,
+    LoopProgress,
+    ProcessControl,
+    RequestSource,
+    RunnerHealth,
+    RunnerObserver,
+    TermJournal,
+)
+from tenure.career.lifecycle._runner import Runner
 from tenure.career.lifecycle._stall import STALL_REASONS, Stall, StallReason
 from tenure.career.lifecycle._states import TRANSITIONS, RunnerSettings, RunnerState
 
@@ -91,11 +92,11 @@ __all__ = [
     "HandoverRequests",
     "HealthGate",
     "HealthStep",
+    "Leadership",
     "LoopProgress",
     "PendingHandover",
     "ProcessControl",
     "RequestSource",
-    "RequestSourceFactory",
     "Runner",
     "RunnerEvent",
     "RunnerHealth",
@@ -106,5 +107,4 @@ __all__ = [
     "StallReason",
     "StopRequested",
     "TermJournal",
-    "TermJournalFactory",
 ]

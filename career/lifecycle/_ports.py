@@ -1,8 +1,10 @@
-"""The runner's ports: what it needs from the process it runs in, which ``service/replica`` implements.
+"""The runner's ports: what it needs from the election and from the process it runs in.
 
-The runner knows terms, careers and the election; metrics, the progress watchdog, the JVM's process tree, the
-ZooKeeper watches of operators' requests and the term history's counts belong to the replica process, reached
-only through these protocols (client-go's leader election takes its lock and its metrics the same way).
+The runner knows terms and careers. Leadership reaches it through :class:`Leadership` alone, which
+``tenure.election.Election`` implements (client-go's elector depends on its lock's six-method interface the same
+way), so the runner sees no ZooKeeper client and no kazoo error; operators' requests through
+:class:`RequestSource` (``tenure.election.OperatorRequests``). Metrics, the progress watchdog, the JVM's process
+tree and the term history's counts belong to the replica process (``service/replica``), reached through the rest.
 """
 
 from __future__ import annotations
@@ -13,19 +15,73 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tenure.career._protocol import HandoverRecord, Outcome
-from tenure.career.lifecycle._stall import StallReason
-from tenure.election import DrainRequest, Election, Fence, HandoverRequest
+from tenure.career.lifecycle._stall import Stall, StallReason
+from tenure.career.lifecycle._states import RunnerState
+from tenure.election import Contender, DrainRequest, Fence, HandoverRequest
 
 __all__ = [
+    "Leadership",
     "LoopProgress",
     "ProcessControl",
     "RequestSource",
-    "RequestSourceFactory",
     "RunnerHealth",
     "RunnerObserver",
     "TermJournal",
-    "TermJournalFactory",
 ]
+
+
+class Leadership(Protocol):
+    """The election as the runner needs it; ``tenure.election.Election`` implements it.
+
+    Every call that reaches ZooKeeper raises the product's errors only (``TenureError``s: ``NotLeader``,
+    ``Fenced``, ``CommitOutcomeUnknown``, ``ZooKeeperUnavailable`` …), never kazoo's.
+    """
+
+    @property
+    def group(self) -> str:
+        """The consumer group the election is for."""
+
+    @property
+    def epoch(self) -> int | None:
+        """The epoch of the term running now, if any (the election's view, which may be ahead of the runner's)."""
+
+    @property
+    def op_timeout_s(self) -> float:
+        """The bound on each ZooKeeper call the election makes."""
+
+    def start(self, *, join: bool = True) -> None:
+        """Start the election, joining the line unless ``join`` is False (a drained replica); returns at once."""
+
+    def join(self) -> None:
+        """Stand in line again, at the back, after ``release``; returns at once."""
+
+    def release(self, timeout_s: float) -> None:
+        """Leave the line: the node goes now (the successor hears at once); raises ``ElectionError`` past
+        ``timeout_s``."""
+
+    def leads(self, epoch: int | None) -> bool:
+        """Whether this replica leads now, in the term of ``epoch`` (False when suspended or in another term)."""
+
+    def fence(self) -> Fence:
+        """The fenced writes of the term running now; raises ``NotLeader`` when not leading."""
+
+    def read_handover(self) -> HandoverRecord | None:
+        """The handover record the last term left (no leadership needed)."""
+
+    def write_handover(self, record: HandoverRecord) -> None:
+        """Write this term's handover record through its fence."""
+
+    def contenders(self) -> list[Contender]:
+        """The line of contenders now, the leader first."""
+
+    def lease_headroom(self) -> float:
+        """Seconds until the safe-until deadline while leading (0 otherwise)."""
+
+    def close_session(self) -> None:
+        """End the ZooKeeper session now, so the node goes at once (the fail-stop; unbounded: bound the call)."""
+
+    def close(self) -> None:
+        """Release if needed and stop the election."""
 
 
 class RunnerObserver(Protocol):
@@ -74,20 +130,19 @@ class LoopProgress(Protocol):
 
 
 class RequestSource(Protocol):
-    """Operators' requests (``tenure drain``, ``tenure handover``): read now, and watched into the runner's queue
-    as ``DrainChanged`` and ``HandoverRequested``."""
+    """Operators' requests (``tenure drain``, ``tenure handover``): read now, and watched (the runner posts each
+    change to its queue as ``DrainChanged`` or ``HandoverRequested``); ``tenure.election.OperatorRequests``."""
 
-    def live(self, request: HandoverRequest) -> bool:
-        """Whether ``request`` is still live, timed from its first reading on this replica's monotonic clock."""
+    def drain(self, replica_id: str) -> DrainRequest | None: ...
 
-    def drain(self, timeout_s: float) -> DrainRequest | None: ...
+    def handover(self) -> HandoverRequest | None: ...
 
-    def handover(self, timeout_s: float) -> HandoverRequest | None: ...
+    def remove_handover(self, request: HandoverRequest) -> None:
+        """Remove ``request`` once this term granted it (a newer request is left alone)."""
 
-    def delete_handover(self, request: HandoverRequest, timeout_s: float) -> None: ...
-
-    def watch(self) -> None:
-        """Post every change from now on."""
+    def watch(self, replica_id: str, on_drain: Callable[[DrainRequest | None], None],
+              on_handover: Callable[[HandoverRequest | None], None]) -> None:
+        """Call back with the requests now and on every change (from another thread: only post)."""
 
 
 class TermJournal(Protocol):
@@ -120,12 +175,6 @@ class ProcessControl(Protocol):
         Does not return."""
 
 
-#: Builds the operators' request source of ``election``'s group, posting to the runner's queue.
-RequestSourceFactory = Callable[[Election, Callable[..., None]], RequestSource]
-#: Builds the term journal of ``election``'s group.
-TermJournalFactory = Callable[[Election], TermJournal]
-
-
 @dataclass(frozen=True)
 class RunnerHealth:
     """A snapshot of the runner's health (for ``/livez``, ``/readyz``, ``/leader``).
@@ -140,3 +189,31 @@ class RunnerHealth:
     role: str
     epoch: int | None = None
     reasons: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, state: RunnerState, epoch: int | None, *, loop_on_time: bool, stalled: Stall | None,
+           zk_connected: bool, drained: str | None, unhealthy: str | None, career_ready: bool,
+           leads: bool) -> RunnerHealth:
+        """The snapshot of a runner in ``state``: ``loop_on_time`` (the loop came round within the liveness
+        timeout), ``drained`` (why, when drained), ``unhealthy`` (the health gate's reason), ``leads`` (the
+        election leads in the term of ``epoch``)."""
+        reasons = []
+        live = loop_on_time and stalled is None
+        if stalled is not None:
+            reasons.append(f"stalled: {stalled.describe()}")
+        elif not live:
+            reasons.append("control loop stalled")
+        if not zk_connected:
+            reasons.append("ZooKeeper disconnected")
+        in_election = state in (RunnerState.FOLLOWING, RunnerState.LEADING, RunnerState.PAUSED)
+        if drained is not None and state is RunnerState.DRAINED:
+            reasons.append(drained)
+        elif state is RunnerState.UNHEALTHY:
+            reasons.append(f"unhealthy: {unhealthy}")
+        elif not in_election:
+            reasons.append(f"not in the election ({state.value})")
+        if not career_ready:
+            reasons.append("career not ready (warming up)")
+        return cls(live=live, ready=live and zk_connected and in_election and career_ready,
+                   leader=live and state is RunnerState.LEADING and leads, role=state.value, epoch=epoch,
+                   reasons=reasons)

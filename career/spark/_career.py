@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import structlog
-from kazoo.exceptions import KazooException
 from pyspark.sql import SparkSession
 
 from tenure.career._deadline import Probe, call_within
@@ -64,8 +63,9 @@ STANDBY_WITHOUT_EXECUTORS: Final = "standby_without_executors"
 _POLL_S = 0.02
 _RENEW_S = 30.0  # how often a leader on a cluster tells the master its share again
 _LOCAL_WARMUP_MASTER = "local[1]"  # a follower's warm-up on a cluster when it holds no executors there
-#: A batch that fails for one of these failed because ZooKeeper did, not because of its data: no attempt counts.
-_INFRASTRUCTURE = (ElectionError, KazooException, Unresponsive)
+#: A batch that fails for one of these failed because ZooKeeper did, not because of its data: no attempt counts
+#: (the election raises ``ZooKeeperUnavailable``, an ``ElectionError``, for kazoo's own errors).
+_INFRASTRUCTURE = (ElectionError, Unresponsive)
 
 
 def _session_stopped(session: SparkSession) -> bool:

@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from tenure.election import TenureError
+from tenure.service._logs import log_to_file
 from tenure.service.cli._root import fail
-from tenure.service.replica import log_to_file
 
 __all__ = ["drill"]
 

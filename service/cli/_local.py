@@ -8,10 +8,11 @@ from pathlib import Path
 import click
 
 from tenure.election import TenureError
+from tenure.service._logs import log_to_file
 from tenure.service.cli._replica import setting_option
 from tenure.service.cli._root import fail, spark_cluster_option, stop_on_signals
 from tenure.service.local import LOCAL_SPEC, Ensemble, SparkCluster, Topology, run_demo, run_up
-from tenure.service.replica import ReplicaSpec, log_to_file
+from tenure.service.replica import ReplicaSpec
 
 __all__ = ["demo", "spark", "up", "zk"]
 

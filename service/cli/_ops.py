@@ -105,7 +105,7 @@ def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, allow_e
 def status(target: ZkTarget, as_json: bool) -> None:
     """Show the group's leader, epoch, contenders in line, last commit, and the groups on its queue with their lag."""
     try:
-        ops.show_status(target.hosts, target.group_name, as_json=as_json, auth_data=target.auth_data)
+        ops.show_status(target.hosts, target.group_name, as_json=as_json, credential=target.credential)
     except TenureError as exc:
         fail(exc)
 
@@ -119,7 +119,7 @@ def status(target: ZkTarget, as_json: bool) -> None:
 def history(target: ZkTarget, last: int | None, data_root: Path | None, as_json: bool) -> None:
     """The group's last terms (up to 100): epoch, leader, when, how long, how it ended, first commit, gap, counts."""
     try:
-        ops.show_history(target.hosts, target.group_name, as_json=as_json, last=last, auth_data=target.auth_data,
+        ops.show_history(target.hosts, target.group_name, as_json=as_json, last=last, credential=target.credential,
                          data_root=data_root)
     except TenureError as exc:
         fail(exc)
@@ -137,7 +137,7 @@ def handover(target: ZkTarget, to: str | None, wait: bool, timeout_s: float) -> 
     group = target.group_name
     try:
         with target.connected() as client:
-            request = ops.request_handover(client, group, to=to, timeout_s=timeout_s, acl=target.acl)
+            request = ops.request_handover(client, group, to=to, timeout_s=timeout_s, credential=target.credential)
             click.echo(f"handover of epoch {request.epoch} to {to or 'the next in line'} requested")
             done = ops.wait_handover(client, group, request, timeout_s=timeout_s) if wait else None
     except TenureError as exc:
@@ -166,7 +166,7 @@ def drain_command(replica: str, target: ZkTarget, reason: str, force: bool, wait
     group = target.group_name
     try:
         with target.connected() as client:
-            ops.drain(client, group, replica, reason=reason, force=force, acl=target.acl)
+            ops.drain(client, group, replica, reason=reason, force=force, credential=target.credential)
             left = wait_s == 0 or ops.wait_in_election(client, group, replica, in_election=False, timeout_s=wait_s)
     except TenureError as exc:
         fail(exc)

@@ -13,13 +13,10 @@ from types import FrameType
 from typing import Any, NoReturn
 
 import click
-from kazoo.client import KazooClient
-from kazoo.security import ACL
 
 from tenure import __version__
-from tenure.election import DigestCredential, TenureError
-from tenure.service import ops
-from tenure.service.replica import configure_logging
+from tenure.election import DigestCredential, TenureError, ZooKeeperClient, connected
+from tenure.service._logs import configure_logging
 
 __all__ = ["ZkTarget", "fail", "main", "spark_cluster_option", "stop_on_signals", "zk_target"]
 
@@ -75,26 +72,16 @@ class ZkTarget:
     Example::
 
         with target.connected() as client:
-            ops.drain(client, target.group, replica, acl=target.acl)
+            ops.drain(client, target.group, replica, credential=target.credential)
     """
 
     hosts: str
     group: str | None = None
     credential: DigestCredential | None = None
 
-    @property
-    def auth_data(self) -> list[tuple[str, str]] | None:
-        """kazoo's ``auth_data``: the digest credential, if any."""
-        return self.credential.auth_data() if self.credential else None
-
-    @property
-    def acl(self) -> list[ACL] | None:
-        """The ACL a write creates nodes with: the credential's, if any (else ZooKeeper's open ACL)."""
-        return self.credential.acls() if self.credential else None
-
-    def connected(self, *, read_only: bool = False) -> AbstractContextManager[KazooClient]:
-        """A started client of ``hosts`` with the credential, stopped at exit (``ops.connected``)."""
-        return ops.connected(self.hosts, auth_data=self.auth_data, read_only=read_only)
+    def connected(self, *, read_only: bool = False) -> AbstractContextManager[ZooKeeperClient]:
+        """A started client of ``hosts`` with the credential, stopped at exit (``tenure.election.connected``)."""
+        return connected(self.hosts, credential=self.credential, read_only=read_only)
 
     @property
     def group_name(self) -> str:

@@ -19,8 +19,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from kazoo.client import KazooClient
-
 from tenure.career.lifecycle import (
     BACKING_OFF,
     CAREER_FAILED,
@@ -41,7 +39,17 @@ from tenure.career.lifecycle import (
     STALLED,
 )
 from tenure.career.spark import BATCH_FAILED, BATCH_FENCED
-from tenure.election import COMMIT_FENCED, JOINED, RESUMED, REVOKED, SUSPENDED, GroupPaths
+from tenure.election import (
+    COMMIT_FENCED,
+    JOINED,
+    RESUMED,
+    REVOKED,
+    SUSPENDED,
+    ZooKeeperClient,
+    connect,
+    disconnect,
+    read_commit,
+)
 from tenure.service.local import ReplicaProcess, Topology
 from tenure.service.ops import sample_key, scrape
 from tenure.service.replica import BATCHES, COMMITS_FENCED, FAULT_INJECTED, IS_LEADER, LEADER_EPOCH, RunnerState
@@ -161,7 +169,6 @@ class Monitor:
 
     def __init__(self, topology: Topology, *, commit_interval_s: float = 0.05, scrape_interval_s: float = 0.2):
         self._topology = topology
-        self._commit_path = GroupPaths(topology.group).commit
         self._commit_interval_s = commit_interval_s
         self._scrape_interval_s = scrape_interval_s
         self._stop = threading.Event()
@@ -173,13 +180,13 @@ class Monitor:
         self.leader_samples: list[tuple[float, dict[str, tuple[bool, int]]]] = []
         #: (time, committed total, fenced total) over all processes
         self.totals: list[tuple[float, int, int]] = []
-        self._client = KazooClient(hosts=topology.ensemble.connect_string, timeout=10.0,
-                                   connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0})
+        self._client: ZooKeeperClient | None = None
         self._threads = [threading.Thread(target=self._poll_commits, name="drill-commits", daemon=True),
                          threading.Thread(target=self._scrape, name="drill-metrics", daemon=True)]
 
     def start(self) -> None:
-        self._client.start(timeout=30)
+        self._client = connect(self._topology.ensemble.connect_string, session_timeout_s=10.0, connect_timeout_s=30,
+                               persistent=True)
         for thread in self._threads:
             thread.start()
 
@@ -187,30 +194,30 @@ class Monitor:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=5)
-        with contextlib.suppress(Exception):
-            self._client.stop()
-            self._client.close()
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                disconnect(self._client)
 
     def _poll_commits(self) -> None:
-        last_version = -1
+        client = self._client
+        assert client is not None, "start() connects first"
+        last_version: int | None = -1
         while not self._stop.wait(self._commit_interval_s):
             try:
-                data, stat = self._client.get_async(self._commit_path).get(timeout=0.5)
-            except Exception:  # no node yet, connection lost, quorum gone: try again next round
+                record, version = read_commit(client, self._topology.group, timeout_s=0.5)
+            except Exception:  # connection lost, quorum gone, a record not JSON: try again next round
                 continue
-            if stat.version == last_version or not data:
+            if version == last_version or record is None or version is None:
                 continue
-            last_version = stat.version
+            last_version = version
             now = time.time()
             try:
-                record = json.loads(data)
                 epoch = int(record["epoch"])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError):
                 continue
             batch = record.get("batch_id", record.get("batch", record.get("n")))
             with self._lock:
-                self.commits.append(CommitSample(now, int(stat.version), epoch,
-                                                 float(record.get("committed_at", now)),
+                self.commits.append(CommitSample(now, version, epoch, float(record.get("committed_at", now)),
                                                  int(batch) if isinstance(batch, int) else None))
 
     def _scrape(self) -> None:

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from kazoo.client import KazooClient
 
 from tenure.career.drills import POISON_PILL
 from tenure.career.output import SET_ASIDE
-from tenure.election import group_status, read_history
+from tenure.election import ZooKeeperClient, connected, read_contenders, read_history
 from tenure.service.drill._context import Drill, is_ready
 from tenure.service.drill._measures import commit_interval
 from tenure.service.drill._settings import (
@@ -36,7 +35,7 @@ from tenure.service.drill._settings import (
     DrillSettings,
 )
 from tenure.service.local import NetNamespace, NetnsError, ReplicaProcess, SparkCluster, SparkClusterError
-from tenure.service.ops import connected, request_handover, wait_handover, write_lines
+from tenure.service.ops import request_handover, wait_handover, write_lines
 from tenure.service.replica import ReplicaSpec
 
 __all__ = ["CLUSTER_SCENARIOS", "GROUPS", "SCENARIOS", "Scenario", "cluster_refusal", "expand"]
@@ -98,12 +97,12 @@ def _handover(d: Drill) -> None:
     d.wait_more_commits()
 
 
-def _line(client: KazooClient, group: str) -> list[str]:
+def _line(client: ZooKeeperClient, group: str) -> list[str]:
     """The replica ids in the election's line, the leader first."""
-    return [c.identity.replica_id for c in group_status(client, group).contenders if c.identity is not None]
+    return [c.identity.replica_id for c in read_contenders(client, group) if c.identity is not None]
 
 
-def _full_line(d: Drill, client: KazooClient, leader: ReplicaProcess) -> list[str]:
+def _full_line(d: Drill, client: ZooKeeperClient, leader: ReplicaProcess) -> list[str]:
     """Wait until every replica stands in the election's line behind ``leader``; returns the line, leader first."""
     group, replicas = d.topology.group, len(d.topology.replicas)
     line: list[str] = []

@@ -21,9 +21,8 @@ from typing import ClassVar
 
 import structlog
 
-from tenure.election import TenureError
+from tenure.election import TenureError, four_letter_word
 from tenure.service.local._wait import watch_until_stopped
-from tenure.service.replica import four_letter_word
 
 __all__ = [
     "Ensemble",

@@ -6,7 +6,7 @@ queue's contract (layout, names, record) from :mod:`tenure.career.queue`.
 """
 
 from tenure.service.ops._drain import DrainError, drain, undrain, wait_in_election
-from tenure.service.ops._groups import connected, format_groups, queue_lag, queue_report, remove_group
+from tenure.service.ops._groups import GroupError, format_groups, queue_lag, queue_report, remove_group
 from tenure.service.ops._handover import HandoverDone, HandoverError, request_handover, wait_handover
 from tenure.service.ops._history import format_history, show_history
 from tenure.service.ops._produce import Producer, ProducerError, produce, write_lines
@@ -25,13 +25,13 @@ __all__ = [
     "CONTENT_FIELDS",
     "VERIFIED",
     "DrainError",
+    "GroupError",
     "HandoverDone",
     "HandoverError",
     "Producer",
     "ProducerError",
     "VerifyReport",
     "check_data_root",
-    "connected",
     "drain",
     "fetch_status",
     "format_groups",

@@ -1,19 +1,22 @@
 """``tenure drain`` / ``tenure undrain``: keep a replica out of the election for maintenance, warm, and let it back.
 
-The request is a znode (``election/_drain.py``); the replica reacts from its own control thread. Refusals are one
-line: an unknown replica, draining the last replica in the election (the group would have no leader) without
-``force``, undraining a replica that is not drained.
+The request is a znode (``tenure.election.OperatorRequests``); the replica reacts from its own control thread.
+Refusals are one line: an unknown replica, draining the last replica in the election (the group would have no
+leader) without ``force``, undraining a replica that is not drained.
 """
 
 from __future__ import annotations
 
 import time
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
-from kazoo.security import ACL
-
-from tenure.election import DrainRequest, GroupPaths, TenureError, drain_requests, group_status
+from tenure.election import (
+    DigestCredential,
+    DrainRequest,
+    OperatorRequests,
+    TenureError,
+    ZooKeeperClient,
+    read_contenders,
+)
 
 __all__ = ["DrainError", "drain", "undrain", "wait_in_election"]
 
@@ -22,21 +25,22 @@ class DrainError(TenureError):
     """A drain or undrain that cannot be done; the message says why and what to do."""
 
 
-def _contenders(client: KazooClient, group: str) -> list[str]:
-    return [c.identity.replica_id for c in group_status(client, group).contenders if c.identity is not None]
+def _contenders(client: ZooKeeperClient, group: str) -> list[str]:
+    return [c.identity.replica_id for c in read_contenders(client, group) if c.identity is not None]
 
 
-def drain(client: KazooClient, group: str, replica_id: str, *, reason: str = "", force: bool = False,
-          acl: list[ACL] | None = None) -> DrainRequest:
-    """Ask ``replica_id`` to leave the election (handing over first if it leads); returns the request.
+def drain(client: ZooKeeperClient, group: str, replica_id: str, *, reason: str = "", force: bool = False,
+          credential: DigestCredential | None = None) -> DrainRequest:
+    """Ask ``replica_id`` to leave the election (handing over first if it leads); returns the request. With
+    ``credential``, the drain node carries its ACL.
 
     Draining a drained replica replaces its reason. Raises:
         DrainError: the replica is neither in the election nor drained, or it is the last replica in the
             election and ``force`` is not set.
     """
-    paths = GroupPaths(group)
+    requests = OperatorRequests(client, group, credential=credential)
     contenders = _contenders(client, group)
-    drained = {d.replica_id for d in drain_requests(client, group)}
+    drained = {d.replica_id for d in requests.drains()}
     if replica_id not in contenders and replica_id not in drained:
         raise DrainError(f"replica {replica_id!r} is not in the election of group {group!r} (contenders: "
                          f"{', '.join(contenders) or 'none'}): check the replica id (`tenure status`)")
@@ -46,29 +50,25 @@ def drain(client: KazooClient, group: str, replica_id: str, *, reason: str = "",
                          "draining it leaves the group without a leader; start another replica first, or pass "
                          "--force")
     request = DrainRequest(replica_id, reason, time.time())
-    client.ensure_path(paths.drained, acl=acl)
-    try:
-        client.create(paths.drained_node(replica_id), request.encode(), acl=acl)
-    except NodeExistsError:
-        client.set(paths.drained_node(replica_id), request.encode())
+    requests.put_drain(request)
     return request
 
 
-def undrain(client: KazooClient, group: str, replica_id: str) -> None:
+def undrain(client: ZooKeeperClient, group: str, replica_id: str) -> None:
     """Let a drained replica join the election again (at the back of the line).
 
     Raises:
         DrainError: the replica is not drained.
     """
-    try:
-        client.delete(GroupPaths(group).drained_node(replica_id))
-    except NoNodeError:
-        drained = ", ".join(d.replica_id for d in drain_requests(client, group)) or "none"
+    requests = OperatorRequests(client, group)
+    if not requests.remove_drain(replica_id):
+        drained = ", ".join(d.replica_id for d in requests.drains()) or "none"
         raise DrainError(f"replica {replica_id!r} is not drained in group {group!r} (drained: {drained}): "
-                         "check the replica id") from None
+                         "check the replica id")
 
 
-def wait_in_election(client: KazooClient, group: str, replica_id: str, *, in_election: bool, timeout_s: float) -> bool:
+def wait_in_election(client: ZooKeeperClient, group: str, replica_id: str, *, in_election: bool,
+                     timeout_s: float) -> bool:
     """Wait until ``replica_id`` has left (or, ``in_election``, joined) the election; False at the deadline."""
     deadline = time.monotonic() + timeout_s
     while (replica_id in _contenders(client, group)) != in_election:

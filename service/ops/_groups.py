@@ -1,43 +1,35 @@
 """Consumer groups sharing one queue, for operators: list them with their lag, and remove one.
 
 Several groups (``--group``) may consume one queue (``--queue-dir``), each with its own election, commit
-record, checkpoint and output (its own ``--data-root``). Replicas register their group at start-up
-(``service/replica/_registry.py``, which also says how the registry is laid out); ``tenure groups remove``
-deletes a group's entry and its consumption marks, so the other groups' leaders archive what it held back.
+record, checkpoint and output (its own ``--data-root``). Replicas register their group at start-up in the queue
+registry (``tenure.election``'s, which also says how it is laid out); ``tenure groups remove`` deletes a group's
+entry and its consumption marks, so the other groups' leaders archive what it held back.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import structlog
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
 
 from tenure.career.queue import QueueLayout, is_queue_file
-from tenure.election import ElectionError, GroupPaths
-from tenure.service.replica._registry import (
-    QUEUES,
-    GroupError,
+from tenure.election import (
+    QueuePaths,
     RegisteredGroup,
-    absolute,
-    children,
+    TenureError,
+    ZooKeeperClient,
     list_groups,
-    queue_path,
+    read_contenders,
+    unregister_group,
 )
 
 __all__ = [
-    "connected",
+    "GroupError",
     "format_groups",
-    "group_queues",
     "queue_lag",
     "queue_report",
     "remove_group",
@@ -46,32 +38,8 @@ __all__ = [
 _log = structlog.get_logger("tenure.groups")
 
 
-@contextlib.contextmanager
-def connected(zk_hosts: str, *, timeout_s: float = 10.0, auth_data: list[tuple[str, str]] | None = None,
-              read_only: bool = False) -> Iterator[KazooClient]:
-    """A started kazoo client for a one-off command, stopped at exit.
-
-    Raises:
-        ElectionError: ZooKeeper cannot be reached within ``timeout_s`` (the message names the hosts).
-    """
-    client = KazooClient(hosts=zk_hosts, timeout=timeout_s, auth_data=auth_data, read_only=read_only,
-                         connection_retry={"max_tries": 3})
-    try:
-        try:
-            client.start(timeout=timeout_s)
-        except KazooTimeoutError as exc:
-            raise ElectionError(f"cannot reach ZooKeeper at {zk_hosts} within {timeout_s:g} s: check --zk "
-                                "(a comma-separated host:port list) and that a quorum is up") from exc
-        yield client
-    finally:
-        client.stop()
-        client.close()
-
-
-def group_queues(client: KazooClient, group: str) -> list[Path]:
-    """The queue folders ``group`` is registered on (usually one)."""
-    return [Path(unquote(key)) for key in children(client, QUEUES)
-            if client.exists(f"{QUEUES}/{key}/{group}") is not None]
+class GroupError(TenureError):
+    """A group operation that cannot be done; the message says why and what to do."""
 
 
 def queue_lag(queue_dir: str | os.PathLike[str], group: str) -> int | None:
@@ -90,7 +58,7 @@ def queue_lag(queue_dir: str | os.PathLike[str], group: str) -> int | None:
     return len(waiting - consumed)
 
 
-def remove_group(client: KazooClient, queue_dir: str | os.PathLike[str], group: str, *,
+def remove_group(client: ZooKeeperClient, queue_dir: str | os.PathLike[str], group: str, *,
                  force: bool = False) -> tuple[RegisteredGroup, int]:
     """Unregister ``group`` from ``queue_dir`` and delete its consumption marks; returns (entry, marks deleted).
 
@@ -100,32 +68,30 @@ def remove_group(client: KazooClient, queue_dir: str | os.PathLike[str], group: 
         GroupError: the group is not registered on the queue, or it still has live election contenders
             (its replicas run) and ``force`` is not set.
     """
-    node = f"{queue_path(queue_dir)}/{group}"
-    try:
-        raw, _stat = client.get(node)
-    except NoNodeError:
-        known = ", ".join(g.group for g in list_groups(client, queue_dir)) or "none"
-        raise GroupError(f"group {group!r} is not registered on queue {absolute(queue_dir)} (registered: "
-                         f"{known}): check the group name and --queue-dir") from None
-    contenders = children(client, GroupPaths(group).election)
+    queue = QueuePaths.of(queue_dir).queue_dir
+    known = list_groups(client, queue_dir)
+    entry = next((g for g in known if g.group == group), None)
+    if entry is None:
+        raise GroupError(f"group {group!r} is not registered on queue {queue} (registered: "
+                         f"{', '.join(g.group for g in known) or 'none'}): check the group name and --queue-dir")
+    contenders = read_contenders(client, group)
     if contenders and not force:
         raise GroupError(f"group {group!r} still has {len(contenders)} live election contender(s): stop its "
                          "replicas first (a running leader would keep consuming), or pass --force")
-    client.delete(node)
+    unregister_group(client, queue_dir, group)
     marks = QueueLayout(Path(queue_dir)).marks(group)
     deleted = len(os.listdir(marks)) if marks.is_dir() else 0
     shutil.rmtree(marks, ignore_errors=True)
-    entry = RegisteredGroup.from_bytes(group, raw)
-    _log.info("group_removed", group=group, queue_dir=str(absolute(queue_dir)), marks=deleted, forced=force,
+    _log.info("group_removed", group=group, queue_dir=queue, marks=deleted, forced=force,
               contenders=len(contenders))
     return entry, deleted
 
 
-def queue_report(client: KazooClient, queue_dir: str | os.PathLike[str]) -> dict[str, Any]:
+def queue_report(client: ZooKeeperClient, queue_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """One queue's groups with their lag, as JSON: ``{"queue_dir", "groups": [{"group", "data_root",
     "registered_at", "lag"}]}`` (``lag`` is None when the queue is not readable on this machine)."""
     groups = [{**g.to_json(), "lag": queue_lag(queue_dir, g.group)} for g in list_groups(client, queue_dir)]
-    return {"queue_dir": str(absolute(queue_dir)), "groups": groups}
+    return {"queue_dir": QueuePaths.of(queue_dir).queue_dir, "groups": groups}
 
 
 def _when(at: float) -> str:

@@ -1,7 +1,7 @@
 """``tenure handover``: ask the leader to hand over cleanly, to a named ready replica or to the next in line,
 and with ``--wait`` report when the new leader committed and the gap the output saw.
 
-The request is a znode (``election/_handover_request.py``); the leader and the replicas ahead of the target
+The request is a znode (``tenure.election.OperatorRequests``); the leader and the replicas ahead of the target
 react from their own control threads. Refusals are one line: no leader, the target already leads, the target is
 not in the election (or is drained), the target is not ready, a handover already in progress.
 """
@@ -14,18 +14,14 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError
-from kazoo.security import ACL
-
 from tenure.election import (
-    GroupPaths,
+    DigestCredential,
     HandoverRequest,
+    OperatorRequests,
     TenureError,
     TermRecord,
-    drain_requests,
+    ZooKeeperClient,
     group_status,
-    read_handover_request,
     read_history,
 )
 
@@ -60,14 +56,16 @@ def _readiness(metrics_url: str, timeout_s: float = 3.0) -> tuple[bool, str]:
         return False, f"{url} does not answer ({exc})"
 
 
-def request_handover(client: KazooClient, group: str, *, to: str | None = None, timeout_s: float = 60.0,
-                     acl: list[ACL] | None = None) -> HandoverRequest:
+def request_handover(client: ZooKeeperClient, group: str, *, to: str | None = None, timeout_s: float = 60.0,
+                     credential: DigestCredential | None = None) -> HandoverRequest:
     """Ask the current leader of ``group`` to hand over (to ``to``, a ready replica in the election, if given).
+    With ``credential``, the request's node carries its ACL.
 
     Raises:
         HandoverError: see the module docstring.
     """
     status = group_status(client, group)
+    requests = OperatorRequests(client, group, credential=credential)
     if status.leader is None or status.leader.identity is None:
         raise HandoverError(f"group {group!r} has no leader: there is nothing to hand over (`tenure status`)")
     leader = status.leader.identity.replica_id
@@ -76,7 +74,7 @@ def request_handover(client: KazooClient, group: str, *, to: str | None = None, 
             raise HandoverError(f"replica {to!r} already leads group {group!r} (epoch {status.leader.epoch})")
         target = next((c for c in status.contenders if c.identity and c.identity.replica_id == to), None)
         if target is None or target.identity is None:
-            drained = {d.replica_id for d in drain_requests(client, group)}
+            drained = {d.replica_id for d in status.drained}
             if to in drained:
                 raise HandoverError(f"replica {to!r} is drained: undrain it first (`tenure undrain {to}`)")
             line = ", ".join(c.identity.replica_id for c in status.contenders if c.identity) or "none"
@@ -86,21 +84,17 @@ def request_handover(client: KazooClient, group: str, *, to: str | None = None, 
         if not ready:
             raise HandoverError(f"replica {to!r} is not ready ({why}): hand over to a ready replica, or none")
     now = time.time()
-    pending = read_handover_request(client, group)
+    pending = requests.handover()
     if pending is not None and pending.live(now) and pending.epoch == status.leader.epoch:
         raise HandoverError(f"a handover of epoch {pending.epoch} is already requested (to "
                             f"{pending.to or 'the next in line'}) until "
                             f"{time.strftime('%H:%M:%S', time.localtime(pending.expires_at))}: wait for it")
     request = HandoverRequest(epoch=status.leader.epoch, to=to, requested_at=now, expires_at=now + timeout_s)
-    path = GroupPaths(group).handover_request
-    try:
-        client.create(path, request.encode(), acl=acl, makepath=True)
-    except NodeExistsError:
-        client.set(path, request.encode())
+    requests.put_handover(request)
     return request
 
 
-def wait_handover(client: KazooClient, group: str, request: HandoverRequest, *,
+def wait_handover(client: ZooKeeperClient, group: str, request: HandoverRequest, *,
                   timeout_s: float) -> HandoverDone | None:
     """Wait until a later term than the request's has committed; None at the deadline."""
     deadline = time.monotonic() + timeout_s

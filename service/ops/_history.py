@@ -15,8 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tenure.career.output import TABLE, batch_versions, is_delta_table
-from tenure.election import TermRecord, read_history
-from tenure.service.ops._groups import connected
+from tenure.election import DigestCredential, TermRecord, connected, read_history
 
 __all__ = ["delta_versions_by_epoch", "format_history", "show_history"]
 
@@ -91,7 +90,7 @@ def format_history(terms: list[TermRecord], *, now: float | None = None, width: 
 
 
 def show_history(zk_hosts: str, group: str, *, as_json: bool = False, last: int | None = None,
-                 auth_data: list[tuple[str, str]] | None = None, out: TextIO | None = None,
+                 credential: DigestCredential | None = None, out: TextIO | None = None,
                  data_root: Path | None = None) -> list[TermRecord]:
     """Print the group's recorded terms (the last ``last``, default all) to ``out`` (stdout); return them. With
     ``data_root``, each term also shows the Delta versions of ``table/`` its batches became.
@@ -99,7 +98,7 @@ def show_history(zk_hosts: str, group: str, *, as_json: bool = False, last: int 
     Raises:
         ElectionError: ZooKeeper cannot be reached (print it as one line and exit non-zero).
     """
-    with connected(zk_hosts, auth_data=auth_data, read_only=True) as client:
+    with connected(zk_hosts, credential=credential, read_only=True) as client:
         terms = read_history(client, group)
     if last is not None:
         terms = terms[-last:] if last > 0 else []

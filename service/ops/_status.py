@@ -13,21 +13,21 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.table import Table
 
-from tenure.election import GroupStatus, group_status
-from tenure.service.ops._groups import connected, format_groups, group_queues, queue_report
+from tenure.election import DigestCredential, GroupStatus, connected, group_queues, group_status
+from tenure.service.ops._groups import format_groups, queue_report
 from tenure.service.ops._history import format_history
 
 __all__ = ["fetch_status", "format_status_json", "format_status_table", "show_status"]
 
 
 def fetch_status(zk_hosts: str, group: str, *, timeout_s: float = 10.0,
-                 auth_data: list[tuple[str, str]] | None = None) -> GroupStatus:
+                 credential: DigestCredential | None = None) -> GroupStatus:
     """Connect, read the group's status and the groups sharing its queue (with their lag), disconnect.
 
     Raises:
         ElectionError: ZooKeeper cannot be reached within ``timeout_s`` (the message names the hosts).
     """
-    with connected(zk_hosts, timeout_s=timeout_s, auth_data=auth_data, read_only=True) as client:
+    with connected(zk_hosts, timeout_s=timeout_s, credential=credential, read_only=True) as client:
         status = group_status(client, group)
         return replace(status, queues=[queue_report(client, queue) for queue in group_queues(client, group)])
 
@@ -76,7 +76,7 @@ def format_status_table(status: GroupStatus, *, width: int = 120, now: float | N
                           ident.metrics_url if ident else "")
         console.print(table)
     console.print(f"last commit (version {status.commit_version}): {_record_line(status.commit)}")
-    console.print(f"handover: {_record_line(status.handover)}")
+    console.print(f"handover: {_record_line(None if status.handover is None else status.handover.to_json())}")
     for d in status.drained:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.since))
         console.print(f"drained: {d.replica_id} since {since} ({_ago(d.since, now)}): {d.reason or 'no reason given'}")
@@ -90,13 +90,13 @@ def format_status_table(status: GroupStatus, *, width: int = 120, now: float | N
 
 
 def show_status(zk_hosts: str, group: str, *, as_json: bool = False, timeout_s: float = 10.0,
-                auth_data: list[tuple[str, str]] | None = None, out: TextIO | None = None) -> GroupStatus:
+                credential: DigestCredential | None = None, out: TextIO | None = None) -> GroupStatus:
     """Print the status of ``group`` to ``out`` (stdout): a table, or JSON with ``as_json``; return it.
 
     Raises:
         ElectionError: ZooKeeper cannot be reached (print it as one line and exit non-zero).
     """
-    status = fetch_status(zk_hosts, group, timeout_s=timeout_s, auth_data=auth_data)
+    status = fetch_status(zk_hosts, group, timeout_s=timeout_s, credential=credential)
     stream = sys.stdout if out is None else out
     width = max(120, shutil.get_terminal_size((120, 24)).columns)
     stream.write(format_status_json(status) + "\n" if as_json else format_status_table(status, width=width))

@@ -1,4 +1,4 @@
-"""The replica process (``tenure run``): config, the runner's control loop, metrics, health, logs, fault points.
+"""The replica process (``tenure run``): config, the runner's ports, metrics, health, fault points.
 
 Imports nothing from ``tenure.service.ops``, ``tenure.service.local`` or ``tenure.service.drill``: a production
 replica carries no operator tool and no local infrastructure.
@@ -7,11 +7,9 @@ replica carries no operator tool and no local infrastructure.
 from tenure.career.lifecycle import RunnerState, StallReason
 from tenure.service.replica._config import SETTINGS, ReplicaConfig, load_config, setting_named
 from tenure.service.replica._faults import FAULT_INJECTED, FAULT_POINTS, FaultFile, InjectedFault, arm
-from tenure.service.replica._four_letter import four_letter_word
 from tenure.service.replica._health import HTTP_REQUEST_FAILED, HealthServer
 from tenure.service.replica._launch import PER_PROCESS, ReplicaSpec
 from tenure.service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
-from tenure.service.replica._logs import configure_logging, log_to_file
 from tenure.service.replica._metrics import (
     BATCHES,
     COMMITS_FENCED,
@@ -27,15 +25,6 @@ from tenure.service.replica._metrics import (
 )
 from tenure.service.replica._process import run_replica
 from tenure.service.replica._proctree import pause_descendants, pause_tree, resume_tree, tree_pids
-from tenure.service.replica._registry import (
-    QUEUES,
-    GroupError,
-    RegisteredGroup,
-    list_groups,
-    queue_path,
-    register_group,
-    registered_groups,
-)
 from tenure.service.replica._term_record import CANARY_GAP
 
 __all__ = [
@@ -52,33 +41,23 @@ __all__ = [
     "LEADER_EPOCH",
     "PER_PROCESS",
     "PROGRESS_AGE",
-    "QUEUES",
     "RECORDS",
     "SETTINGS",
     "SOURCE_BACKLOG_FILES",
     "STALLS",
     "ZK_CONNECTED",
     "FaultFile",
-    "GroupError",
     "HealthServer",
     "InjectedFault",
     "Metrics",
-    "RegisteredGroup",
     "ReplicaConfig",
     "ReplicaSpec",
     "RunnerState",
     "StallReason",
     "arm",
-    "configure_logging",
-    "four_letter_word",
-    "list_groups",
     "load_config",
-    "log_to_file",
     "pause_descendants",
     "pause_tree",
-    "queue_path",
-    "register_group",
-    "registered_groups",
     "resume_tree",
     "run_replica",
     "setting_named",

@@ -19,20 +19,11 @@ from types import FrameType
 import structlog
 
 from tenure.career import Career
-from tenure.career.lifecycle import (
-    RequestSource,
-    Runner,
-    RunnerEvent,
-    RunnerSettings,
-    RunnerState,
-    StallReason,
-    TermJournal,
-)
-from tenure.election import Election, ElectionEvent
+from tenure.career.lifecycle import Leadership, RequestSource, Runner, RunnerSettings, RunnerState, StallReason
+from tenure.election import ElectionEvent, TermHistory
 from tenure.service.replica._metrics import Metrics
 from tenure.service.replica._proctree import tree_pids
-from tenure.service.replica._progress import Progress
-from tenure.service.replica._requests import OperatorRequests
+from tenure.service.replica._progress import ProgressClock
 from tenure.service.replica._term_record import TermRecorder
 from tenure.service.replica._watchdog import Watchdog, WatchdogSettings, loop_live
 
@@ -97,7 +88,7 @@ class ReplicaControl:
     control loop does.
     """
 
-    def __init__(self, progress: Progress, settings: RunnerSettings, watchdog: WatchdogSettings) -> None:
+    def __init__(self, progress: ProgressClock, settings: RunnerSettings, watchdog: WatchdogSettings) -> None:
         self._progress = progress
         self._settings = settings
         self._watchdog_settings = watchdog
@@ -199,21 +190,15 @@ class ReplicaControl:
         os._exit(code)
 
 
-def build_runner(election_factory: Callable[[Callable[[ElectionEvent], None]], Election], career: Career,
-                 metrics: Metrics, settings: RunnerSettings, *, watchdog: WatchdogSettings,
-                 progress: Progress) -> tuple[Runner, ReplicaControl]:
-    """The runner of one replica, its ports implemented by this process (``control`` installs the signals)."""
+def build_runner(leadership_factory: Callable[[Callable[[ElectionEvent], None]], Leadership], career: Career,
+                 metrics: Metrics, settings: RunnerSettings, *, watchdog: WatchdogSettings, progress: ProgressClock,
+                 requests: RequestSource, history: TermHistory) -> tuple[Runner, ReplicaControl]:
+    """The runner of one replica, its ports implemented by this process (``control`` installs the signals):
+    operators' ``requests`` and the term ``history`` are its group's, in ZooKeeper."""
     control = ReplicaControl(progress, settings, watchdog)
-
-    def requests(election: Election, post: Callable[[RunnerEvent], None]) -> RequestSource:
-        return OperatorRequests(election.client, election.paths, settings.replica_id, post)
-
-    def terms(election: Election) -> TermJournal:
-        log = _log.bind(replica_id=settings.replica_id, group=election.group)
-        return TermRecorder(election.history, metrics, settings.replica_id, log,
-                            (election.client.handler.timeout_exception,))
-
-    runner = Runner(election_factory, career, settings, observer=RunnerMetrics(metrics), progress=progress,
+    log = _log.bind(replica_id=settings.replica_id, group=history.group)
+    terms = TermRecorder(history, metrics, settings.replica_id, log)
+    runner = Runner(leadership_factory, career, settings, observer=RunnerMetrics(metrics), progress=progress,
                     process=control, requests=requests, terms=terms)
     control.attach(runner)
     return runner, control

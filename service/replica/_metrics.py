@@ -166,7 +166,7 @@ class Metrics:
         with self._term_lock:
             return self._term
 
-    # What the career observes, forwarded by ``Progress`` (the career's observer).
+    # What the career observes, forwarded by ``ProgressClock`` (the career's observer).
     def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int], *,
                        progressed: bool = True) -> None:
         self.batches.labels(outcome).inc()

@@ -10,21 +10,32 @@ import time
 from collections.abc import Callable, Collection
 
 import structlog
-from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
-from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import CollectorRegistry
 
 from tenure.career import Career, CareerObserver, CounterCareer
-from tenure.election import ConfigError, Election, ElectionEvent, Identity
+from tenure.election import (
+    ConfigError,
+    Election,
+    ElectionError,
+    ElectionEvent,
+    Identity,
+    OperatorRequests,
+    TermHistory,
+    ZooKeeperClient,
+    ZooKeeperUnavailable,
+    connect,
+    disconnect,
+    four_letter_word,
+    is_connected,
+    register_group,
+    registered_groups,
+)
 from tenure.service.replica._cluster_master import StandaloneMaster, master_webuis
 from tenure.service.replica._config import ReplicaConfig
-from tenure.service.replica._four_letter import four_letter_word
 from tenure.service.replica._health import HealthServer
 from tenure.service.replica._lifecycle import build_runner
 from tenure.service.replica._metrics import Metrics
-from tenure.service.replica._progress import Progress
-from tenure.service.replica._registry import register_group, registered_groups
+from tenure.service.replica._progress import ProgressClock
 
 __all__ = ["run_replica"]
 
@@ -54,42 +65,32 @@ def _check_session_timeout(hosts: str, session_timeout_s: float) -> None:
     _log.warning("session_timeout_unchecked", reason="no server answered the conf four-letter word")
 
 
-def _connect(config: ReplicaConfig) -> KazooClient:
-    credential = config.credential
-    client = KazooClient(
-        hosts=config.zk,
-        timeout=config.election.session_timeout_s,
-        connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0},
-        auth_data=credential.auth_data() if credential else None,
-    )
+def _connect(config: ReplicaConfig) -> ZooKeeperClient:
     try:
-        client.start(timeout=config.connect_timeout_s)
-    except KazooTimeoutError as exc:
-        client.stop()
-        client.close()
+        return connect(config.zk, session_timeout_s=config.election.session_timeout_s,
+                       connect_timeout_s=config.connect_timeout_s, credential=config.credential, persistent=True)
+    except ZooKeeperUnavailable as exc:
         raise ConfigError(f"zk={config.zk!r} did not answer within connect_timeout_s="
                           f"{config.connect_timeout_s:g}: check --zk and that the ensemble is serving") from exc
-    return client
 
 
-def _queue_groups(config: ReplicaConfig, client: KazooClient) -> Callable[[], Collection[str]]:
+def _queue_groups(config: ReplicaConfig, client: ZooKeeperClient) -> Callable[[], Collection[str]]:
     """The registry read the Spark career's archiving waits on: the groups registered on its queue."""
     queue_dir = config.queue_dir or config.data_root
     timeout_s = config.election.op_timeout_s  # a ZooKeeper read on the control thread, bounded as the election's
     return lambda: registered_groups(client, queue_dir, timeout_s=timeout_s)
 
 
-def _register_group(config: ReplicaConfig, client: KazooClient) -> None:
+def _register_group(config: ReplicaConfig, client: ZooKeeperClient) -> None:
     """Register the group as a consumer of its queue (idempotent)."""
     queue_dir = config.queue_dir or config.data_root
     queue_dir.mkdir(parents=True, exist_ok=True)
-    credential = config.credential
     try:
-        register_group(client, queue_dir, config.group, config.data_root,
-                       acl=credential.acls() if credential else None)
-    except KazooException as exc:
+        register_group(client, queue_dir, config.group, config.data_root, credential=config.credential,
+                       timeout_s=config.election.session_timeout_s)
+    except ElectionError as exc:
         raise ConfigError(f"group={config.group!r} cannot be registered on queue_dir={str(queue_dir)!r} in "
-                          f"ZooKeeper ({exc!r}): check --zk-auth and the ACLs of /tenure/_queues") from exc
+                          f"ZooKeeper ({exc}): check --zk-auth and the ACLs of /tenure/_queues") from exc
 
 
 def _cluster_master(config: ReplicaConfig, spark_master: str) -> StandaloneMaster | None:
@@ -134,7 +135,7 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
     structlog.contextvars.bind_contextvars(replica_id=config.replica_id, group=config.group)
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry, replica_id=config.replica_id, group=config.group)
-    progress = Progress(metrics)  # the career's observer
+    progress = ProgressClock(metrics)  # the career's observer
     try:
         server = HealthServer(config.metrics_host, config.metrics_port, registry)
     except OSError as exc:
@@ -156,8 +157,7 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
             _register_group(config, client)
     except BaseException:
         server.stop()
-        client.stop()
-        client.close()
+        disconnect(client)
         raise
     advertised = socket.gethostname() if config.metrics_host in ("0.0.0.0", "::") else config.metrics_host
     identity = Identity(
@@ -174,16 +174,17 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
                         credential=config.credential, session_timeout_s=timing.session_timeout_s,
                         safe_fraction=timing.safe_fraction, op_timeout_s=timing.op_timeout_s, faults=config.faults)
 
-    runner, control = build_runner(election_factory, career, metrics, config.runner, watchdog=config.watchdog,
-                                   progress=progress)
+    runner, control = build_runner(
+        election_factory, career, metrics, config.runner, watchdog=config.watchdog, progress=progress,
+        requests=OperatorRequests(client, config.group, credential=config.credential, timeout_s=timing.op_timeout_s),
+        history=TermHistory(client, config.group, credential=config.credential, timeout_s=timing.op_timeout_s))
 
     control.install_signal_handlers()
-    metrics.zk_connected.set(1 if client.connected else 0)
+    metrics.zk_connected.set(1 if is_connected(client) else 0)
     server.start(runner.health)
     _log.info("replica_started", metrics_port=server.port, career=config.career, zk=config.zk)
     try:
         return runner.run()
     finally:
         server.stop()
-        client.stop()
-        client.close()
+        disconnect(client)

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 from tenure.service.replica._metrics import Metrics
 
-__all__ = ["Progress", "ProgressView"]
+__all__ = ["ProgressClock", "ProgressView"]
 
 
 @dataclass(frozen=True)
 class ProgressView:
-    """One consistent reading of :class:`Progress`, at ``now`` (monotonic seconds).
+    """One consistent reading of :class:`ProgressClock`, at ``now`` (monotonic seconds).
 
     Attributes:
         now: when it was read.
@@ -51,13 +51,13 @@ class ProgressView:
         return max(0.0, self.now - max(self.working_since, self.waiting_since, self.last_progress))
 
 
-class Progress:
+class ProgressClock:
     """The progress clock of one replica (the runner's ``LoopProgress``); also the career's observer, forwarding
     every call to ``metrics``.
 
     Example::
 
-        progress = Progress(metrics)
+        progress = ProgressClock(metrics)
         career = SparkCareer(config, progress, replica_id="r1")   # batches report here
         progress.tick()                                            # the control loop, each round
         progress.view().stalled_for()                             # the watchdog, from its own thread

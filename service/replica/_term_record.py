@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from kazoo.exceptions import KazooException
 from structlog.typing import FilteringBoundLogger
 
 from tenure.career import HandoverRecord, Outcome
@@ -27,16 +26,13 @@ _PROGRESS_EVERY_S = 30.0
 
 
 class TermRecorder:
-    """Keeps one replica's terms in the history (the runner's ``TermJournal``); ``timeout_errors`` is what the
-    ZooKeeper client raises on a timeout (the handler's exception type)."""
+    """Keeps one replica's terms in the history (the runner's ``TermJournal``)."""
 
-    def __init__(self, history: TermHistory, metrics: Metrics, replica_id: str, log: FilteringBoundLogger,
-                 timeout_errors: tuple[type[BaseException], ...]) -> None:
+    def __init__(self, history: TermHistory, metrics: Metrics, replica_id: str, log: FilteringBoundLogger) -> None:
         self._history = history
         self._metrics = metrics
         self._replica_id = replica_id
         self._log = log
-        self._errors = (TenureError, KazooException, *timeout_errors)
         self._epoch: int | None = None
         self._next_progress = 0.0
         self._previous: TermRecord | None = None
@@ -51,7 +47,7 @@ class TermRecorder:
         def begin() -> None:
             self._previous = self._history.begin(
                 epoch=fence.epoch, node=fence.node, node_version=fence.node_version, replica_id=self._replica_id,
-                elected_at=elected_at, previous=None if previous is None else (previous.epoch, previous.clean))
+                elected_at=elected_at, previous=previous)
 
         self._write("begin", begin)
 
@@ -96,6 +92,6 @@ class TermRecorder:
     def _write(self, what: str, write: Callable[[], None]) -> None:
         try:
             write()
-        except self._errors as exc:
+        except TenureError as exc:  # the election's calls raise the product's errors only
             self._log.warning("term_history_not_written", step=what, epoch=self._epoch,
                               reason=f"{type(exc).__name__}: {exc}")

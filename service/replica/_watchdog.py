@@ -17,7 +17,7 @@ import structlog
 
 from tenure.career.lifecycle import Stall, StallReason
 from tenure.election import ConfigError
-from tenure.service.replica._progress import Progress, ProgressView
+from tenure.service.replica._progress import ProgressClock, ProgressView
 from tenure.settings import setting
 
 __all__ = ["Watchdog", "WatchdogSettings", "find_stall", "loop_live"]
@@ -97,7 +97,7 @@ class Watchdog:
         watchdog.start()
     """
 
-    def __init__(self, progress: Progress, settings: WatchdogSettings, on_stall: Callable[[Stall], None], *,
+    def __init__(self, progress: ProgressClock, settings: WatchdogSettings, on_stall: Callable[[Stall], None], *,
                  interval_s: float = 1.0) -> None:
         self._progress = progress
         self._settings = settings

@@ -18,7 +18,7 @@ import structlog
 
 from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
 from tenure.service.ops._produce._bad_lines import BAD_CLASSES, bad_line
-from tenure.service.ops._produce._progress import Progress
+from tenure.service.ops._produce._progress import ProgressDisplay
 from tenure.service.ops._produce._writer import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_BATCH_RECORDS,
@@ -180,7 +180,7 @@ def produce(
         data_root, batch_records=batch_records, batch_bytes=batch_bytes, flush_interval_s=flush_interval_s,
         retry=retry, on_ack=on_ack, clock=clock, sleep=sleep,
     )
-    bar = Progress(records, progress, out, clock)
+    bar = ProgressDisplay(records, progress, out, clock)
     log.info("produce_started", landing=str(producer.landing), records=records, keys=keys, rate=rate,
              duplicates=duplicates, bad=bad, seed=seed)
 

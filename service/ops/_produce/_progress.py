@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TextIO
 
-__all__ = ["Progress"]
+__all__ = ["ProgressDisplay"]
 
 
-class Progress:
+class ProgressDisplay:
     """A rich progress bar on a TTY, plain lines every few seconds otherwise, or nothing."""
 
     def __init__(self, total: int, mode: bool | None, stream: TextIO, clock: Callable[[], float]) -> None:

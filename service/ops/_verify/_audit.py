@@ -8,7 +8,6 @@ against the group's commit record.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import Counter, defaultdict
@@ -17,12 +16,10 @@ from pathlib import Path
 from typing import Any, Final
 
 import structlog
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from tenure.career.output import DEAD_LETTER, QUARANTINE, SET_ASIDE, TABLE
 from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
-from tenure.election import GroupPaths
+from tenure.election import GroupPaths, ZooKeeperClient, read_commit
 from tenure.service.ops._verify._content import CONTENT_FIELDS, EXAMPLES, QueueContent
 from tenure.service.ops._verify._delta import audit_delta
 from tenure.service.ops._verify._files import VerifyError, read_consumption
@@ -45,19 +42,15 @@ VERIFIED: Final = "verified"
 _log = structlog.get_logger("tenure.verify")
 
 
-def read_committed_batch(client: KazooClient, group: str) -> int:
+def read_committed_batch(client: ZooKeeperClient, group: str) -> int:
     """The batch ``group``'s commit record names: the last one its leaders committed (``tenure verify --zk``).
 
     Raises:
         VerifyError: the group has no commit record naming a batch (a wrong group, or none committed yet).
     """
     path = GroupPaths(group).commit
-    try:
-        raw, _stat = client.get(path)
-    except NoNodeError:
-        raw = b""
-    record = json.loads(raw) if raw else {}
-    if not isinstance(record, dict) or record.get("batch_id") is None:
+    record, _version = read_commit(client, group)
+    if record is None or record.get("batch_id") is None:
         raise VerifyError(f"group {group!r} has no committed batch in ZooKeeper ({path}): check --group, or leave "
                           "out --zk until the group's first commit")
     return int(record["batch_id"])

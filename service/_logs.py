@@ -1,4 +1,5 @@
-"""structlog set-up: JSON lines when not a TTY, console rendering on a TTY; stdlib logs routed through it.
+"""Logging for every command: structlog set-up, JSON lines when not a TTY, console rendering on a TTY; stdlib logs
+routed through it.
 
 A daemon (``tenure run``, ``zk``, ``spark``) logs at its level on stderr. A command for people shows only
 warnings on stderr (its report is on stdout), and one that owns a folder also writes its events, at the

@@ -1,0 +1,132 @@
+"""The fail-stop: a replica whose work stopped progressing gives its lock up at once and has its process exit.
+
+From any thread, once: the progress watchdog, the control loop (Spark stopped answering), a full event queue. The
+work runs on a thread of its own, so the caller returns at once and the control loop, if it still runs, does no
+more work meanwhile (ZKFC's HealthMonitor gives the lock up the same way: STYLE habit 17).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from structlog.typing import FilteringBoundLogger
+
+from tenure.career._deadline import call_within
+from tenure.career._protocol import Outcome
+from tenure.career.lifecycle._attempts import BatchAttempts
+from tenure.career.lifecycle._log_events import STALLED
+from tenure.career.lifecycle._ports import Leadership, ProcessControl, RunnerObserver, TermJournal
+from tenure.career.lifecycle._stall import Stall
+
+__all__ = ["FailStop", "GaveUp"]
+
+
+class GaveUp(Exception):
+    """A term's end found the runner given up (``FailStop.give_up``): whatever called it stops there, because the
+    fail-stop thread records the term, holds the node until then and exits the process."""
+
+
+class FailStop:
+    """Gives the lock up once, and decides who records the end of the term running then: the control thread (it
+    ended the term) or the fail-stop thread (it gave up first).
+
+    Example::
+
+        fail_stop = FailStop(leadership, attempts, terms, process, observer, log, where=lambda: (epoch, "leading"))
+        fail_stop.term_began()                      # the control thread began a term in the history
+        fail_stop.give_up(Stall(StallReason.NO_PROGRESS, "no batch finished in 120 s", 17))   # any thread
+        if fail_stop.term_ending():                 # raises GaveUp once given up
+            terms.ended(outcome, reason)
+    """
+
+    def __init__(self, leadership: Leadership, attempts: BatchAttempts, terms: TermJournal, process: ProcessControl,
+                 observer: RunnerObserver, log: FilteringBoundLogger,
+                 where: Callable[[], tuple[int | None, str]]) -> None:
+        """``where`` tells the epoch and the runner's state (for the log), read from the fail-stop thread."""
+        self._leadership = leadership
+        self._attempts = attempts
+        self._terms = terms
+        self._process = process
+        self._observer = observer
+        self._log = log
+        self._where = where
+        self._lock = threading.Lock()  # guards the two below: who records the term's end
+        self._stalled: Stall | None = None
+        self._term_open = False  # a term began in the history and its end is not recorded yet
+
+    @property
+    def stalled(self) -> Stall | None:
+        """Why the replica gave up, once it did."""
+        return self._stalled
+
+    def term_began(self) -> None:
+        """The control thread began a term in the history: its end is to be recorded (unless given up already)."""
+        with self._lock:
+            self._term_open = self._stalled is None
+
+    def term_ending(self) -> bool:
+        """The control thread ends the term: whether it records the end in the history itself.
+
+        Raises:
+            GaveUp: given up (here or on another thread): the fail-stop thread records the term.
+        """
+        with self._lock:
+            gave_up, recording = self._stalled is not None, self._term_open
+            self._term_open = False
+        if gave_up:
+            raise GaveUp
+        return recording
+
+    def give_up(self, stall: Stall) -> None:
+        """Give the lock up at once and have the process exit (``ProcessControl.exit_stalled``); from any thread,
+        once (a second call does nothing)."""
+        with self._lock:
+            if self._stalled is not None:
+                return
+            self._stalled = stall
+            recording, self._term_open = self._term_open, False  # the control thread no longer records it
+        threading.Thread(target=self._run, args=(stall, recording), name="tenure-fail-stop", daemon=True).start()
+
+    def _run(self, stall: Stall, recording: bool) -> None:
+        """1. Record why (the handover record and the term history, as far as ZooKeeper answers in time).
+        2. Close the ZooKeeper session: the election node goes now, not a session timeout later, and the
+           successor hears at once.
+        3. The process kills the Spark JVM and its Python workers (on a cluster, the application's cores are
+           freed with the driver) and exits non-zero, for the supervisor to restart the replica as a warm
+           follower.
+
+        Whatever the stalled work still does is harmless: a batch that wakes commits through the fence, which
+        checks the election node that step 2 deleted; its staging and checkpoint are its own term's; and by
+        step 3 no process of it is left.
+        """
+        epoch, state = self._where()
+        self._observer.stalled(stall.reason)
+        self._log.error(STALLED, reason=stall.reason.value, detail=stall.detail, batch=stall.batch_id, epoch=epoch,
+                        state=state)
+        if recording:
+            try:
+                call_within(lambda: self._record(stall, epoch), 3 * self._leadership.op_timeout_s,
+                            "recording the stall")
+            except Exception as exc:  # the session's close below is what matters
+                self._log.warning("stall_not_recorded", reason=f"{type(exc).__name__}: {exc}", epoch=epoch)
+        self._log.error("exiting_after_stall", reason=stall.reason.value)
+        self.close_session()
+        self._process.exit_stalled()
+
+    def _record(self, stall: Stall, epoch: int | None) -> None:
+        """The stall in the handover record (a batch it blames counts one attempt) and in the term history."""
+        if stall.reason.counts_against_batch and stall.batch_id is not None:
+            self._attempts.failed(stall.batch_id, stall.describe())
+        self._leadership.write_handover(self._attempts.record(epoch or 0, clean=False, last_batch=None,
+                                                              reason=f"stalled: {stall.describe()}"))
+        self._terms.ended(Outcome.STALLED, stall.describe())
+
+    def close_session(self) -> None:
+        """Close the ZooKeeper session, under a deadline: the election node goes now, and the successor hears at
+        once (from any thread; what follows, killing the JVM and exiting, is the process's)."""
+        try:
+            call_within(self._leadership.close_session, self._leadership.op_timeout_s,
+                        "closing the ZooKeeper session")
+        except Exception as exc:  # the node then goes when the session expires
+            self._log.warning("session_not_closed", reason=f"{type(exc).__name__}: {exc}")
