@@ -12,7 +12,7 @@ import structlog
 
 from tenure.career._health import HealthSettings, StorageHealth
 from tenure.career._protocol import CareerContext, CareerObserver, Outcome
-from tenure.election import ConfigError, Fenced
+from tenure.errors import ConfigError, Fenced
 from tenure.settings import setting
 
 __all__ = ["CounterCareer", "CounterSettings"]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from tenure.election._errors import Unresponsive
+from tenure.errors import Unresponsive
 
 __all__ = ["Probe", "call_within"]
 

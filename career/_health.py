@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tenure.career._deadline import Probe
-from tenure.election._errors import ConfigError, Unresponsive
+from tenure.errors import ConfigError, Unresponsive
 from tenure.settings import setting
 
 __all__ = ["HealthSettings", "StorageHealth", "storage_problem"]

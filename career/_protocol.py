@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from tenure.election import FailedBatch, HandoverRecord
-from tenure.election._errors import TenureError
+from tenure.errors import TenureError
 
 __all__ = ["BatchFailed", "Career", "CareerContext", "CareerObserver", "FailedBatch", "FencedCommit", "HandoverRecord",
            "Outcome"]

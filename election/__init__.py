@@ -34,10 +34,10 @@ What is not guaranteed:
   of the servers'. A process paused between its check and the transaction is still stopped by the fence.
 * A commit whose reply is lost has an unknown outcome until the record is read back; ``Fence.commit``
   tries once and otherwise raises ``CommitOutcomeUnknown`` (an ``ElectionError``) — re-read with ``read_commit()``.
-* Every public call raises the product's errors only (``TenureError`` and its subclasses), never kazoo's: a
-  connection or session lost, or a call timed out, is ``ZooKeeperUnavailable``; an ACL refusal ``ZooKeeperDenied``
-  (both ``ElectionError``s); ``Fenced`` and ``CommitOutcomeUnknown`` keep their meaning. Code outside
-  ``election/`` holds a client (``connect``) only to pass it to these calls.
+* Every public call raises the product's errors only (``TenureError`` and its subclasses, in ``tenure.errors``),
+  never kazoo's: a connection or session lost, or a call timed out, is ``ZooKeeperUnavailable``; an ACL refusal
+  ``ZooKeeperDenied`` (both ``ElectionError``s); ``Fenced`` and ``CommitOutcomeUnknown`` keep their meaning. Code
+  outside ``election/`` holds a client (``connect``) only to pass it to these calls.
 * Epochs rise only within one ensemble's life: wiping ZooKeeper's data directory restarts zxids.
 * Digest ACLs (``DigestCredential``) are applied when znodes are created; existing open znodes keep their ACL.
 
@@ -53,20 +53,10 @@ Example::
     fence.commit({"batch": 7, "published": "table/batch=7"}, expected_version=version)
 """
 
+
 from tenure.election._acl import DigestCredential
 from tenure.election._client import ZooKeeperClient, connect, connected, disconnect, is_connected
 from tenure.election._election import ELECTED, RESUMED, REVOKED, SUSPENDED, Election
-from tenure.election._errors import (
-    CommitOutcomeUnknown,
-    ConfigError,
-    ElectionError,
-    Fenced,
-    NotLeader,
-    TenureError,
-    Unresponsive,
-    ZooKeeperDenied,
-    ZooKeeperUnavailable,
-)
 from tenure.election._events import (
     ConnectionChanged,
     Elected,
@@ -109,20 +99,16 @@ __all__ = [
     "SUSPENDED",
     "TERM_ENDINGS",
     "TRANSITIONS",
-    "CommitOutcomeUnknown",
-    "ConfigError",
     "ConnectionChanged",
     "Contender",
     "DigestCredential",
     "DrainRequest",
     "Elected",
     "Election",
-    "ElectionError",
     "ElectionEvent",
     "ElectionSettings",
     "FailedBatch",
     "Fence",
-    "Fenced",
     "Following",
     "GroupPaths",
     "GroupStatus",
@@ -131,20 +117,15 @@ __all__ = [
     "Identity",
     "IllegalTransitionError",
     "LeadershipState",
-    "NotLeader",
     "OperatorRequests",
     "QueuePaths",
     "RegisteredGroup",
     "Resumed",
     "Revoked",
     "Suspended",
-    "TenureError",
     "TermHistory",
     "TermRecord",
-    "Unresponsive",
     "ZooKeeperClient",
-    "ZooKeeperDenied",
-    "ZooKeeperUnavailable",
     "check_transition",
     "connect",
     "connected",

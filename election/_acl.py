@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from kazoo.security import ACL, make_acl, make_digest_acl
 
-from tenure.election._errors import ConfigError
+from tenure.errors import ConfigError
 
 __all__ = ["DigestCredential"]
 

@@ -19,7 +19,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
-from tenure.election._errors import ElectionError, ZooKeeperDenied, ZooKeeperUnavailable
+from tenure.errors import ElectionError, ZooKeeperDenied, ZooKeeperUnavailable
 
 __all__ = ["UNAVAILABLE", "zookeeper_errors"]
 

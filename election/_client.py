@@ -15,7 +15,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from tenure.election._acl import DigestCredential
 from tenure.election._boundary import zookeeper_errors
-from tenure.election._errors import ZooKeeperUnavailable
+from tenure.errors import ZooKeeperUnavailable
 
 __all__ = ["ZooKeeperClient", "connect", "connected", "disconnect", "is_connected"]
 

@@ -23,7 +23,6 @@ from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from tenure.election._acl import DigestCredential
 from tenure.election._boundary import zookeeper_errors
-from tenure.election._errors import ElectionError, NotLeader
 from tenure.election._events import (
     ConnectionChanged,
     Elected,
@@ -41,6 +40,7 @@ from tenure.election._line import Line, OwnNode, Place, Verdict
 from tenure.election._settings import ElectionSettings
 from tenure.election._states import LeadershipState, check_transition
 from tenure.election._status import Contender, read_contenders
+from tenure.errors import ElectionError, NotLeader
 
 __all__ = ["ELECTED", "RESUMED", "REVOKED", "SUSPENDED", "Election"]
 

@@ -12,11 +12,11 @@ from kazoo.security import ACL
 from structlog.typing import FilteringBoundLogger
 
 from tenure.election._boundary import zookeeper_errors
-from tenure.election._errors import CommitOutcomeUnknown, Fenced, NotLeader
 from tenure.election._handover import HandoverRecord, write_handover
 from tenure.election._layout import GroupPaths
 from tenure.election._states import LeadershipState
 from tenure.election._transaction import OutcomeUnknownError, encode_record, fenced_set, read_back, read_record
+from tenure.errors import CommitOutcomeUnknown, Fenced, NotLeader
 
 __all__ = ["COMMIT_FENCED", "CommitTally", "ElectionView", "Fence"]
 

@@ -15,9 +15,9 @@ from kazoo.security import ACL
 
 from tenure.election._boundary import zookeeper_errors
 from tenure.election._client import ZooKeeperClient
-from tenure.election._errors import CommitOutcomeUnknown, ElectionError, Fenced
 from tenure.election._layout import GroupPaths
 from tenure.election._transaction import OutcomeUnknownError, encode_record, fenced_set, parse_record, read_record
+from tenure.errors import CommitOutcomeUnknown, ElectionError, Fenced
 
 __all__ = ["FailedBatch", "HandoverRecord", "read_handover", "write_handover"]
 

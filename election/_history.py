@@ -22,10 +22,10 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 from tenure.election._acl import DigestCredential
 from tenure.election._boundary import zookeeper_errors
 from tenure.election._client import ZooKeeperClient
-from tenure.election._errors import ElectionError, Fenced
 from tenure.election._handover import HandoverRecord
 from tenure.election._layout import GroupPaths
 from tenure.election._transaction import ensure_record_node, fenced_set
+from tenure.errors import ElectionError, Fenced
 
 __all__ = ["HISTORY_LIMIT", "TERM_ENDINGS", "TermHistory", "TermRecord", "read_history"]
 

@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tenure.election._errors import ConfigError
+from tenure.errors import ConfigError
 
 __all__ = ["Identity"]
 

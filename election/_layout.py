@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from tenure.election._errors import ConfigError
+from tenure.errors import ConfigError
 
 __all__ = ["NODE_MARK", "QUEUES", "GroupPaths", "QueuePaths", "node_sequence", "sort_nodes"]
 

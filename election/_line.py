@@ -25,10 +25,10 @@ from kazoo.protocol.states import KazooState, WatchedEvent
 from kazoo.security import ACL
 from structlog.typing import FilteringBoundLogger
 
-from tenure.election._errors import ElectionError
 from tenure.election._identity import Identity
 from tenure.election._layout import NODE_MARK, GroupPaths, sort_nodes
 from tenure.election._transaction import ensure_record_node
+from tenure.errors import ElectionError
 
 __all__ = ["JOINED", "RELEASED", "RELEASE_INCOMPLETE", "Line", "Look", "OwnNode", "Place", "Verdict"]
 

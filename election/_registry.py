@@ -20,9 +20,9 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from tenure.election._acl import DigestCredential
 from tenure.election._boundary import zookeeper_errors
 from tenure.election._client import ZooKeeperClient
-from tenure.election._errors import ConfigError, ElectionError, ZooKeeperUnavailable
 from tenure.election._layout import QUEUES, GroupPaths, QueuePaths
 from tenure.election._transaction import lenient_object
+from tenure.errors import ConfigError, ElectionError, ZooKeeperUnavailable
 
 __all__ = [
     "RegisteredGroup",

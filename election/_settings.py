@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tenure.election._errors import ConfigError
+from tenure.errors import ConfigError
 from tenure.settings import setting
 
 __all__ = ["ElectionSettings", "ElectionTiming"]

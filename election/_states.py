@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from tenure.election._errors import ElectionError
+from tenure.errors import ElectionError
 
 __all__ = ["TRANSITIONS", "IllegalTransitionError", "LeadershipState", "check_transition"]
 

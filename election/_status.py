@@ -9,13 +9,13 @@ from kazoo.exceptions import NoNodeError
 
 from tenure.election._boundary import zookeeper_errors
 from tenure.election._client import ZooKeeperClient
-from tenure.election._errors import ElectionError
 from tenure.election._handover import HandoverRecord, read_handover
 from tenure.election._history import TermRecord, read_history
 from tenure.election._identity import Identity
 from tenure.election._layout import GroupPaths, node_sequence, sort_nodes
 from tenure.election._requests import DrainRequest, OperatorRequests
 from tenure.election._transaction import parse_record
+from tenure.errors import ElectionError
 
 __all__ = ["Contender", "GroupStatus", "group_status", "read_commit", "read_contenders"]
 

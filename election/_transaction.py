@@ -23,7 +23,7 @@ from kazoo.exceptions import (
 )
 from kazoo.security import ACL
 
-from tenure.election._errors import ElectionError, Fenced
+from tenure.errors import ElectionError, Fenced
 
 __all__ = [
     "OutcomeUnknownError",

@@ -8,7 +8,7 @@ from typing import Any
 
 from tenure.career import CareerObserver, Outcome
 from tenure.career._counter import CounterCareer
-from tenure.election import Unresponsive
+from tenure.errors import Unresponsive
 
 
 class _FailingCounter(CounterCareer):

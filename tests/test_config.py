@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tenure.election import ConfigError, GroupPaths
+from tenure.election import GroupPaths
+from tenure.errors import ConfigError
 from tenure.service.replica import load_config
 
 ZK = "127.0.0.1:2181"

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tenure.career import FailedBatch, HandoverRecord, Probe, StorageHealth, call_within
-from tenure.election import Unresponsive
+from tenure.errors import Unresponsive
 from tenure.service.replica import Metrics
 from tenure.service.replica._progress import ProgressClock
 from tenure.service.replica._watchdog import WatchdogSettings, find_stall

@@ -17,25 +17,22 @@ from kazoo.exceptions import NoAuthError
 
 from tenure.election import (
     TRANSITIONS,
-    ConfigError,
     DigestCredential,
     Elected,
     Election,
-    ElectionError,
     ElectionEvent,
-    Fenced,
     Following,
     GroupPaths,
     HandoverRecord,
     Identity,
     IllegalTransitionError,
     LeadershipState,
-    NotLeader,
     Revoked,
     check_transition,
     group_status,
 )
 from tenure.election._transaction import fenced_set
+from tenure.errors import ConfigError, ElectionError, Fenced, NotLeader
 from tenure.service.local import wait_for
 
 T = TypeVar("T")

@@ -20,16 +20,12 @@ from tenure.election import (
     DigestCredential,
     DrainRequest,
     Election,
-    ElectionError,
     GroupPaths,
     HandoverRecord,
     HandoverRequest,
     Identity,
-    NotLeader,
     OperatorRequests,
     TermHistory,
-    ZooKeeperDenied,
-    ZooKeeperUnavailable,
     connect,
     disconnect,
     group_queues,
@@ -44,6 +40,7 @@ from tenure.election import (
     registered_groups,
     unregister_group,
 )
+from tenure.errors import ElectionError, NotLeader, ZooKeeperDenied, ZooKeeperUnavailable
 from tenure.service.local import Ensemble, wait_for
 from tests._replicas import tenure
 from tests.test_election import contenders

@@ -17,16 +17,15 @@ from kazoo.client import KazooClient
 
 from tenure.election import (
     Elected,
-    Fenced,
     Following,
     LeadershipState,
-    NotLeader,
     Resumed,
     Revoked,
     Suspended,
     four_letter_word,
     group_status,
 )
+from tenure.errors import Fenced, NotLeader
 from tenure.service.local import Ensemble, start_ensemble
 from tests.test_election import SESSION_TIMEOUT_S, contenders, wait_until
 

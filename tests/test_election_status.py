@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from tenure.election import Elected, ElectionError, Following, HandoverRecord
+from tenure.election import Elected, Following, HandoverRecord
+from tenure.errors import ElectionError
 from tenure.service.local import free_port
 from tenure.service.ops import fetch_status, format_status_table, show_status
 from tests.test_election import contenders

@@ -14,9 +14,10 @@ import structlog
 
 import tenure.election._fence as fence_module
 import tenure.election._handover as handover_module
-from tenure.election import CommitOutcomeUnknown, ElectionError, Fence, GroupPaths, HandoverRecord, LeadershipState
+from tenure.election import Fence, GroupPaths, HandoverRecord, LeadershipState
 from tenure.election._fence import CommitTally
 from tenure.election._transaction import OutcomeUnknownError
+from tenure.errors import CommitOutcomeUnknown, ElectionError
 
 
 @dataclass

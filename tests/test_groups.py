@@ -21,16 +21,8 @@ from tenure.career import Outcome
 from tenure.career.spark import SparkCareer
 from tenure.career.spark._marks import ConsumptionMarks
 from tenure.career.spark._storage import Layout
-from tenure.election import (
-    ConfigError,
-    DigestCredential,
-    ElectionError,
-    QueuePaths,
-    connected,
-    list_groups,
-    register_group,
-    registered_groups,
-)
+from tenure.election import DigestCredential, QueuePaths, connected, list_groups, register_group, registered_groups
+from tenure.errors import ConfigError, ElectionError
 from tenure.service.local import free_port, wait_for
 from tenure.service.ops import GroupError, queue_lag, remove_group, show_status, verify
 from tenure.service.replica import ReplicaSpec

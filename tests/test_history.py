@@ -13,16 +13,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from tenure.career.output import publish_batch
-from tenure.election import (
-    HISTORY_LIMIT,
-    Election,
-    Fenced,
-    GroupPaths,
-    HandoverRecord,
-    Identity,
-    TermHistory,
-    read_history,
-)
+from tenure.election import HISTORY_LIMIT, Election, GroupPaths, HandoverRecord, Identity, TermHistory, read_history
+from tenure.errors import Fenced
 from tenure.service.local import wait_for
 from tenure.service.ops import format_history
 from tests._replicas import ReplicaSet, tenure

@@ -69,7 +69,7 @@ def test_the_graph_is_read() -> None:
     graph = _graph()
     assert "tenure.service.replica._lifecycle" in graph["tenure.service.replica._process"]
     assert "tenure.career.lifecycle._runner" in graph["tenure.career.lifecycle"]
-    assert "tenure.election._errors" in graph["tenure.career.spark._hooks"]
+    assert "tenure.errors" in graph["tenure.career.spark._hooks"]
     assert "tenure.settings" in graph["tenure.election._settings"]
 
 

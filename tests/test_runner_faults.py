@@ -36,19 +36,16 @@ from tenure.career.lifecycle import (
     RunnerState,
 )
 from tenure.election import (
-    CommitOutcomeUnknown,
     Elected,
     Election,
     ElectionEvent,
     GroupPaths,
     Identity,
-    NotLeader,
     OperatorRequests,
     Revoked,
     TermHistory,
-    Unresponsive,
-    ZooKeeperUnavailable,
 )
+from tenure.errors import CommitOutcomeUnknown, NotLeader, Unresponsive, ZooKeeperUnavailable
 from tenure.service.local import wait_for
 from tenure.service.replica import Metrics
 from tenure.service.replica._lifecycle import build_runner

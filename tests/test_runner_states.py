@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tenure.career.lifecycle import TRANSITIONS, Runner, RunnerSettings, RunnerState
-from tenure.election import TenureError
+from tenure.errors import TenureError
 
 _S = RunnerState
 _ALLOWED = [(a, b) for a in _S for b in _S if b in TRANSITIONS[a]]

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import click
 import pytest
 
-from tenure.election import ConfigError
+from tenure.errors import ConfigError
 from tenure.service.cli._replica import run
 from tenure.service.replica import SETTINGS, ReplicaSpec, load_config
 from tenure.settings import REQUIRED, declarations, default_of, parse_value, part, render_value, setting, values

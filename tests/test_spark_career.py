@@ -29,7 +29,8 @@ from tenure.career.spark import (
     SparkCareerError,
 )
 from tenure.career.spark._warmup import KEEP_WARM_GROUP
-from tenure.election import Elected, Election, Fenced, Identity
+from tenure.election import Elected, Election, Identity
+from tenure.errors import Fenced
 from tenure.service.ops import VerifyReport, verify
 
 # Spark's start-up (and, here, the warm-up) counts toward the first test: under a loaded CI machine it can

@@ -24,7 +24,7 @@ from tenure.career.spark._storage import (
     newer_term_started,
     remove_dead_staging,
 )
-from tenure.election import Fenced, NotLeader
+from tenure.errors import Fenced, NotLeader
 from tests.test_spark_career import (
     Crash,
     Queue,

@@ -16,7 +16,7 @@ from tenure.career._protocol import BatchFailed, Career
 from tenure.career.lifecycle._log_events import COMMIT_OUTCOME_UNKNOWN, EXECUTE_NOT_LEADER, FENCED
 from tenure.career.lifecycle._ports import Leadership, LoopProgress, RunnerObserver, TermJournal
 from tenure.career.lifecycle._stall import Stall, StallReason
-from tenure.election import CommitOutcomeUnknown, ElectionError, Fenced, NotLeader, Unresponsive
+from tenure.errors import CommitOutcomeUnknown, ElectionError, Fenced, NotLeader, Unresponsive
 
 __all__ = ["Executed", "Execution", "Work"]
 

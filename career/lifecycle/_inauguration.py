@@ -23,7 +23,8 @@ from tenure.career.lifecycle._log_events import (
 )
 from tenure.career.lifecycle._pending_handover import HandoverRequests, PendingHandover
 from tenure.career.lifecycle._ports import Leadership
-from tenure.election import ElectionError, Fence, Fenced, HandoverRequest, NotLeader, TenureError, Unresponsive
+from tenure.election import Fence, HandoverRequest
+from tenure.errors import ElectionError, Fenced, NotLeader, TenureError, Unresponsive
 
 __all__ = ["Begun", "Inauguration", "Start"]
 

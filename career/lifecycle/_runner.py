@@ -70,8 +70,8 @@ from tenure.election import (
     Resumed,
     Revoked,
     Suspended,
-    TenureError,
 )
+from tenure.errors import TenureError
 
 __all__ = ["Runner"]
 

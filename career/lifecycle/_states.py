@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from tenure.election import ConfigError
+from tenure.errors import ConfigError
 from tenure.settings import setting
 
 __all__ = ["TRANSITIONS", "RunnerSettings", "RunnerState"]

@@ -13,7 +13,7 @@ from tenure.career.lifecycle._fail_stop import FailStop, GaveUp
 from tenure.career.lifecycle._log_events import HANDING_OVER, HANDOVER_RECORD_NOT_WRITTEN, HANDOVER_RECORDED
 from tenure.career.lifecycle._ports import Leadership, RunnerObserver, TermJournal
 from tenure.career.lifecycle._stall import Stall, StallReason
-from tenure.election import TenureError, Unresponsive
+from tenure.errors import TenureError, Unresponsive
 
 __all__ = ["TermEnd"]
 

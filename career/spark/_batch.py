@@ -55,7 +55,7 @@ from tenure.career.spark._storage import (
     sync_tree,
 )
 from tenure.career.spark._term import Term, committed_batch, mark_consumed
-from tenure.election._errors import Fenced, NotLeader
+from tenure.errors import Fenced, NotLeader
 
 __all__ = ["BATCH_COMMITTED", "BATCH_FAILED", "BATCH_FENCED", "ROW_FUNCTION_TIMED_OUT", "BatchWriter"]
 

@@ -51,7 +51,7 @@ from tenure.career.spark._storage import (
 )
 from tenure.career.spark._term import Term, TermClock, committed_batch, no_fault
 from tenure.career.spark._warmup import KeepWarm, warm_up
-from tenure.election._errors import CommitOutcomeUnknown, ElectionError, Fenced, NotLeader, Unresponsive
+from tenure.errors import CommitOutcomeUnknown, ElectionError, Fenced, NotLeader, Unresponsive
 
 __all__ = ["QUERY_STARTED", "STANDBY_EXECUTORS_HELD", "STANDBY_WITHOUT_EXECUTORS", "SparkCareer"]
 

@@ -13,7 +13,7 @@ from tenure.career.lifecycle._states import RunnerSettings
 from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
 from tenure.career.spark._pipeline import BINARY_FILE
 from tenure.career.spark._retry import RetryPolicy
-from tenure.election._errors import ConfigError
+from tenure.errors import ConfigError
 from tenure.settings import default_of, setting
 
 __all__ = ["HandoverSplit", "SparkCareerConfig"]

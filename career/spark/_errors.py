@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tenure.election._errors import TenureError
+from tenure.errors import TenureError
 
 __all__ = ["HandingOverError", "SparkCareerError"]
 

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType
 
 from tenure.career.spark._retry import RetryPolicy, RowFunction
-from tenure.election._errors import TenureError
+from tenure.errors import TenureError
 
 __all__ = ["HookError", "Hooks", "Transform", "check_transform", "load_hook", "output_schema_problem"]
 

@@ -33,7 +33,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 
 from tenure.career._deadline import call_within
-from tenure.election._errors import Unresponsive
+from tenure.errors import Unresponsive
 
 __all__ = [
     "DEAD",

@@ -28,7 +28,7 @@ from tenure.career.spark._query import source_stream
 from tenure.career.spark._retry import identity_row
 from tenure.career.spark._storage import Layout
 from tenure.career.spark._term import Term, TermClock, no_fault
-from tenure.election._errors import Fenced
+from tenure.errors import Fenced
 
 __all__ = ["KEEP_WARM_GROUP", "KeepWarm", "warm_up"]
 

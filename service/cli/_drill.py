@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tenure.election import TenureError
+from tenure.errors import TenureError
 from tenure.service._logs import log_to_file
 from tenure.service.cli._root import fail
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
-from tenure.election import TenureError
+from tenure.errors import TenureError
 from tenure.service import ops
 from tenure.service.cli._root import ZkTarget, fail, zk_target
 

@@ -11,7 +11,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import click
 
-from tenure.election import TenureError
+from tenure.errors import TenureError
 from tenure.service.cli._root import fail
 from tenure.service.replica import SETTINGS, load_config, run_replica, setting_named
 from tenure.settings import Declaration

@@ -15,7 +15,8 @@ from typing import Any, NoReturn
 import click
 
 from tenure import __version__
-from tenure.election import DigestCredential, TenureError, ZooKeeperClient, connected
+from tenure.election import DigestCredential, ZooKeeperClient, connected
+from tenure.errors import TenureError
 from tenure.service._logs import configure_logging
 
 __all__ = ["ZkTarget", "fail", "main", "spark_cluster_option", "stop_on_signals", "zk_target"]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tenure.career.lifecycle import HEALTH_EVERY_S
-from tenure.election import TenureError
+from tenure.errors import TenureError
 from tenure.service.local import LOCAL_SPEC, Ensemble
 from tenure.service.replica import ReplicaSpec, setting_named
 

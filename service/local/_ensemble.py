@@ -21,7 +21,8 @@ from typing import ClassVar
 
 import structlog
 
-from tenure.election import TenureError, four_letter_word
+from tenure.election import four_letter_word
+from tenure.errors import TenureError
 from tenure.service.local._wait import watch_until_stopped
 
 __all__ = [

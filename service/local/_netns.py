@@ -17,7 +17,7 @@ from pathlib import Path
 
 import structlog
 
-from tenure.election import TenureError
+from tenure.errors import TenureError
 
 __all__ = ["NetNamespace", "NetnsError", "netns_unavailable"]
 

@@ -21,7 +21,7 @@ from typing import Any, Final
 import psutil
 import structlog
 
-from tenure.election import TenureError
+from tenure.errors import TenureError
 from tenure.service.local._ensemble import EnsembleError, _port_free, die_with_parent, find_java
 from tenure.service.local._wait import watch_until_stopped
 

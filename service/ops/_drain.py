@@ -9,14 +9,8 @@ from __future__ import annotations
 
 import time
 
-from tenure.election import (
-    DigestCredential,
-    DrainRequest,
-    OperatorRequests,
-    TenureError,
-    ZooKeeperClient,
-    read_contenders,
-)
+from tenure.election import DigestCredential, DrainRequest, OperatorRequests, ZooKeeperClient, read_contenders
+from tenure.errors import TenureError
 
 __all__ = ["DrainError", "drain", "undrain", "wait_in_election"]
 

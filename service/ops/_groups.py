@@ -17,15 +17,8 @@ from typing import Any
 import structlog
 
 from tenure.career.queue import QueueLayout, is_queue_file
-from tenure.election import (
-    QueuePaths,
-    RegisteredGroup,
-    TenureError,
-    ZooKeeperClient,
-    list_groups,
-    read_contenders,
-    unregister_group,
-)
+from tenure.election import QueuePaths, RegisteredGroup, ZooKeeperClient, list_groups, read_contenders, unregister_group
+from tenure.errors import TenureError
 
 __all__ = [
     "GroupError",

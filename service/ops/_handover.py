@@ -18,12 +18,12 @@ from tenure.election import (
     DigestCredential,
     HandoverRequest,
     OperatorRequests,
-    TenureError,
     TermRecord,
     ZooKeeperClient,
     group_status,
     read_history,
 )
+from tenure.errors import TenureError
 
 __all__ = ["HandoverDone", "HandoverError", "request_handover", "wait_handover"]
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tenure.election import ConfigError
+from tenure.errors import ConfigError
 from tenure.settings import setting
 
 __all__ = ["MasterSettings", "StandaloneMaster", "master_webuis"]

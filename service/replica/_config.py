@@ -14,7 +14,8 @@ from typing import Any, Final
 from tenure.career import CounterSettings, HealthSettings
 from tenure.career.lifecycle import RunnerSettings
 from tenure.career.spark import SparkCareerConfig
-from tenure.election import ConfigError, DigestCredential, ElectionSettings, GroupPaths
+from tenure.election import DigestCredential, ElectionSettings, GroupPaths
+from tenure.errors import ConfigError
 from tenure.service.replica._cluster_master import MasterSettings
 from tenure.service.replica._faults import FaultFile
 from tenure.service.replica._watchdog import WatchdogSettings

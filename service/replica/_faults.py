@@ -20,7 +20,7 @@ from typing import Final
 
 import structlog
 
-from tenure.election import TenureError
+from tenure.errors import TenureError
 from tenure.service.replica._proctree import pause_tree
 
 __all__ = ["FAULT_ACTIONS", "FAULT_INJECTED", "FAULT_POINTS", "FaultFile", "InjectedFault", "arm"]

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from tenure.election import ConfigError
+from tenure.errors import ConfigError
 from tenure.service.replica._config import SETTINGS, setting_named
 from tenure.settings import parse_value, render_value
 

@@ -14,15 +14,12 @@ from prometheus_client import CollectorRegistry
 
 from tenure.career import Career, CareerObserver, CounterCareer
 from tenure.election import (
-    ConfigError,
     Election,
-    ElectionError,
     ElectionEvent,
     Identity,
     OperatorRequests,
     TermHistory,
     ZooKeeperClient,
-    ZooKeeperUnavailable,
     connect,
     disconnect,
     four_letter_word,
@@ -30,6 +27,7 @@ from tenure.election import (
     register_group,
     registered_groups,
 )
+from tenure.errors import ConfigError, ElectionError, ZooKeeperUnavailable
 from tenure.service.replica._cluster_master import StandaloneMaster, master_webuis
 from tenure.service.replica._config import ReplicaConfig
 from tenure.service.replica._health import HealthServer

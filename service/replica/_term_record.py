@@ -14,7 +14,8 @@ from structlog.typing import FilteringBoundLogger
 
 from tenure.career import HandoverRecord, Outcome
 from tenure.career.lifecycle import CANARY
-from tenure.election import Fence, TenureError, TermHistory, TermRecord
+from tenure.election import Fence, TermHistory, TermRecord
+from tenure.errors import TenureError
 from tenure.service.replica._metrics import Metrics
 
 __all__ = ["CANARY_GAP", "TermRecorder"]

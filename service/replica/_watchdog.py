@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import structlog
 
 from tenure.career.lifecycle import Stall, StallReason
-from tenure.election import ConfigError
+from tenure.errors import ConfigError
 from tenure.service.replica._progress import ProgressClock, ProgressView
 from tenure.settings import setting
 

@@ -22,7 +22,7 @@ import structlog
 import tenacity
 
 from tenure.career.queue import QUEUE_SUFFIX, QueueLayout
-from tenure.election import TenureError
+from tenure.errors import TenureError
 from tenure.service.ops._produce._atomic import fsync_dir, join_lines, write_hidden_then_rename
 
 __all__ = [

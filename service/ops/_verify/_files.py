@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from tenure.career.output import CHECKPOINT, TABLE
 from tenure.career.queue import QueueLayout, is_hidden, is_queue_file
-from tenure.election import TenureError
+from tenure.errors import TenureError
 
 __all__ = [
     "DEFAULT_GROUP",

@@ -1,4 +1,5 @@
-"""The exception hierarchy shared by every tenure package (the root lives in the lowest layer)."""
+"""The exception hierarchy of every tenure room, the floor under ``election/``: each error names the problem and the
+fix in one line, and every layer raises and catches these same types."""
 
 from __future__ import annotations
 
