@@ -323,7 +323,10 @@ class Runner:
         self._terms.began(fence, ctx.previous_handover, elected_at)
         self._fail_stop.term_began()
         if begun.granted is not None:
-            self._requests.remove_handover(begun.granted)
+            try:
+                self._requests.remove_handover(begun.granted)
+            except TenureError as exc:  # it then lives out its timeout, as a request whose target died does
+                self._log.warning("handover_request_not_removed", reason=f"{type(exc).__name__}: {exc}")
         self._saw_leader(self._settings.replica_id)
         self._observer.inaugurated(self._clock() - started)
         self._transition(RunnerState.LEADING)
