@@ -9,6 +9,7 @@ file source split same-millisecond files by listing order (a third of a fast pro
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -20,7 +21,7 @@ import psutil
 import pytest
 from kazoo.client import KazooClient
 
-from tenure.career import Outcome
+from tenure.career import FailedBatch, Outcome
 from tenure.career.lifecycle import STALLED
 from tenure.career.queue import FileIdentity
 from tenure.career.spark import SparkCareer
@@ -308,6 +309,36 @@ def test_entries_that_cannot_be_read_are_quarantined_each_on_its_own_and_the_gro
         [b"a.jsonl", b"dangling.jsonl", b"folder.jsonl", b"latin-\xe9t\xe9.jsonl", b"z.jsonl"])
     report = verify(root)
     assert report.ok and report.entries_refused == 4 and report.ids_refused == 1, report.render()
+
+
+def test_a_poison_batch_holding_a_folder_is_set_aside_all_the_same(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
+) -> None:
+    """The set-aside of a poison batch runs the batch's entries through the reader again (Spark's ``noop`` sink)
+    and keeps their files: a folder among them is refused there too, and named in the manifest's ``not_kept``.
+    The batch is set aside, the next one is written, and ``tenure verify`` agrees. Before, reading the folder failed
+    the set-aside as it had failed the batch: the group stopped for good."""
+    root = tmp_path / "data"
+    landing = root / "landing"
+    landing.mkdir(parents=True)
+    base = time.time() - 600
+    _put(landing, "a.jsonl", [line("a", 1), line("a", 2)], mtime=base)
+    (landing / "folder.jsonl").mkdir()
+    _stamped(landing / "folder.jsonl", base + 1)
+    observer = Recorder()
+    career = SparkCareer(make_config(root), observer, replica_id="r1")
+    with leadership(zk_client, zk_group, "r1") as (_, ctx):
+        career.inaugurate(dataclasses.replace(ctx, set_aside=FailedBatch(0, 3, "ValueError: poison")))
+        run_until(career, lambda: "set_aside" in observer.outcomes() and not any(landing.iterdir()))
+        _put(landing, "b.jsonl", [line("b", 1)])
+        run_until(career, lambda: observer.total("written") == 1 and not any(landing.iterdir()))
+        career.hand_over(Outcome.CLEAN)
+    career.close()
+    manifest = json.loads(next((root / "set-aside").glob("batch-*-manifest.json")).read_text())
+    assert (manifest["files"], manifest["not_kept"], manifest["records"]) == (
+        ["a.jsonl"], {"folder.jsonl": "not a regular file"}, 2)
+    report = verify(root)
+    assert report.ok and report.ids_set_aside == 2 and report.ids_written == 1, report.render()
 
 
 def _rewrite(path: Path, lines: list[bytes], mtime_ns: int) -> None:

@@ -16,7 +16,7 @@ from tenure.career.queue import TICK_SUFFIX, FileIdentity
 from tenure.career.spark._archive import sweep_archive
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._intake import admitted_entries
-from tenure.career.spark._landing import QueueEntry, read_marks, scan_landing, waiting
+from tenure.career.spark._landing import MarkReader, QueueEntry, scan_landing, waiting
 from tenure.career.spark._storage import Layout, spark_committed
 from tenure.career.spark._term import Term, committed_batch, mark_consumed
 
@@ -45,6 +45,7 @@ class Housekeeper:
         self._sweeper: threading.Thread | None = None
         self._closing = threading.Event()
         self._committed: tuple[int | None, dict[str, FileIdentity | None]] = (None, {})
+        self._marks = MarkReader()
 
     def archive_committed(self, term: Term) -> int:
         """Mark the last committed batch's files consumed once Spark's checkpoint has committed it, then
@@ -82,7 +83,7 @@ class Housekeeper:
         admit), less those the last committed batch admitted (consumed, though their marks wait for Spark's
         checkpoint to have the batch)."""
         listed = scan_landing(self._layout.landing)
-        left = waiting(listed, read_marks(self._layout.queue.marks(term.marks.group), [e.name for e in listed]))
+        left = waiting(listed, self._marks.read(self._layout.queue.marks(term.marks.group), [e.name for e in listed]))
         batch = committed_batch(term.last_record)
         if self._committed[0] != batch:
             self._committed = (batch, dict(admitted_entries(term.checkpoint, batch)) if batch is not None else {})

@@ -58,7 +58,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from tenure.career.queue import FileIdentity, mark_covers
-from tenure.career.spark._landing import QueueEntry, describe, listed_names, read_marks, scan_landing, waiting
+from tenure.career.spark._landing import MarkReader, QueueEntry, describe, listed_names, scan_landing, waiting
 from tenure.career.spark._pipeline import BINARY_FILE_SCHEMA
 from tenure.career.spark._read import path_of
 
@@ -233,6 +233,7 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._max_files = int(options["maxFilesPerTrigger"]) if options.get("maxFilesPerTrigger") else None
         self._max_bytes = int(options["maxBytesPerTrigger"]) if options.get("maxBytesPerTrigger") else None
         self._until: set[str] | None = None  # Trigger.AvailableNow: only what was there when the query began
+        self._mark_reader = MarkReader()
         self._clock = (_PlannerClock(float(options["clock"]), float(options["clockMonotonic"]))
                        if options.get("clock") else None)  # none (the warm-up): rows are stamped at ingestion
 
@@ -255,7 +256,7 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._until is not None:
             listed = [e for e in listed if e.name in self._until]
         current = {e.name: e for e in listed}
-        marks = read_marks(self._marks, current)
+        marks = self._mark_reader.read(self._marks, current)
         earlier = _admitted(start, self._checkpoint, current)
         # Still in flight: the very entry admitted (same identity) and not marked consumed since.
         pending = {name: current[name] for name, identity in earlier.items()

@@ -32,11 +32,11 @@ from tenure.career.queue import (
 from tenure.career.spark._read import error_text
 
 __all__ = [
+    "MarkReader",
     "QueueEntry",
     "describe",
     "is_input",
     "listed_names",
-    "read_marks",
     "scan_landing",
     "waiting",
 ]
@@ -157,21 +157,38 @@ def scan_landing(folder: Path) -> list[QueueEntry]:
     return [entry for name in names if (entry := describe(folder, name)) is not None]
 
 
-def read_marks(folder: Path, names: Iterable[str]) -> dict[str, FileIdentity]:
-    """This group's marks of ``names`` (entries now in ``landing/``), name → the identity consumed under it; other
-    marks are not looked at."""
-    wanted = set(names)
-    try:
-        present = [entry.name for entry in os.scandir(folder) if entry.name in wanted]
-    except FileNotFoundError:
-        return {}
-    found = {}
-    for name in present:
+class MarkReader:
+    """A group's marks of the entries now in ``landing/``, read again and again (by the source at every trigger,
+    the backlog every second): each mark's content is read once per version of the mark. A mark is replaced by a
+    rename, never rewritten in place, so its inode and time name its version, and a poll costs a ``stat`` per mark,
+    as it did when a mark was an empty file.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[tuple[int, int], FileIdentity]] = {}
+
+    def read(self, folder: Path, names: Iterable[str]) -> dict[str, FileIdentity]:
+        """The marks of ``names`` in ``folder`` (other marks are not looked at), name → the identity consumed under
+        it."""
+        wanted = set(names)
         try:
-            found[name] = read_mark(folder / name)
-        except FileNotFoundError:  # unmarked meanwhile (archived)
-            continue
-    return found
+            present = [entry for entry in os.scandir(folder) if entry.name in wanted]
+        except FileNotFoundError:
+            present = []
+        found: dict[str, FileIdentity] = {}
+        known: dict[str, tuple[tuple[int, int], FileIdentity]] = {}
+        for entry in present:
+            try:
+                info = entry.stat()
+                version = (info.st_ino, info.st_mtime_ns)
+                cached = self._known.get(entry.name)
+                identity = cached[1] if cached is not None and cached[0] == version else read_mark(Path(entry.path))
+            except FileNotFoundError:  # unmarked meanwhile (archived)
+                continue
+            found[entry.name] = identity
+            known[entry.name] = (version, identity)
+        self._known = known  # only the marks still wanted: bounded by landing/
+        return found
 
 
 def waiting(entries: Iterable[QueueEntry], marks: Mapping[str, FileIdentity]) -> list[QueueEntry]:

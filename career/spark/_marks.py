@@ -23,13 +23,14 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Collection, Iterable
+from pathlib import Path
 
 import structlog
 
 from tenure.career._durable import sync_dirs
 from tenure.career.queue import FileIdentity, is_hidden, mark_bytes, mark_covers, read_mark
 from tenure.career.spark._archive import archive_files
-from tenure.career.spark._landing import QueueEntry, describe, read_marks
+from tenure.career.spark._landing import MarkReader, QueueEntry, describe
 from tenure.career.spark._storage import Layout
 
 __all__ = ["ConsumptionMarks"]
@@ -39,6 +40,26 @@ _log = structlog.get_logger("tenure.career.spark")
 
 def _valid_name(name: str) -> bool:
     return bool(name) and "/" not in name and name not in (".", "..")
+
+
+def _write_mark(folder: Path, name: str, identity: FileIdentity, *, durable: bool) -> None:
+    """Write the mark ``name`` holding ``identity``: under a hidden name (which no reader of marks looks at, and the
+    sweep leaves alone), then renamed into place; its content fsynced first when ``durable``."""
+    fd, partial = tempfile.mkstemp(dir=folder, prefix=".mark-")
+    try:
+        try:
+            os.write(fd, mark_bytes(identity))
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        # The mark's own time is the file's too, as an earlier release's reader expects.
+        os.utime(partial, ns=(identity.mtime_ns, identity.mtime_ns))
+        os.replace(partial, folder / name)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
+        raise
 
 
 class ConsumptionMarks:
@@ -96,16 +117,7 @@ class ConsumptionMarks:
             if held == identity:
                 continue
             folder.mkdir(parents=True, exist_ok=True)
-            fd, partial = tempfile.mkstemp(dir=folder, prefix=".mark-")
-            try:
-                os.write(fd, mark_bytes(identity))
-                if held is not None:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            # The mark's own time is the file's too, as an earlier release's reader expects.
-            os.utime(partial, ns=(identity.mtime_ns, identity.mtime_ns))
-            os.replace(partial, mark)
+            _write_mark(folder, name, identity, durable=held is not None)
             made += 1
         if made:  # durable before the queue source stops carrying these names in its offsets
             sync_dirs(folder)
@@ -133,7 +145,7 @@ class ConsumptionMarks:
                 if not ready:
                     return 0
             names = sorted(ready or ())
-            marks = [read_marks(queue.marks(group), names) for group in sorted(groups)]
+            marks = [MarkReader().read(queue.marks(group), names) for group in sorted(groups)]
 
             def consumed(entry: QueueEntry) -> bool:
                 return all(entry.name in held and mark_covers(held[entry.name], entry.identity) for held in marks)
@@ -162,6 +174,8 @@ class ConsumptionMarks:
                 except FileNotFoundError:  # a group removed meanwhile (`tenure groups remove`)
                     continue
                 for entry in entries:
+                    if is_hidden(entry.name):  # a mark being written, by this group's leader or another's
+                        continue
                     if not os.path.lexists(landing / entry.name):  # a dangling link is an entry still there
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(entry.path)
