@@ -190,16 +190,19 @@ def test_a_file_from_the_future_and_a_name_used_again_are_both_consumed(
     assert sorted(r["id"] for r in published(root)) == ["a-1", "a-2", "a-3", "a-4", "f-1", "n-1"]
 
 
+@pytest.mark.parametrize("offset_ns", [None, 0, -(10**9)], ids=["newer", "same_time", "older_time"])
 def test_a_name_used_again_while_another_group_holds_the_file_is_read_and_logged(
-    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path, offset_ns: int | None
 ) -> None:
     """A slower group keeps a consumed file in landing/ (this group has marked it); the producer then writes a new
-    file under that name. The new file is newer than the mark: it is read once, and its batch's offset names it
-    as reused (the batch writer logs ``queue_name_reused`` from there)."""
+    file under that name: newer, or stamped with the first one's time (a clock of whole seconds), or an older one
+    (``cp -p``). Its identity (inode, size, time) is not the mark's: it is read once, and its batch's offset names
+    it as reused (the batch writer logs ``queue_name_reused`` from there). The rule before (newer than the mark)
+    skipped the new file unless it was newer."""
     root = tmp_path / "data"
     landing = root / "landing"
     landing.mkdir(parents=True)
-    _put(landing, "a.jsonl", [line("a", 1)], mtime=time.time() - 60)
+    at = _put(landing, "a.jsonl", [line("a", 1)], mtime=time.time() - 60)
     observer = Recorder()
     career = SparkCareer(make_config(root), observer, replica_id="r1", registered_groups=lambda: {"slow"})
     marks = root / "consumed" / "default"
@@ -209,11 +212,12 @@ def test_a_name_used_again_while_another_group_holds_the_file_is_read_and_logged
         _put(landing, "b.jsonl", [line("b", 1)], mtime=time.time() - 30)  # its batch marks a.jsonl consumed
         run_until(career, lambda: observer.total("written") == 2 and (marks / "a.jsonl").exists())
         assert (landing / "a.jsonl").exists(), "the slow group has not consumed it: it stays"
-        _put(landing, "a.jsonl", [line("a", 2)])
-        run_until(career, lambda: observer.total("written") == 3)
+        _replace(landing / "a.jsonl", [line("a", 2), line("a", 3)], time.time_ns() if offset_ns is None
+                 else at + offset_ns)
+        run_until(career, lambda: observer.total("written") == 4, timeout_s=60)
         career.hand_over(Outcome.CLEAN)
     career.close()
-    assert sorted(r["id"] for r in published(root)) == ["a-1", "a-2", "b-1"]
+    assert sorted(r["id"] for r in published(root)) == ["a-1", "a-2", "a-3", "b-1"]
     checkpoint = max((root / "checkpoint").iterdir(), key=lambda p: p.name)
     offsets = [batch_offset(checkpoint, b) for b in sorted(int(p.name) for p in (checkpoint / "offsets").iterdir()
                                                            if p.name.isdigit())]
@@ -434,32 +438,6 @@ def test_a_file_changed_between_its_planning_and_its_read_is_read_as_it_is_now_b
     assert observer.batches[0] == ("committed", {"written": 0, "duplicate": 0, "quarantined": 0})
     assert sorted(r["id"] for r in published(root)) == ["a-1", "a-2"]
     assert verify(root).ok
-
-
-@pytest.mark.parametrize("offset_ns", [0, -(10**9)], ids=["same_time", "older_time"])
-def test_a_name_used_again_with_a_time_no_newer_is_a_new_file(
-    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path, offset_ns: int
-) -> None:
-    """A slower group keeps ``a.jsonl`` in landing/ after this group consumed it; the producer then puts a new
-    file under the name stamped with the first one's time, or an older one (a clock of whole seconds; ``cp -p``).
-    Its inode and size differ from the mark's: it is read. The old rule (newer than the mark) skipped it."""
-    root = tmp_path / "data"
-    landing = root / "landing"
-    landing.mkdir(parents=True)
-    at = _put(landing, "a.jsonl", [line("a", 1)], mtime=time.time() - 60)
-    observer = Recorder()
-    career = SparkCareer(make_config(root), observer, replica_id="r1", registered_groups=lambda: {"slow"})
-    marks = root / "consumed" / "default"
-    with leadership(zk_client, zk_group, "r1") as (_, ctx):
-        career.inaugurate(ctx)
-        run_until(career, lambda: observer.total("written") == 1)
-        _put(landing, "b.jsonl", [line("b", 1)], mtime=time.time() - 30)  # its batch marks a.jsonl consumed
-        run_until(career, lambda: observer.total("written") == 2 and (marks / "a.jsonl").exists())
-        _replace(landing / "a.jsonl", [line("a", 2), line("a", 3)], at + offset_ns)
-        run_until(career, lambda: observer.total("written") == 4, timeout_s=60)
-        career.hand_over(Outcome.CLEAN)
-    career.close()
-    assert sorted(r["id"] for r in published(root)) == ["a-1", "a-2", "a-3", "b-1"]
 
 
 def test_an_empty_file_from_the_future_and_a_dangling_link_leave_landing_and_the_backlog(

@@ -91,8 +91,8 @@ _ARROW_SCHEMA = pa.schema([("path", pa.string()), ("modificationTime", pa.timest
 
 
 class _GroupClock(Protocol):
-    """The group's clock as the source needs it (:class:`tenure.career.spark._term.TermClock`, which marks what
-    the source admitted, so it is not imported here)."""
+    """The group's clock as the source needs it: :class:`tenure.career.spark._term.TermClock` (not imported:
+    ``_term`` imports this module, to mark the entries a batch admitted)."""
 
     def reading(self) -> tuple[float, float]: ...
 
