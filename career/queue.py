@@ -1,7 +1,7 @@
 """The queue's contract: what producers write, the consumer reads, ``tenure verify`` audits and groups share.
 
 - A queue is a folder (:class:`QueueLayout`): ``landing/`` holds files waiting to be consumed, ``archive/``
-  files every registered group has consumed (kept for a retention period), ``consumed/<group>/<name>`` one empty
+  files every registered group has consumed (kept for a retention period), ``consumed/<group>/<name>`` one
   mark per file a group no longer needs.
 - A queue file is named ``*.jsonl`` (:data:`QUEUE_SUFFIX`) and appears atomically: it is written under a
   hidden name (one starting with ``.`` or ``_``, which every reader skips: :func:`is_hidden`), then renamed. A
@@ -10,6 +10,13 @@
   the queue may hold repeats), ``key`` (string), ``seq`` (int64, increasing per key), ``ts`` (int64, epoch
   milliseconds), ``payload`` (any JSON). Any other line is bad, for one of :data:`REASONS`
   (:func:`classify_line`, the one definition); it is quarantined, and the queue goes on.
+- An entry of ``landing/`` under a queue file's name that cannot be read as one — a folder, a dangling symbolic
+  link, a name that is not UTF-8, a file the consumer may not open, one gone before its batch read it — is
+  refused as a whole, for one of :data:`ENTRY_REASONS`: one quarantine row at line 0 names it, and the queue goes
+  on.
+- A file is known by its :class:`FileIdentity` (inode, size, modification time): a group's mark
+  (``consumed/<group>/<name>``) holds the identity of the file it consumed under that name, so a file that
+  differs from it in any of the three is a new file (:func:`read_mark`, :func:`mark_covers`).
 
 Pure Python (no Spark, no kazoo, no pyarrow), so operator tools can import it cheaply. See ARCHITECTURE.md,
 "One record's path" and "Data root layout".
@@ -18,20 +25,28 @@ Pure Python (no Spark, no kazoo, no pyarrow), so operator tools can import it ch
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
+    "ENTRY_LINE",
+    "ENTRY_REASONS",
     "FIELDS",
     "QUEUE_SUFFIX",
     "REASONS",
     "TICK_SUFFIX",
+    "FileIdentity",
     "QueueLayout",
     "classify_line",
     "is_hidden",
     "is_queue_file",
+    "mark_bytes",
+    "mark_covers",
+    "printable_name",
+    "read_mark",
 ]
 
 QUEUE_SUFFIX = ".jsonl"
@@ -62,6 +77,29 @@ REASONS: tuple[str, ...] = (
     *(f"bad_type:{name}" for name in _TYPED_FIELDS),
 )
 """Every reason :func:`classify_line` returns: the quarantine ``reason`` vocabulary for bad lines."""
+
+ENTRY_REASONS: tuple[str, ...] = (
+    "not_a_file",
+    "dangling_symlink",
+    "name_not_utf8",
+    "unreadable",
+    "gone",
+)
+"""Why the consumer refuses an entry of ``landing/`` as a whole (the quarantine row's ``reason``, at
+:data:`ENTRY_LINE`; its ``value`` says more):
+
+==================== ===============================================================================
+``not_a_file``       a folder (``df.write.json`` makes one), a FIFO, a socket or a device
+``dangling_symlink`` a symbolic link whose target does not exist (``value``: the target)
+``name_not_utf8``    a name that is not UTF-8 (``value``: the name with its bytes escaped): names are text in
+                     the commit record, the quarantine, the logs and ``tenure verify``'s report
+``unreadable``       the consumer's process may not open or read it (``value``: the error, e.g. ``EACCES``)
+``gone``             no longer in ``landing/`` when its batch read it (moved or deleted after admission)
+==================== ===============================================================================
+"""
+
+ENTRY_LINE = 0
+"""The ``line`` of a refused entry's quarantine row (lines are numbered from 1)."""
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
@@ -95,7 +133,8 @@ class QueueLayout:
         return self.root / "consumed"
 
     def marks(self, group: str) -> Path:
-        """``consumed/<group>/``: one empty file per queue file ``group`` no longer needs, named as it is."""
+        """``consumed/<group>/``: one mark per queue file ``group`` no longer needs, named as it is
+        (:func:`read_mark`)."""
         return self.consumed / group
 
 
@@ -111,6 +150,72 @@ def is_hidden(name: str) -> bool:
 def is_queue_file(name: str) -> bool:
     """Whether a file of this name in ``landing/`` or ``archive/`` holds queue records (``*.jsonl``, visible)."""
     return name.endswith(QUEUE_SUFFIX) and not is_hidden(name)
+
+
+def printable_name(name: str) -> str:
+    """A file name as text: the bytes of a name that is not UTF-8 escaped (``b\\xffad.jsonl``), others as they are."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """Which file a queue name held: its inode, size and modification time in ns (``None``: not recorded, in
+    offsets and marks of an earlier release).
+
+    Two files under one name differ in at least one of the three unless a producer rewrote a file in place to the
+    same size and set its old modification time back (``cp -p`` over it): ``st_ctime`` would tell, but a hard
+    link or a rename changes it too. The device is left out: ``landing/`` is one folder, and a file system may
+    number its devices anew at each mount.
+
+    Example:
+        >>> FileIdentity(7, 10, 5).same(FileIdentity(7, 10, 5)), FileIdentity(7, 10, 5).same(FileIdentity(8, 10, 5))
+        (True, False)
+    """
+
+    ino: int | None
+    size: int | None
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, stat: os.stat_result) -> FileIdentity:
+        return cls(stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+    def same(self, other: FileIdentity) -> bool:
+        """Whether ``other`` is this file: equal in every field both record."""
+        return (self.mtime_ns == other.mtime_ns
+                and (self.ino is None or other.ino is None or self.ino == other.ino)
+                and (self.size is None or other.size is None or self.size == other.size))
+
+
+def mark_bytes(identity: FileIdentity) -> bytes:
+    """A consumption mark's content: the identity of the file the group consumed under the mark's name."""
+    return json.dumps({"ino": identity.ino, "size": identity.size, "mtime_ns": identity.mtime_ns}).encode()
+
+
+def read_mark(path: Path) -> FileIdentity:
+    """The identity a consumption mark holds. A mark of an earlier release is empty and carries the consumed
+    file's modification time as its own (as does a mark whose content a power cut lost): its identity has that
+    time alone, and :func:`mark_covers` reads it as that release did.
+
+    Raises:
+        FileNotFoundError: no such mark.
+    """
+    with open(path, "rb") as handle:
+        data = handle.read(4096)
+        written = os.fstat(handle.fileno()).st_mtime_ns
+    try:
+        found = json.loads(data)
+        return FileIdentity(found.get("ino"), found.get("size"), int(found["mtime_ns"]))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return FileIdentity(None, None, written)
+
+
+def mark_covers(mark: FileIdentity, file: FileIdentity) -> bool:
+    """Whether a group's ``mark`` under a name says that ``file``, now under that name, is consumed: the same
+    file; or, for a mark of an earlier release (a time alone), a file no newer than it."""
+    if mark.ino is None and mark.size is None:
+        return file.mtime_ns <= mark.mtime_ns
+    return mark.same(file)
 
 
 def _reject_constant(name: str) -> Any:

@@ -19,7 +19,8 @@ from kazoo.client import KazooClient
 
 from tenure.career import Outcome
 from tenure.career.spark import SparkCareer, _housekeeping
-from tenure.career.spark._storage import Layout, sweep_archive
+from tenure.career.spark._archive import sweep_archive
+from tenure.career.spark._storage import Layout
 from tests.test_spark_career import Queue, Recorder, drained, leadership, make_config, run_until
 
 
@@ -41,9 +42,9 @@ def test_a_sweep_told_to_stop_deletes_no_further_file(tmp_path: Path) -> None:
         asked.append(1)
         return len(asked) > 2
 
-    assert sweep_archive(layout, 60.0, time.time(), stop=stop_after_two) == 2
+    assert sweep_archive(layout.queue, 60.0, time.time(), stop=stop_after_two) == 2
     assert sum(p.exists() for p in old) == 3
-    assert sweep_archive(layout, 60.0, time.time()) == 3
+    assert sweep_archive(layout.queue, 60.0, time.time()) == 3
 
 
 def test_the_leader_goes_on_while_the_archive_sweep_is_held(

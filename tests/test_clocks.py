@@ -21,9 +21,10 @@ from kazoo.client import KazooClient
 
 from tenure.career import Outcome
 from tenure.career.spark import SparkCareer
+from tenure.career.spark._archive import archive_files, sweep_archive
 from tenure.career.spark._intake import batch_offset
 from tenure.career.spark._query import checkpoint_watermark_ms
-from tenure.career.spark._storage import Layout, archive_files, sweep_archive
+from tenure.career.spark._storage import Layout
 from tenure.career.spark._term import TermClock
 from tests.test_spark_career import (
     Queue,
@@ -53,10 +54,10 @@ def test_a_wall_clock_jump_deletes_no_archived_file_early(tmp_path: Path) -> Non
     layout.landing.mkdir(parents=True)
     (layout.landing / "a.jsonl").write_bytes(b"x\n")
     clock = TermClock({"clock": 1_000_000.0}, wall=lambda: 1_000_000.0 + 365 * 86400)
-    assert archive_files(layout, ["a.jsonl"], clock.now()) == 1
-    assert sweep_archive(layout, 7 * 86400, clock.now()) == 0
+    assert archive_files(layout.queue, ["a.jsonl"], clock.now()) == 1
+    assert sweep_archive(layout.queue, 7 * 86400, clock.now()) == 0
     assert (layout.archive / "a.jsonl").exists()
-    assert sweep_archive(layout, 7 * 86400, clock.now() + 7 * 86400 + 1) == 1
+    assert sweep_archive(layout.queue, 7 * 86400, clock.now() + 7 * 86400 + 1) == 1
 
 
 def _as_if_ahead(client: KazooClient, group: str, root: Path) -> None:

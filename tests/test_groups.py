@@ -116,6 +116,11 @@ def test_registry_nodes_carry_the_digest_acl(zk_hosts: str, zk_client: KazooClie
 # --------------------------------------------------------------------------------------------- marks
 
 
+def as_now(*names: str) -> list[tuple[str, None]]:
+    """Marks of ``names`` for the files now under them (a batch's admitted identities, when it recorded none)."""
+    return [(name, None) for name in names]
+
+
 def test_archiving_waits_for_every_registered_group(zk_hosts: str, zk_client: KazooClient, zk_group: str,
                                                     tmp_path: Path) -> None:
     """A file is archived only once every registered group marked it; its marks then go. Re-runs are harmless,
@@ -129,13 +134,13 @@ def test_archiving_waits_for_every_registered_group(zk_hosts: str, zk_client: Ka
     marks_b = ConsumptionMarks(layout_b, b, registry(zk_client, queue))
     put_files(queue / "landing", ["f1.jsonl", "f2.jsonl", "f3.jsonl"])
 
-    assert marks_a.consumed(["f1.jsonl", "f2.jsonl"], NOW) == 0, "b has consumed nothing yet"
+    assert marks_a.consumed(as_now("f1.jsonl", "f2.jsonl"), NOW) == 0, "b has consumed nothing yet"
     assert names_in(queue / "landing") == ["f1.jsonl", "f2.jsonl", "f3.jsonl"]
     assert queue_lag(queue, a) == 1 and queue_lag(queue, b) == 3
-    assert marks_b.consumed(["f1.jsonl"], NOW) == 1
+    assert marks_b.consumed(as_now("f1.jsonl"), NOW) == 1
     assert names_in(queue / "archive") == ["f1.jsonl"]
     assert marks_a.marked() == {"f2.jsonl"} and marks_b.marked() == set(), "marks of an archived file stay"
-    assert marks_a.consumed(["f1.jsonl", "f2.jsonl"], NOW) == 0, "a re-run after a crash must be harmless"
+    assert marks_a.consumed(as_now("f1.jsonl", "f2.jsonl"), NOW) == 0, "a re-run after a crash must be harmless"
     assert marks_a.marked() == {"f2.jsonl"}
 
     # A crash between archiving and unmarking leaves a mark whose file is gone: swept as stale.
@@ -145,12 +150,12 @@ def test_archiving_waits_for_every_registered_group(zk_hosts: str, zk_client: Ka
     # The registry cannot be read: nothing is archived, even what every group has marked.
     down = KazooClient(hosts=zk_hosts)  # never started: not connected
     blind = ConsumptionMarks(layout_b, b, lambda: registered_groups(down, queue, timeout_s=1))
-    assert blind.consumed(["f2.jsonl"], NOW) == 0
+    assert blind.consumed(as_now("f2.jsonl"), NOW) == 0
     assert names_in(queue / "landing") == ["f2.jsonl", "f3.jsonl"]
     assert marks_b.archive_ready(NOW) == 1 and names_in(queue / "landing") == ["f3.jsonl"]
 
     # A group that never consumes holds files back until it is removed.
-    marks_a.consumed(["f3.jsonl"], NOW)
+    marks_a.consumed(as_now("f3.jsonl"), NOW)
     assert names_in(queue / "landing") == ["f3.jsonl"]
     entry, deleted = remove_group(zk_client, queue, b)
     assert entry.group == b and deleted == 0
@@ -169,7 +174,7 @@ def test_groups_remove_refuses_live_groups_and_unknown_names(zk_hosts: str, zk_c
     queue = tmp_path / "queue"
     register_group(zk_client, queue, zk_group, tmp_path / "a")
     put_files(queue / "landing", ["f1.jsonl"])
-    ConsumptionMarks(Layout(tmp_path / "a", queue), zk_group).mark(["f1.jsonl"])
+    ConsumptionMarks(Layout(tmp_path / "a", queue), zk_group).mark(as_now("f1.jsonl"))
     common = ["--zk", zk_hosts, "--queue-dir", str(queue)]
 
     line = one_error(tenure("groups", "remove", "no-such-group", *common))
@@ -200,8 +205,8 @@ def test_status_and_groups_list_show_each_group_with_its_lag(zk_hosts: str, zk_c
     register_group(zk_client, queue, a, tmp_path / "a")
     register_group(zk_client, queue, b, tmp_path / "b")
     put_files(queue / "landing", ["f1.jsonl", "f2.jsonl", "f3.jsonl"])
-    ConsumptionMarks(Layout(tmp_path / "a", queue), a).mark(["f1.jsonl", "f2.jsonl", "f3.jsonl"])
-    ConsumptionMarks(Layout(tmp_path / "b", queue), b).mark(["f1.jsonl"])
+    ConsumptionMarks(Layout(tmp_path / "a", queue), a).mark(as_now("f1.jsonl", "f2.jsonl", "f3.jsonl"))
+    ConsumptionMarks(Layout(tmp_path / "b", queue), b).mark(as_now("f1.jsonl"))
 
     out = io.StringIO()
     show_status(zk_hosts, a, out=out)

@@ -423,6 +423,39 @@ def test_a_name_used_again_is_another_file(root: Path) -> None:
     assert report.waiting == 1 and report.lost == 0, "the new file is not read yet: lag, not loss"
 
 
+#: Root without the capabilities that let it read any file: another user's file of mode 0600 is EACCES to it.
+_NO_DAC = ("setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search")
+
+
+def test_a_queue_file_verify_may_not_read_fails_the_audit_unless_the_consumer_refused_it(root: Path) -> None:
+    """``tenure verify`` run by a user who may not read a queue file (another user's, mode 0600) cannot audit its
+    ids: exit 2, one line naming the file and the fix. Once the consumer has refused that file (a quarantine row at
+    line 0, reason ``unreadable``, as its batch writes it), the file's ids are the consumer's to replay, not this
+    audit's to read: it passes, and a reader that can read the file counts them as refused, not lost."""
+    name = "p0000000000002-0000001-00000000.jsonl"
+    write_lines(root / "landing", [_rec(900, "kx", 1)], name)
+    secret = root / "landing" / name
+    secret.chmod(0o600)
+    os.chown(secret, 65534, 65534)
+    _mark(root, name)
+    command = [*_NO_DAC, sys.executable, "-m", "tenure", "verify", "--data-root", str(root)]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"tenure: error: cannot read queue file {name} (PermissionError: Permission denied; 1 such file(s)): " \
+           "run verify as a user that can read the queue" in refused.stderr.splitlines()
+    folder = root / "quarantine" / "batch=9"
+    folder.mkdir()
+    row = {"value": "EACCES: Permission denied", "reason": "unreadable", "source_file": secret.as_uri(), "line": 0,
+           "_epoch": 1, "_batch": 9}
+    pq.write_table(pa.Table.from_pylist([row], _QUAR_SCHEMA), folder / "part-00000.parquet")
+    audited = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=120, cwd=REPO,
+                             check=False)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    assert json.loads(audited.stdout)["entries_refused"] == 1
+    report = verify(root)  # as root: the file is read, and its id is refused, not lost
+    assert report.ok and (report.entries_refused, report.ids_refused, report.lost) == (1, 1, 0), report.render()
+
+
 # -- the CLI: a wrong path, an empty queue, exit codes, JSON on stdout ----------------------------------------
 
 

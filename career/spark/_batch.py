@@ -16,12 +16,14 @@ from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark a
 
 from tenure.career._protocol import CareerObserver
 from tenure.career.output import check_batch_schema
+from tenure.career.queue import printable_name
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._errors import HandingOverError, SparkCareerError
 from tenure.career.spark._hooks import Hooks
 from tenure.career.spark._intake import batch_files, batch_offset, file_name
 from tenure.career.spark._order import HighWaterMarks, arrow_maxima, maxima, split_late
 from tenure.career.spark._pipeline import (
+    CHANGED,
     KIND_BAD,
     KIND_FILE,
     KIND_ROW,
@@ -221,7 +223,7 @@ class BatchWriter:
         if committed is not None and record is not None and config.file_source and committed != term.marked:
             mark_consumed(layout, term, record, self._fault)
         if config.file_source and (reused := batch_offset(term.checkpoint, batch_id).get("reused")):
-            term.log.warning("queue_name_reused", batch=batch_id, files=reused,
+            term.log.warning("queue_name_reused", batch=batch_id, files=[printable_name(n) for n in reused],
                              effect="a file under a name this group consumed before is read as a new file")
         if ctx.set_aside is not None and ctx.set_aside.batch_id == batch_id:
             return self._set_aside(df, batch_id, record, version)
@@ -229,8 +231,9 @@ class BatchWriter:
         phase = time.monotonic()
         df.persist(_CACHED)
         try:
-            counts, files, spans = self._stats(df)
+            counts, files, spans, outcomes = self._stats(df)
             read_s = time.monotonic() - phase
+            self._log_outcomes(batch_id, outcomes)
             marks = self._marks_at(record)
             staged: dict[str, str] = {}
             fresh, late = records(df), None
@@ -470,17 +473,34 @@ class BatchWriter:
         # A column whose type the transform changed could never join the Delta table: fail before the commit.
         check_batch_schema(layout.table, path.glob("part-*.parquet"))
 
+    def _log_outcomes(self, batch_id: int, outcomes: dict[str, str]) -> None:
+        """Log the entries of the batch that were not read as admitted: refused (each quarantined at line 0, with
+        its reason) or changed since their admission (read again as new by a later batch)."""
+        term = self._term
+        refused = {printable_name(name): why for name, why in sorted(outcomes.items()) if why != CHANGED}
+        changed = [printable_name(name) for name, why in sorted(outcomes.items()) if why == CHANGED]
+        if refused:
+            term.log.warning("queue_entries_refused", batch=batch_id, entries=refused,
+                             effect="each is quarantined on its own (line 0, its reason) and leaves landing/ with "
+                                    "the batch's files; the batch goes on")
+        if changed:
+            term.log.warning("queue_files_changed", batch=batch_id, files=changed,
+                             effect="changed after this batch admitted them: not read now; read again as new "
+                                    "files by a later batch")
+
     @staticmethod
-    def _stats(df: DataFrame) -> tuple[dict[str, int], list[str], dict[str, tuple[int, int]]]:
-        """One small action over the cached batch: counts by kind, valid lines read, the files read, and each
-        key's lowest and highest ``seq`` (to find late records without a second pass).
+    def _stats(df: DataFrame) -> tuple[dict[str, int], list[str], dict[str, tuple[int, int]], dict[str, str]]:
+        """One small action over the cached batch: counts by kind, valid lines read, the files read, each key's
+        lowest and highest ``seq`` (to find late records without a second pass), and the entries not read as
+        admitted (name → a refusal's reason, or ``changed``).
 
         The five narrow columns come to the driver as Arrow and are summed there: a Spark aggregation would add
         a shuffle stage to every batch (measured: 50–80 ms of a 0.5 s batch), and these columns are a few bytes
         a record: the file's path, which every row carries, is sent for the file markers only.
         """
-        table = df.select("kind", "key", "seq", F.when(F.col("kind") == KIND_FILE, F.col("source_file"))
-                          .alias("source_file"), "valid_lines").toArrow()
+        marker = F.col("kind") == KIND_FILE
+        table = df.select("kind", "key", "seq", F.when(marker, F.col("source_file")).alias("source_file"),
+                          "valid_lines", F.when(marker, F.col("reason")).alias("outcome")).toArrow()
         kinds = table.column("kind")
         rows = table.filter(pc.equal(kinds, KIND_ROW))
         markers = table.filter(pc.equal(kinds, KIND_FILE))
@@ -488,6 +508,9 @@ class BatchWriter:
         quarantined = int(pc.sum(pc.equal(kinds, KIND_BAD)).as_py() or 0)
         valid = int(pc.sum(markers.column("valid_lines")).as_py() or 0) if markers.num_rows else written
         files = sorted({file_name(f) for f in markers.column("source_file").to_pylist() if f})
+        outcomes = {file_name(f): why for f, why in zip(markers.column("source_file").to_pylist(),
+                                                         markers.column("outcome").to_pylist(), strict=True)
+                    if f and why}
         spans: dict[str, tuple[int, int]] = {}
         if written:
             by_key = rows.group_by("key").aggregate([("seq", "min"), ("seq", "max")])
@@ -495,4 +518,4 @@ class BatchWriter:
                 by_key.column("key").to_pylist(), by_key.column("seq_min").to_pylist(),
                 by_key.column("seq_max").to_pylist(), strict=True)}
         counts = {"written": written, "duplicate": max(valid - written, 0), "quarantined": quarantined}
-        return counts, files, spans
+        return counts, files, spans, outcomes

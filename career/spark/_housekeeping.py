@@ -12,23 +12,18 @@ import time
 from collections.abc import Callable
 
 from tenure.career._protocol import CareerObserver
-from tenure.career.queue import TICK_SUFFIX
+from tenure.career.queue import TICK_SUFFIX, FileIdentity
+from tenure.career.spark._archive import sweep_archive
 from tenure.career.spark._config import SparkCareerConfig
-from tenure.career.spark._storage import (
-    Layout,
-    archive_files,
-    empty_landing_files,
-    landing_files,
-    spark_committed,
-    sweep_archive,
-)
+from tenure.career.spark._intake import admitted_entries
+from tenure.career.spark._landing import MarkReader, QueueEntry, scan_landing, waiting
+from tenure.career.spark._storage import Layout, spark_committed
 from tenure.career.spark._term import Term, committed_batch, mark_consumed
 
 __all__ = ["Housekeeper"]
 
 _BACKLOG_EVERY_S = 1.0
 _SWEEP_EVERY_S = 60.0
-_EMPTY_FILE_MIN_AGE_S = 2.0
 
 
 class Housekeeper:
@@ -49,6 +44,8 @@ class Housekeeper:
         self._ticked_for: float | None = None
         self._sweeper: threading.Thread | None = None
         self._closing = threading.Event()
+        self._committed: tuple[int | None, dict[str, FileIdentity | None]] = (None, {})
+        self._marks = MarkReader()
 
     def archive_committed(self, term: Term) -> int:
         """Mark the last committed batch's files consumed once Spark's checkpoint has committed it, then
@@ -68,24 +65,30 @@ class Housekeeper:
         if now < self._next_backlog:
             return
         self._next_backlog = now + _BACKLOG_EVERY_S
-        layout = self._layout
         if self._config.file_source:
             self.archive_committed(term)
-            empty = empty_landing_files(layout, _EMPTY_FILE_MIN_AGE_S)
-            if empty:
-                archive_files(layout, empty, term.clock.now())
             if now >= self._next_sweep and not self.sweeping:
                 self._next_sweep = now + _SWEEP_EVERY_S
                 self._start_sweep(term)
                 stale = term.marks.sweep()
                 if stale:
                     term.log.info("stale_marks_swept", marks=stale)
-            # Files this group consumed but a slower group still holds in landing/ are not this group's backlog.
-            pending = set((term.last_record or {}).get("files") or []) | term.marks.marked()
             due = (term.last_record or {}).get("retry_next_due")
-            self._observer.backlog(len([n for n in landing_files(layout) if n not in pending]),
-                                   retry_due=due is not None and due <= term.clock.now())
+            self._observer.backlog(len(self.backlog(term)), retry_due=due is not None and due <= term.clock.now())
             self._wake_for_retries(term)
+
+    def backlog(self, term: Term) -> list[QueueEntry]:
+        """The entries of ``landing/`` this group has yet to consume, by the queue source's own rule
+        (:func:`tenure.career.spark._landing.waiting`: so the progress watchdog waits only on what the source will
+        admit), less those the last committed batch admitted (consumed, though their marks wait for Spark's
+        checkpoint to have the batch)."""
+        listed = scan_landing(self._layout.landing)
+        left = waiting(listed, self._marks.read(self._layout.queue.marks(term.marks.group), [e.name for e in listed]))
+        batch = committed_batch(term.last_record)
+        if self._committed[0] != batch:
+            self._committed = (batch, dict(admitted_entries(term.checkpoint, batch)) if batch is not None else {})
+        read = self._committed[1]
+        return [e for e in left if e.name not in read or not _same(read[e.name], e)]
 
     @property
     def sweeping(self) -> bool:
@@ -101,7 +104,7 @@ class Housekeeper:
         now, log, retention = term.clock.now(), term.log, self._config.archive_retention_s
 
         def sweep() -> None:
-            swept = sweep_archive(self._layout, retention, now, stop=self._closing.is_set)
+            swept = sweep_archive(self._layout.queue, retention, now, stop=self._closing.is_set)
             if swept:
                 log.info("archive_swept", files=swept)
 
@@ -120,3 +123,8 @@ class Housekeeper:
         partial.write_bytes(b"tick\n")
         partial.replace(self._layout.landing / name)
         term.log.debug("retry_tick", due=due, file=name)
+
+
+def _same(admitted: FileIdentity | None, entry: QueueEntry) -> bool:
+    """Whether ``entry`` is the one a batch admitted as ``admitted`` (``None``: the batch recorded no identity)."""
+    return admitted is None or admitted.same(entry.identity)

@@ -13,15 +13,23 @@ offsets instead:
   files the first listing already held. A file renamed before another one was therefore complete before the
   first listing ended, so the second listing holds it: a later file is never admitted ahead of an earlier one
   that a directory scan happened to miss. A file that appears between the listings waits for the next trigger.
-- **Offsets.** An offset is the batch's files (``[name, mtime_ns, size]`` in order) plus ``pending``: the
-  files (``[name, mtime_ns]``) admitted by earlier batches that this group has not marked consumed yet. Spark
-  stores each end offset in the checkpoint's offset log, so a re-run of a batch reads exactly the same files,
-  and a file is admitted at most once per checkpoint: it is either in an offset or marked
-  (:mod:`tenure.career.spark._marks`).
-- **No file is skipped by age, and a name used again is a new file.** A mark carries its file's modification
-  time; a file in ``landing/`` whose time is newer than its mark's is a new file under a used name: it is
-  admitted, and its batch's offset names it under ``reused`` (the batch writer logs ``queue_name_reused``).
-  Empty files are left out (as Spark's file source does): they hold no record, and housekeeping archives them.
+- **Offsets.** An offset is the batch's entries (``[name, mtime_ns, size, ino]`` in order, plus ``reason,
+  detail`` for a refused one) and ``pending``: the entries (``[name, mtime_ns, size, ino]``) admitted by earlier
+  batches that this group has not marked consumed yet. Spark stores each end offset in the checkpoint's offset
+  log, so a re-run of a batch reads exactly the same files — each is checked against the identity admitted, or
+  is not read (:mod:`tenure.career.spark._read`) — and a file is admitted at most once per checkpoint: it is
+  either in an offset or marked (:mod:`tenure.career.spark._marks`), and a mark holds the identity its batch
+  admitted, never one found later.
+- **Every entry is admitted, and only this group's marks hold one back.** Which entries this group has yet to
+  consume is one rule, :func:`tenure.career.spark._landing.waiting`, which the backlog (what the progress
+  watchdog waits on) counts too. An entry that cannot be read as a file is admitted refused, with its reason
+  (:mod:`tenure.career.spark._landing`): its batch quarantines it alone and the queue goes on. An empty file is
+  admitted like any other (it holds no line), so no clock decides when it leaves ``landing/``.
+- **No file is skipped by age, and a changed file is a new file.** A file in ``landing/`` whose identity
+  (inode, size, modification time) is not its mark's — a name used again, even within one tick of a coarse
+  clock or with an older time (``cp -p``), or a file rewritten or appended in place after its admission — is
+  admitted as new; a name used again is listed under ``reused`` in its batch's offset (the batch writer logs
+  ``queue_name_reused``).
 - **Event time on the group's clock.** Each offset also carries ``clock``: the group's clock
   (:class:`tenure.career.spark._term.TermClock`) when the batch was planned, in ms, never below the offset before it.
   Every row of the batch carries it as ``admitted``, deduplication's event time: no replica's wall clock moves
@@ -33,14 +41,10 @@ Checkpoints written by Spark's file source are resumed: their last batch's files
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
+from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -53,18 +57,17 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from tenure.career.queue import TICK_SUFFIX, is_hidden, is_queue_file
-from tenure.career.spark._pipeline import BINARY_FILE_SCHEMA, queue_file_gone
-
-if TYPE_CHECKING:
-    from tenure.career.spark._term import TermClock
+from tenure.career.queue import FileIdentity, mark_covers
+from tenure.career.spark._landing import MarkReader, QueueEntry, describe, listed_names, scan_landing, waiting
+from tenure.career.spark._pipeline import BINARY_FILE_SCHEMA
+from tenure.career.spark._read import path_of
 
 __all__ = [
     "QUEUE_SOURCE",
     "QUEUE_SOURCE_SCHEMA",
-    "QueueFile",
     "QueueSource",
     "admit",
+    "admitted_entries",
     "batch_files",
     "batch_offset",
     "clock_options",
@@ -75,15 +78,26 @@ __all__ = [
 QUEUE_SOURCE = "tenure_queue"
 """The source's format name (registered per session by :func:`tenure.career.spark._query.source_stream`)."""
 
-QUEUE_SOURCE_SCHEMA = f"{BINARY_FILE_SCHEMA}, admitted TIMESTAMP"
-"""The ``binaryFile`` source's columns, plus ``admitted``: the group's clock when the file's batch was planned."""
+QUEUE_SOURCE_SCHEMA = (f"{BINARY_FILE_SCHEMA}, admitted TIMESTAMP, inode BIGINT, mtime_ns BIGINT, refused STRING, "
+                       "detail STRING")
+"""The ``binaryFile`` source's columns (``modificationTime`` and ``length`` as admitted), plus ``admitted``: the
+group's clock when the file's batch was planned; ``inode`` and ``mtime_ns``: the rest of the identity the batch
+admitted; ``refused`` and ``detail``: why an entry is refused (null for a file to read)."""
 
 _ARROW_SCHEMA = pa.schema([("path", pa.string()), ("modificationTime", pa.timestamp("us", tz="UTC")),
                            ("length", pa.int64()), ("content", pa.binary()),
-                           ("admitted", pa.timestamp("us", tz="UTC"))])
+                           ("admitted", pa.timestamp("us", tz="UTC")), ("inode", pa.int64()),
+                           ("mtime_ns", pa.int64()), ("refused", pa.string()), ("detail", pa.string())])
 
 
-def clock_options(clock: TermClock) -> dict[str, str]:
+class _GroupClock(Protocol):
+    """The group's clock as the source needs it: :class:`tenure.career.spark._term.TermClock` (not imported:
+    ``_term`` imports this module, to mark the entries a batch admitted)."""
+
+    def reading(self) -> tuple[float, float]: ...
+
+
+def clock_options(clock: _GroupClock) -> dict[str, str]:
     """The source options that hand the term's group clock to the source's planner, a Python process that Spark
     starts on this host (``time.monotonic()`` is the host's, so the planner carries the clock on from them)."""
     group, monotonic = clock.reading()
@@ -100,116 +114,57 @@ class _PlannerClock:
         return int((self._offset + time.monotonic()) * 1000)
 
 
-@dataclass(frozen=True, order=True)
-class QueueFile:
-    """A visible queue file in ``landing/``; instances sort in admission order (mtime in ns, then name)."""
-
-    mtime_ns: int
-    name: str
-    size: int
-
-    def entry(self) -> list[Any]:
-        return [self.name, self.mtime_ns, self.size]
-
-
-def _is_input(name: str) -> bool:
-    return is_queue_file(name) or (name.endswith(TICK_SUFFIX) and not is_hidden(name))
-
-
-def _names(folder: Path) -> set[str]:
-    try:
-        return {entry.name for entry in os.scandir(folder) if _is_input(entry.name)}
-    except FileNotFoundError:
-        return set()
-
-
-def _stat_files(folder: Path) -> list[QueueFile]:
-    found = []
-    try:
-        entries = list(os.scandir(folder))
-    except FileNotFoundError:
-        return []
-    for entry in entries:
-        if not _is_input(entry.name):
-            continue
-        try:
-            stat = entry.stat()
-        except FileNotFoundError:  # archived or removed since the scan
-            continue
-        found.append(QueueFile(stat.st_mtime_ns, entry.name, stat.st_size))
-    return found
-
-
-def _mark_times(folder: Path, names: set[str]) -> dict[str, int]:
-    """The marks of ``names`` (files now in ``landing/``), name → mark time; other marks are not looked at."""
-    found = {}
-    try:
-        entries = list(os.scandir(folder))
-    except FileNotFoundError:
-        return {}
-    for entry in entries:
-        if entry.name in names:
-            try:
-                found[entry.name] = entry.stat().st_mtime_ns
-            except FileNotFoundError:  # unmarked meanwhile (archived)
-                continue
-    return found
-
-
-def admit(listed: Sequence[QueueFile], settled: set[str], seen: set[str], marks: dict[str, int], *,
-          max_files: int | None, max_bytes: int | None) -> tuple[list[QueueFile], list[str]]:
-    """The next batch's files, in admission order, and the names among them used again (pure: no I/O).
+def admit(candidates: Sequence[QueueEntry], settled: set[str], marked: set[str], *,
+          max_files: int | None, max_bytes: int | None) -> tuple[list[QueueEntry], list[str]]:
+    """The next batch's entries, in admission order, and the names among them used again (pure: no I/O).
 
     Args:
-        listed: the second listing of ``landing/``.
+        candidates: the entries of the second listing of ``landing/`` that this group has yet to consume
+            (:func:`tenure.career.spark._landing.waiting`) and that no earlier batch admitted.
         settled: names the first listing held.
-        seen: names earlier batches of this checkpoint admitted that are not marked consumed yet.
-        marks: this group's marks, name → the consumed file's modification time (ns).
-        max_files: at most this many files (``None``: no bound).
-        max_bytes: at most this many bytes, and always at least one file (``None``: no bound).
+        marked: names this group holds a mark of (an entry under one is a new file under a used name).
+        max_files: at most this many entries (``None``: no bound).
+        max_bytes: at most this many bytes, and always at least one entry (``None``: no bound).
     """
-    batch: list[QueueFile] = []
-    reused: list[str] = []
+    batch: list[QueueEntry] = []
     size = 0
-    for file in sorted(listed):
-        if file.name in seen:
-            continue
-        marked = marks.get(file.name)
-        if marked is not None and file.mtime_ns <= marked:
-            continue  # consumed: still here because another group has not consumed it yet
-        if file.name not in settled:
+    for entry in sorted(candidates):
+        if entry.name not in settled:
             break  # appeared between the listings: it, and everything after it, waits for the next trigger
-        if file.size == 0:
-            continue
         if max_files is not None and len(batch) >= max_files:
             break
-        if max_bytes is not None and batch and size + file.size > max_bytes:
+        if max_bytes is not None and batch and size + entry.bytes > max_bytes:
             break
-        batch.append(file)
-        size += file.size
-        if marked is not None:
-            reused.append(file.name)
-    return batch, reused
+        batch.append(entry)
+        size += entry.bytes
+    return batch, [entry.name for entry in batch if entry.name in marked]
 
 
-def offset_files(offset: dict[str, Any], checkpoint: Path | None = None) -> list[str]:
-    """The names of the files a batch's end ``offset`` admitted (one written by Spark's file source — a
-    ``logOffset`` — is looked up in ``checkpoint``'s source log)."""
-    if "files" in offset:
-        return [entry[0] for entry in offset["files"]]
+def _file_source_names(offset: dict[str, Any], checkpoint: Path | None) -> list[str]:
+    """The names an offset of Spark's file source (a ``logOffset``) planned, from ``checkpoint``'s source log."""
     if "logOffset" in offset and checkpoint is not None:
         return _file_source_batch(checkpoint, int(offset["logOffset"]))
     return []
 
 
-def _admitted(offset: dict[str, Any], checkpoint: Path | None, written: dict[str, int]) -> dict[str, int]:
-    """The files ``offset`` and the offsets before it admitted and carried on, name → modification time (a
-    file-source offset names no times: the file now in ``landing/`` is taken as the one it read)."""
-    found = {name: int(at) for name, at in offset.get("pending", [])}
+def offset_files(offset: dict[str, Any], checkpoint: Path | None = None) -> list[str]:
+    """The names of the entries a batch's end ``offset`` admitted (one written by Spark's file source — a
+    ``logOffset`` — is looked up in ``checkpoint``'s source log)."""
     if "files" in offset:
-        found.update((entry[0], int(entry[1])) for entry in offset["files"])
+        return [entry[0] for entry in offset["files"]]
+    return _file_source_names(offset, checkpoint)
+
+
+def _admitted(offset: dict[str, Any], checkpoint: Path | None,
+              current: dict[str, QueueEntry]) -> dict[str, FileIdentity]:
+    """The entries ``offset`` and the offsets before it admitted and carried on, name → identity (a file-source
+    offset names no identity: the file now in ``landing/`` is taken as the one it read)."""
+    found = {e.name: e.identity for e in map(QueueEntry.from_offset, offset.get("pending", []))}
+    if "files" in offset:
+        found.update((e.name, e.identity) for e in map(QueueEntry.from_offset, offset["files"]))
     else:
-        found.update((name, written[name]) for name in offset_files(offset, checkpoint) if name in written)
+        found.update((name, current[name].identity) for name in _file_source_names(offset, checkpoint)
+                     if name in current)
     return found
 
 
@@ -228,10 +183,19 @@ def batch_files(checkpoint: Path, batch_id: int) -> list[str]:
     return sorted(offset_files(batch_offset(checkpoint, batch_id), checkpoint))
 
 
+def admitted_entries(checkpoint: Path, batch_id: int) -> list[tuple[str, FileIdentity | None]]:
+    """Each entry batch ``batch_id`` admitted, with the identity it admitted (``None``: a batch of Spark's file
+    source, which recorded none), from the offset log of the query's ``checkpoint``: what its consumption marks
+    hold."""
+    offset = batch_offset(checkpoint, batch_id)
+    if "files" in offset:
+        return [(e.name, e.identity) for e in map(QueueEntry.from_offset, offset["files"])]
+    return [(name, None) for name in _file_source_names(offset, checkpoint)]
+
+
 def file_name(source_file: str) -> str:
     """``file:/…/landing/a%20b.jsonl`` → ``a b.jsonl`` (the name inside ``landing/``; a plain path works too)."""
-    path = unquote(urlparse(source_file).path) if source_file.startswith("file:") else source_file
-    return path.rstrip("/").rsplit("/", 1)[-1]
+    return path_of(source_file).rstrip("/").rsplit("/", 1)[-1]
 
 
 def _file_source_batch(checkpoint: Path, batch_id: int) -> list[str]:
@@ -254,9 +218,9 @@ def _file_source_batch(checkpoint: Path, batch_id: int) -> list[str]:
 
 
 class _Files(InputPartition):
-    def __init__(self, paths: list[str], admitted_ms: int | None) -> None:
-        super().__init__(paths)
-        self.paths = paths
+    def __init__(self, entries: list[QueueEntry], admitted_ms: int | None) -> None:
+        super().__init__(entries)
+        self.entries = entries
         self.admitted_ms = admitted_ms
 
 
@@ -269,6 +233,7 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._max_files = int(options["maxFilesPerTrigger"]) if options.get("maxFilesPerTrigger") else None
         self._max_bytes = int(options["maxBytesPerTrigger"]) if options.get("maxBytesPerTrigger") else None
         self._until: set[str] | None = None  # Trigger.AvailableNow: only what was there when the query began
+        self._mark_reader = MarkReader()
         self._clock = (_PlannerClock(float(options["clock"]), float(options["clockMonotonic"]))
                        if options.get("clock") else None)  # none (the warm-up): rows are stamped at ingestion
 
@@ -283,57 +248,63 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 (Spark's name)
-        self._until = _names(self._landing)
+        self._until = listed_names(self._landing)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
-        settled = _names(self._landing)
-        listed = _stat_files(self._landing)
+        settled = listed_names(self._landing)
+        listed = scan_landing(self._landing)
         if self._until is not None:
-            listed = [f for f in listed if f.name in self._until]
-        written = {f.name: f.mtime_ns for f in listed}
-        marks = _mark_times(self._marks, set(written))
-        earlier = _admitted(start, self._checkpoint, written)
-        # Still in flight: the very file admitted (same name and time) and not marked consumed since.
-        pending = {name: at for name, at in earlier.items() if written.get(name) == at and marks.get(name, -1) < at}
-        seen = set(pending)
+            listed = [e for e in listed if e.name in self._until]
+        current = {e.name: e for e in listed}
+        marks = self._mark_reader.read(self._marks, current)
+        earlier = _admitted(start, self._checkpoint, current)
+        # Still in flight: the very entry admitted (same identity) and not marked consumed since.
+        pending = {name: current[name] for name, identity in earlier.items()
+                   if name in current and current[name].identity.same(identity)
+                   and not (name in marks and mark_covers(marks[name], identity))}
+        candidates = [e for e in waiting(listed, marks) if e.name not in pending]
         max_files = limit.max_files if isinstance(limit, ReadMaxFiles) else None
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
-        batch, reused = admit(listed, settled, seen, marks, max_files=max_files, max_bytes=max_bytes)
+        batch, reused = admit(candidates, settled, set(marks), max_files=max_files, max_bytes=max_bytes)
         if not batch:
             return start
-        offset = {"files": [f.entry() for f in batch], "pending": sorted([n, at] for n, at in pending.items()),
-                  "reused": reused}
+        offset = {"files": [e.to_offset() for e in batch],
+                  "pending": sorted(e.to_offset()[:4] for e in pending.values()), "reused": reused}
         if self._clock is not None:
             offset["clock"] = max(int(start.get("clock", 0)), self._clock.now_ms())
         return offset
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        names = offset_files(end, self._checkpoint) if end != start else []
-        if not names:
+        if end == start:
             return []
-        count = min(self._partitions, len(names))
+        if "files" in end:
+            entries = [QueueEntry.from_offset(entry) for entry in end["files"]]
+        else:  # a batch Spark's file source planned, which recorded no identity: the entries now under its names
+            entries = [describe(self._landing, name) or QueueEntry(0, name, 0)
+                       for name in _file_source_names(end, self._checkpoint)]
+        if not entries:
+            return []
+        count = min(self._partitions, len(entries))
         admitted = end.get("clock")
-        return [_Files([str(self._landing / n) for n in names[i::count]], admitted) for i in range(count)]
+        return [_Files(entries[i::count], admitted) for i in range(count)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The partition's files as ``binaryFile`` rows without their ``content``: the line splitter reads each
-        file itself (``_pipeline.split_lines``), so its bytes cross into Spark once, as classified rows. Each
-        row's ``admitted`` is its batch's group clock (null without one)."""
+        """The partition's entries as ``binaryFile`` rows without their ``content``, each with the identity its
+        batch admitted: the line splitter (``_pipeline.split_lines``) opens each file itself, checks that it is
+        still that file, and reads it (:mod:`tenure.career.spark._read`), so its bytes cross into Spark once, as
+        classified rows. Each row's ``admitted`` is its batch's group clock (null without one)."""
         assert isinstance(partition, _Files)
-        paths, stamps, sizes = [], [], []
-        for path in partition.paths:
-            try:
-                stat = os.stat(path)
-            except FileNotFoundError:
-                raise queue_file_gone(path) from None
-            paths.append(Path(path).as_uri())
-            stamps.append(datetime.fromtimestamp(stat.st_mtime_ns / 1e9, tz=UTC))
-            sizes.append(stat.st_size)
-        admitted = [partition.admitted_ms * 1000 if partition.admitted_ms is not None else None] * len(paths)
+        entries = partition.entries
+        admitted = [partition.admitted_ms * 1000 if partition.admitted_ms is not None else None] * len(entries)
         yield pa.RecordBatch.from_arrays(
-            [pa.array(paths, pa.string()), pa.array(stamps, pa.timestamp("us", tz="UTC")),
-             pa.array(sizes, pa.int64()), pa.nulls(len(paths), pa.binary()),
-             pa.array(admitted, pa.timestamp("us", tz="UTC"))], schema=_ARROW_SCHEMA)
+            [pa.array([(self._landing / e.name).as_uri() for e in entries], pa.string()),
+             pa.array([e.mtime_ns // 1000 for e in entries], pa.timestamp("us", tz="UTC")),
+             pa.array([e.size for e in entries], pa.int64()), pa.nulls(len(entries), pa.binary()),
+             pa.array(admitted, pa.timestamp("us", tz="UTC")),
+             pa.array([e.ino for e in entries], pa.int64()),
+             pa.array([e.mtime_ns for e in entries], pa.int64()),
+             pa.array([e.refused for e in entries], pa.string()),
+             pa.array([e.detail for e in entries], pa.string())], schema=_ARROW_SCHEMA)
 
 
 class QueueSource(DataSource):

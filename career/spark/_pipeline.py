@@ -5,21 +5,23 @@ What a queue line must be, and why a bad one is bad, is the queue's contract (:m
 
 from __future__ import annotations
 
+import io
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 
 # Re-exported (see __all__): tenure.career.spark._config, _query and _career import the first two from here.
-from tenure.career.queue import TICK_SUFFIX, classify_line
+from tenure.career.queue import ENTRY_LINE, TICK_SUFFIX, FileIdentity, classify_line
+from tenure.career.spark._read import EntryChanged, EntryRefused, admitted_lines, path_of, split_stream
 
 __all__ = [
     "BINARY_FILE",
     "BINARY_FILE_SCHEMA",
+    "CHANGED",
     "CLASSIFIED_SCHEMA",
     "KIND_BAD",
     "KIND_FILE",
@@ -34,7 +36,6 @@ __all__ = [
     "ordered_records",
     "output_partitions",
     "quarantine_rows",
-    "queue_file_gone",
     "records",
     "split_lines",
     "table_rows",
@@ -57,16 +58,25 @@ CLASSIFIED_SCHEMA = (
 )
 """What :func:`split_lines` yields: one row per line plus one ``file`` marker per source file.
 
-``dedup_key`` is ``i<id>`` for a record, ``b<file>:<mtime>:<line>`` for a bad line and ``f<file>:<mtime>``
-for a marker: only records can ever collide, yet bad lines and markers pass through the same (single)
-deduplication operator, so one streaming branch carries everything (two branches would read the source twice).
-``admitted`` is the source's own column of that name (the queue source's group clock), or null.
+``dedup_key`` is ``i<id>`` for a record, ``b<file>:<stamp>:<line>`` for a bad line and ``f<file>:<stamp>``
+for a marker (the stamp: the file's modification time, and its inode from the queue source): only records can
+ever collide, yet bad lines and markers pass through the same (single) deduplication operator, so one streaming
+branch carries everything (two branches would read the source twice). A marker's ``reason`` says how its file
+went (:func:`split_lines`). ``admitted`` is the source's own column of that name (the queue source's group
+clock), or null.
 """
 
 TABLE_COLUMNS: tuple[str, ...] = ("id", "key", "seq", "ts", "payload", "_epoch", "_batch")
 QUARANTINE_COLUMNS: tuple[str, ...] = ("value", "reason", "source_file", "line", "_epoch", "_batch")
 
-_CHUNK_ROWS = 8192  # rows per Arrow batch handed back to Spark
+_CHUNK_ROWS = 8192  # rows per Arrow batch handed back to Spark …
+_CHUNK_BYTES = 16 << 20  # … or fewer, once their lines weigh this much: a worker's memory stays bounded
+
+_ENTRY_COLUMNS = ("length", "inode", "mtime_ns", "refused", "detail")  # the queue source's, beyond binaryFile's
+
+CHANGED = "changed"
+"""A ``file`` marker's ``reason`` when its file was no longer the one its batch admitted (not a quarantine
+reason: the file is read again as new)."""
 
 # One encoder for the process: ``json.dumps`` with keyword arguments builds a new one on every call, which costs
 # more than the encoding of a short payload.
@@ -90,11 +100,12 @@ class _Columns:
     """Rows of :data:`CLASSIFIED_SCHEMA` gathered as tuples, turned into one Arrow batch at a time; every row of
     a batch has the same ``admitted`` (:meth:`admit` flushes the rows gathered under another)."""
 
-    __slots__ = ("admitted", "rows")
+    __slots__ = ("admitted", "rows", "weight")
 
     def __init__(self) -> None:
         self.rows: list[tuple[Any, ...]] = []
         self.admitted: int | None = None  # µs
+        self.weight = 0  # bytes of the lines gathered: what the rows hold, about
 
     def admit(self, admitted: int | None) -> pa.RecordBatch | None:
         """Rows added from now on carry ``admitted``; returns the rows gathered under another value, if any."""
@@ -112,12 +123,14 @@ class _Columns:
         count = len(self.rows)
         columns = list(zip(*self.rows, strict=True))  # one transposition in C, not twelve appends per row
         self.rows = []
+        self.weight = 0
         arrays = [pa.array(col, type=f.type) for col, f in zip(columns, _ARROW_SCHEMA, strict=False)]
         arrays.append(pa.array([self.admitted] * count, type=_ARROW_SCHEMA.field("admitted").type))
         return pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA)
 
 
 def _add_line(out: _Columns, raw: bytes, source: str, stamp: str, number: int, max_line_bytes: int) -> bool:
+    out.weight += len(raw)
     record, reason = classify_line(raw, max_line_bytes)
     if record is None:
         out.add(KIND_BAD, f"b{source}:{stamp}:{number}", source, number,
@@ -128,29 +141,54 @@ def _add_line(out: _Columns, raw: bytes, source: str, stamp: str, number: int, m
     return True
 
 
-def queue_file_gone(path: str) -> FileNotFoundError:
-    """The error for a queue file a batch admitted that is no longer there."""
-    return FileNotFoundError(f"queue file {path} was admitted to this batch but is gone: a queue file must stay in "
-                             "landing/ until every group has consumed it (tenure archives it then); put it back")
+def _source_row(batch: pa.RecordBatch, name: str) -> list[Any]:
+    """A column of the source's batch as a list (``None`` for each row when the source has no such column)."""
+    return batch.column(name).to_pylist() if name in batch.schema.names else [None] * batch.num_rows
 
 
-def _read_queue_file(uri: str) -> bytes:
-    """The bytes of a queue file a source named without its content (the queue source)."""
-    path = unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+def _split_file(out: _Columns, path: str, stamp: int, given: bytes | None, size: int | None, inode: int | None,
+                mtime_ns: int | None, refused: str | None, detail: str | None, *,
+                max_line_bytes: int) -> Iterator[pa.RecordBatch]:
+    """Add one file's rows to ``out`` (see :func:`split_lines`), yielding each batch of rows as it fills."""
+    # A reused name's new file is another file even within one tick of the clock: its inode tells.
+    stamp_text = str(stamp) if mtime_ns is None else f"{mtime_ns}:{inode}"
+    lines: Iterable[bytes] = ()
+    if path.endswith(TICK_SUFFIX):
+        pass  # a wake-up: no line to read
+    elif given is not None:
+        lines = split_stream(io.BytesIO(given).read, len(given), max_line_bytes)
+    elif refused is None:
+        admitted = None if mtime_ns is None else FileIdentity(inode, size if inode is not None else None, mtime_ns)
+        lines = admitted_lines(path_of(path), admitted, max_line_bytes)
+    outcome, note = refused, detail
+    valid = number = 0
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        raise queue_file_gone(path) from None
+        for number, raw in enumerate(lines, start=1):
+            valid += _add_line(out, raw, path, stamp_text, number, max_line_bytes)
+            if len(out) >= _CHUNK_ROWS or out.weight >= _CHUNK_BYTES:
+                yield out.flush()
+    except EntryRefused as exc:  # the lines read before it stay read
+        outcome, note = exc.reason, exc.detail + (f" (after line {number})" if number else "")
+    except EntryChanged as exc:
+        outcome, note = CHANGED, str(exc)
+    if outcome is not None and outcome != CHANGED:
+        out.add(KIND_BAD, f"b{path}:{stamp_text}:{ENTRY_LINE}", path, ENTRY_LINE, note, outcome,
+                None, None, None, None, None, None)
+    out.add(KIND_FILE, f"f{path}:{stamp_text}", path, None, None, outcome, None, None, None, None, None, valid)
 
 
 def split_lines(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A ``mapInArrow`` function over ``binaryFile`` rows (``path``, ``modificationTime``, ``content``; a null
-    ``content`` is read from ``path``; an ``admitted`` column, if any, is carried on).
+    """A ``mapInArrow`` function over ``binaryFile`` rows (``path``, ``modificationTime``, ``content``), or the
+    queue source's (``content`` null: each file is read here, as its batch admitted it, from ``inode``,
+    ``length`` and ``mtime_ns``; ``refused``/``detail``: an entry refused at admission; ``admitted`` carried on).
 
     Lines are split on ``\\n`` only (a ``\\r`` stays in the line); a final ``\\n`` makes no extra empty
     line; an empty file yields no line. Each file also yields one ``file`` marker with its count of valid
-    lines, so the batch knows every file it read — empty and all-duplicate files included.
+    lines, so the batch knows every file it read — empty and all-duplicate files included. The marker's
+    ``reason`` is null for a file read; a refused entry's reason (one of ``ENTRY_REASONS``, with one bad row at
+    line 0 naming it, its ``value`` the detail); or ``changed`` for a file that is no longer the one admitted (read
+    again as new by a later batch: :mod:`tenure.career.spark._read`). A file is read in bounded memory, and the
+    rows go back to Spark every ``_CHUNK_ROWS`` rows or ``_CHUNK_BYTES`` bytes of lines.
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -161,22 +199,12 @@ def split_lines(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], Ite
             contents = batch.column("content").to_pylist()
             admitted = (batch.column("admitted").cast(pa.int64()).to_pylist() if "admitted" in batch.schema.names
                         else [None] * len(paths))
-            for path, stamp, given, at in zip(paths, stamps, contents, admitted, strict=True):
+            rows = zip(paths, stamps, contents, admitted, *(_source_row(batch, name) for name in _ENTRY_COLUMNS),
+                       strict=True)
+            for path, stamp, given, at, *entry in rows:
                 if (earlier := out.admit(at)) is not None:
                     yield earlier
-                stamp_text = str(stamp)
-                tick = path.endswith(TICK_SUFFIX)
-                content = _read_queue_file(path) if given is None and not tick else given
-                lines = content.split(b"\n") if content and not tick else []
-                if lines and lines[-1] == b"":
-                    lines.pop()  # the file's final newline ends the last line, it does not start one
-                valid = 0
-                for number, raw in enumerate(lines, start=1):
-                    valid += _add_line(out, raw, path, stamp_text, number, max_line_bytes)
-                    if len(out) >= _CHUNK_ROWS:
-                        yield out.flush()
-                out.add(KIND_FILE, f"f{path}:{stamp_text}", path, None, None, None, None, None, None, None,
-                        None, valid)
+                yield from _split_file(out, path, stamp, given, *entry, max_line_bytes=max_line_bytes)
         if len(out):
             yield out.flush()
 
@@ -218,7 +246,8 @@ def classified_batch(raw: DataFrame, max_line_bytes: int, *, file_source: bool =
         file_source: whether ``raw`` holds whole files (split into lines) or one line per row.
     """
     if file_source:
-        columns = ["path", "modificationTime", "content"] + (["admitted"] if "admitted" in raw.columns else [])
+        columns = ["path", "modificationTime", "content",
+                   *(c for c in ("admitted", *_ENTRY_COLUMNS) if c in raw.columns)]
         return raw.select(*columns).mapInArrow(split_lines(max_line_bytes), CLASSIFIED_SCHEMA)
     return raw.select(F.col("value").cast("binary").alias("value"), "source_file", "line").mapInArrow(
         split_records(max_line_bytes), CLASSIFIED_SCHEMA)

@@ -1,13 +1,13 @@
-"""The data root's layout and the idempotent file moves behind publish, roll-forward, clean-up and archive."""
+"""The data root's layout and the idempotent file moves behind publish, roll-forward and clean-up (the queue's own
+moves, archiving, are in :mod:`tenure.career.spark._archive`)."""
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -28,7 +28,7 @@ from tenure.career.output import (
     covers,
     publish_batch,
 )
-from tenure.career.queue import QueueLayout, is_hidden, is_queue_file
+from tenure.career.queue import QueueLayout, is_hidden
 
 __all__ = [
     "DELTA_VERSION_ADDED",
@@ -38,17 +38,13 @@ __all__ = [
     "StaleTermError",
     "adopt_checkpoint",
     "adopt_outputs",
-    "archive_files",
-    "empty_landing_files",
     "finish_publish",
     "fsync",
     "is_published",
-    "landing_files",
     "newer_term_started",
     "published_name",
     "remove_dead_staging",
     "staged_parts",
-    "sweep_archive",
     "sync_dirs",
     "sync_tree",
 ]
@@ -443,98 +439,4 @@ def remove_dead_staging(layout: Layout, live_epoch: int) -> list[str]:
             if epoch is not None and epoch < live_epoch:
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(layout.relative(entry))
-    return removed
-
-
-def archive_files(layout: Layout, names: Iterable[str], now: float) -> int:
-    """Move consumed queue files from ``landing/`` to ``archive/``; a missing one was moved already.
-
-    A file keeps its name, unless ``archive/`` already holds an earlier file under it (a producer used the name
-    again): then it is archived as ``<stem>~<its mtime in ns><suffix>``, and the earlier file is kept. The
-    archived file's modification time is set to ``now`` (the group's clock, ``_term.TermClock``), so retention
-    counts from the archiving.
-    """
-    moved = 0
-    layout.archive.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        if not name or "/" in name or name in (".", ".."):
-            continue
-        source = layout.landing / name
-        try:
-            target = _archive_target(layout.archive, name, source.stat().st_mtime_ns)
-            os.replace(source, target)
-        except FileNotFoundError:
-            continue
-        with contextlib.suppress(FileNotFoundError):  # swept by another process meanwhile: nothing to keep
-            os.utime(target, (now, now))
-        moved += 1
-    if moved:  # durable before the caller removes the marks: a file back in landing/ unmarked is read again
-        fsync(layout.landing, directory=True)
-        sync_dirs(layout.archive)
-    return moved
-
-
-def _archive_target(archive: Path, name: str, mtime_ns: int) -> Path:
-    """Where the queue file ``name`` of ``mtime_ns`` is archived: under its name, unless that is taken, then
-    ``<stem>~<mtime_ns><suffix>``, then ``<stem>~<mtime_ns>-<n><suffix>`` (a name reused within one tick of a
-    coarse file-system clock): never over an archived file, which is the audit trail."""
-    stem, dot, suffix = name.partition(".")
-    candidates = itertools.chain([name, f"{stem}~{mtime_ns}{dot}{suffix}"],
-                                 (f"{stem}~{mtime_ns}-{n}{dot}{suffix}" for n in itertools.count(2)))
-    return next(archive / c for c in candidates if not (archive / c).exists())
-
-
-def empty_landing_files(layout: Layout, min_age_s: float) -> list[str]:
-    """Visible queue files of zero bytes older than ``min_age_s``.
-
-    Spark's file source never hands an empty file to a batch (it skips zero-length files), so no batch can
-    name it; it holds nothing to lose, and the file source tolerates a listed file that has gone, so these
-    may be archived at any time.
-    """
-    found: list[str] = []
-    cutoff = time.time() - min_age_s
-    try:
-        entries = list(os.scandir(layout.landing))
-    except FileNotFoundError:
-        return found
-    for entry in entries:
-        if not is_queue_file(entry.name):
-            continue
-        try:
-            info = entry.stat()
-        except FileNotFoundError:
-            continue
-        if info.st_size == 0 and info.st_mtime < cutoff:
-            found.append(entry.name)
-    return found
-
-
-def landing_files(layout: Layout) -> list[str]:
-    """Names of visible queue files in ``landing/`` (what the file source would list)."""
-    try:
-        return [e.name for e in os.scandir(layout.landing) if is_queue_file(e.name)]
-    except FileNotFoundError:
-        return []
-
-
-def sweep_archive(layout: Layout, retention_s: float, now: float, stop: Callable[[], bool] = lambda: False) -> int:
-    """Delete archived files archived more than ``retention_s`` before ``now`` (the group's clock, which stamped
-    them: a wall clock that jumps forward deletes nothing early); returns how many. ``stop`` is asked before each
-    file: once it answers True, the sweep ends there."""
-    removed = 0
-    cutoff = now - retention_s
-    try:
-        entries = os.scandir(layout.archive)
-    except FileNotFoundError:
-        return 0
-    with entries:
-        for entry in entries:
-            if stop():
-                break
-            try:
-                if entry.is_file() and entry.stat().st_mtime < cutoff:
-                    os.unlink(entry.path)
-                    removed += 1
-            except FileNotFoundError:
-                continue
     return removed

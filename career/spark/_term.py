@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tenure.career._protocol import CareerContext
+from tenure.career.spark._intake import admitted_entries
 from tenure.career.spark._marks import ConsumptionMarks
 from tenure.career.spark._order import HighWaterMarks
 from tenure.career.spark._storage import CheckpointSync, Layout, newer_term_started
@@ -96,14 +97,19 @@ def committed_batch(record: dict[str, Any] | None) -> int | None:
 
 
 def mark_consumed(layout: Layout, term: Term, record: dict[str, Any], faults: Callable[[str], None]) -> None:
-    """Mark the files of the committed batch ``record`` consumed; the caller knows this term's checkpoint has
-    committed it. Safe for a stale term: marks are written only if no later term has begun copying a checkpoint,
-    so every later term's copy is taken after this one had the batch, and never re-runs it."""
+    """Mark the entries of the committed batch ``record`` consumed, each with the identity the batch admitted (its
+    offset in this term's checkpoint, which the caller knows has committed it). Safe for a stale term: marks are
+    written only if no later term has begun copying a checkpoint, so every later term's copy is taken after this
+    one had the batch, and never re-runs it."""
     faults("after_checkpoint")
     if newer_term_started(layout, term.epoch):
         term.log.info("marks_skipped", reason="a newer term has started", batch=record.get("batch_id"))
         return
-    archived = term.marks.consumed(record.get("files") or [], now=term.clock.now())
+    batch = committed_batch(record)
+    entries = admitted_entries(term.checkpoint, batch) if batch is not None else []
+    if not entries:  # an offset Spark no longer keeps: the names the record read, as they are now
+        entries = [(name, None) for name in record.get("files") or []]
+    archived = term.marks.consumed(entries, now=term.clock.now())
     term.marked = committed_batch(record)
     if archived:
         term.log.debug("archived", batch=term.marked, files=archived)

@@ -2,7 +2,7 @@
 
 `.venv/bin/python bench/results/archive-sweep/sweep_cost.py [ROUNDS]` (from the repository root, nothing else
 running) fills an archive with empty queue files, none past retention, and times
-`tenure.career.spark._storage.sweep_archive` over it ROUNDS times per size (it stats every file and deletes none).
+`tenure.career.spark._archive.sweep_archive` over it ROUNDS times per size (it stats every file and deletes none).
 The default retention, 7 days, keeps 1.2 million files of a queue that lands 2 files a second. It writes
 `results.json` and `results.md` beside itself.
 """
@@ -16,7 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tenure.career.spark._storage import Layout, sweep_archive
+from tenure.career.spark._archive import sweep_archive
+from tenure.career.spark._storage import Layout
 
 _HERE = Path(__file__).resolve().parent
 _SIZES = (10_000, 100_000, 300_000)
@@ -32,7 +33,7 @@ def _measure(size: int, rounds: int) -> list[float]:
         times = []
         for _ in range(rounds):
             started = time.perf_counter()
-            assert sweep_archive(layout, _RETENTION_S, time.time()) == 0
+            assert sweep_archive(layout.queue, _RETENTION_S, time.time()) == 0
             times.append(time.perf_counter() - started)
         return times
 

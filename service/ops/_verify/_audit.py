@@ -18,7 +18,7 @@ from typing import Any, Final
 import structlog
 
 from tenure.career.output import DEAD_LETTER, QUARANTINE, SET_ASIDE, TABLE
-from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
+from tenure.career.queue import DEFAULT_MAX_LINE_BYTES, printable_name
 from tenure.election import GroupPaths, ZooKeeperClient, read_commit
 from tenure.service.ops._verify._content import CONTENT_FIELDS, EXAMPLES, QueueContent
 from tenure.service.ops._verify._delta import audit_delta
@@ -29,6 +29,7 @@ from tenure.service.ops._verify._scan import (
     BatchEpochs,
     scan_quarantine,
     scan_queue,
+    scan_refused,
     scan_retry_store,
     scan_set_aside,
     scan_table,
@@ -69,7 +70,8 @@ def verify(
     Every valid id is accounted for in exactly one of: written (``table/``), dead-lettered (``dead-letter/``),
     waiting for a retry (the newest snapshot in ``retry/``) — never none, never two (duplicated) — or
     set aside (a poison batch's files under ``set-aside/``, reported apart; a set-aside id may be written too,
-    by a copy of it in another batch), or
+    by a copy of it in another batch), or refused (in a queue entry the consumer refused as a whole, named by a
+    quarantine row at line 0 with its reason: reported apart, as set-aside ids are), or
     late (quarantined with reason ``late``: its key had published or dead-lettered a seq at least its own in an
     earlier batch, which is checked; a late id may also be written or dead-lettered, when a repeat came after the
     dedup window). Each row of
@@ -128,13 +130,21 @@ def verify(
     delta = audit_delta(root, row_epochs)
     late = check_late(quarantine.late, PublishedSeqs(table.late_seqs + retry.dead_seqs), content, table.content)
     set_aside = scan_set_aside(root / SET_ASIDE, max_line_bytes)
+    # Entries set apart as a whole (after the queue: a refusal is published before its entry is archived).
+    apart = {**dict.fromkeys(set_aside.not_kept, "not kept with its set-aside batch"), **quarantine.refused}
+    refused = scan_refused(queue_root, apart, max_line_bytes)
+    unreadable = {name: error for name, error in queue.unreadable.items() if name not in apart}
+    if unreadable:
+        name, error = sorted(unreadable.items())[0]
+        raise VerifyError(f"cannot read queue file {printable_name(name)} ({error}; {len(unreadable)} such file(s)): "
+                          "run verify as a user that can read the queue")
 
     def few(items: set[Any] | list[Any]) -> list[Any]:
         return sorted(items, key=str)[:EXAMPLES]
 
     dead, waiting = retry.dead, retry.waiting
     accounted = table.written | dead.keys() | waiting | late.ids
-    missing = queue.ids - accounted - set_aside.ids
+    missing = queue.ids - accounted - set_aside.ids - refused.ids
     waiting_ids = missing & queue.unread_ids
     lost_ids = missing - waiting_ids
     unexpected = accounted - queue.ids
@@ -146,7 +156,7 @@ def verify(
                                                         "dead-letter, retry"} for i in few(twice)]
     bad_keys = queue.bad.keys()
     quarantined = quarantine.bad
-    unquarantined = bad_keys - quarantined.keys() - set_aside.bad
+    unquarantined = bad_keys - quarantined.keys() - set_aside.bad - refused.bad
     waiting_bad = unquarantined & queue.unread_bad
     unexpected_q = quarantined.keys() - bad_keys
     dup_bad = sorted(k for k, n in quarantined.items() if n > 1)
@@ -170,6 +180,7 @@ def verify(
         "content_mismatches": table.content.examples,
         "waiting": retry.examples,
         "set_aside": set_aside.examples,
+        "refused_entries": refused.examples,
         "waiting_files": queue.unread_files[:EXAMPLES],
         "batches_with_two_epochs": two_epochs[:EXAMPLES],
         "batches_above_commit": above[:EXAMPLES],
@@ -205,6 +216,8 @@ def verify(
         retry_oldest_age_s=retry.oldest_age_s,
         ids_set_aside=len(set_aside.ids - accounted),
         set_aside_batches=len(set_aside.batches),
+        entries_refused=len(apart),
+        ids_refused=len(refused.ids - accounted - set_aside.ids),
         ids_late=len(late.ids),
         late_rows=late.rows,
         late_repeats=len(late.ids & table.written),

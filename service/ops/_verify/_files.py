@@ -9,13 +9,13 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote_to_bytes, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tenure.career.output import CHECKPOINT, TABLE
-from tenure.career.queue import QueueLayout, is_hidden, is_queue_file
+from tenure.career.queue import FileIdentity, QueueLayout, is_hidden, is_queue_file, mark_covers, read_mark
 from tenure.errors import TenureError
 
 __all__ = [
@@ -43,7 +43,8 @@ def iter_queue_files(queue_dir: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield every queue file under ``landing/`` and ``archive/``, recursively, in a stable order.
 
     Queue files and hidden names are as :mod:`tenure.career.queue` defines them; hidden folders on the way are skipped
-    too, as Spark's file source skips them: they are files still being written, or internal folders.
+    too, as Spark's file source skips them: they are files still being written, or internal folders. So is a folder
+    under a queue file's name: the consumer refuses it as an entry (``not_a_file``) and reads nothing in it.
 
     Args:
         queue_dir: the folder holding ``landing/`` and ``archive/`` (either may be absent): the data root,
@@ -54,7 +55,7 @@ def iter_queue_files(queue_dir: str | os.PathLike[str]) -> Iterator[Path]:
         if not top.is_dir():
             continue
         for dirpath, dirnames, filenames in os.walk(top):
-            dirnames[:] = sorted(d for d in dirnames if not is_hidden(d))
+            dirnames[:] = sorted(d for d in dirnames if not is_hidden(d) and not is_queue_file(d))
             for name in sorted(filenames):
                 if is_queue_file(name):
                     yield Path(dirpath) / name
@@ -66,21 +67,21 @@ class Consumption:
     Spark checkpoint has committed. Ids only in files it has not read are waiting (lag), not lost."""
 
     group: str
-    marks: dict[str, int]
-    """The group's marks: file name → the mark's modification time (ns). A newer file under a marked name is a
-    new file, not read yet (the queue source's rule, :mod:`tenure.career.spark._intake`)."""
-    committed: dict[str, set[int | None]]
-    """The files the committed batches of the group's newest checkpoint read: name → their modification times
-    (``None``: a batch of Spark's file source, which records no time)."""
+    marks: dict[str, FileIdentity]
+    """The group's marks: file name → the identity of the file consumed under it. Another file under a marked
+    name is a new file, not read yet (the queue source's rule, :func:`tenure.career.queue.mark_covers`)."""
+    committed: dict[str, set[FileIdentity | None]]
+    """The files the committed batches of the group's newest checkpoint read: name → their identities as
+    admitted (``None``: a batch of Spark's file source, which records none)."""
 
-    def has_read(self, name: str, mtime_ns: int, *, archived: bool) -> bool:
-        """Whether the group has read the queue file ``name``, modified at ``mtime_ns``, found in ``archive/``
+    def has_read(self, name: str, identity: FileIdentity, *, archived: bool) -> bool:
+        """Whether the group has read the queue file ``name`` of ``identity``, found in ``archive/``
         (``archived``) or ``landing/``."""
-        times = self.committed.get(name, set())
-        if archived or mtime_ns in times or None in times:
+        admitted = self.committed.get(name, set())
+        if archived or None in admitted or any(i is not None and i.same(identity) for i in admitted):
             return True
         marked = self.marks.get(name)
-        return marked is not None and mtime_ns <= marked
+        return marked is not None and mark_covers(marked, identity)
 
 
 def read_consumption(queue_dir: Path, data_root: Path, group: str | None) -> Consumption:
@@ -96,14 +97,14 @@ def read_consumption(queue_dir: Path, data_root: Path, group: str | None) -> Con
         except FileNotFoundError:
             folders = []
         group = folders[0] if len(folders) == 1 else DEFAULT_GROUP
-    marks: dict[str, int] = {}
+    marks: dict[str, FileIdentity] = {}
     try:
-        entries = list(os.scandir(queue.marks(group)))
+        entries = [e for e in os.scandir(queue.marks(group)) if not is_hidden(e.name)]
     except FileNotFoundError:
         entries = []
     for entry in entries:
         try:
-            marks[entry.name] = entry.stat().st_mtime_ns
+            marks[entry.name] = read_mark(Path(entry.path))
         except FileNotFoundError:  # its file archived and the mark removed meanwhile: archive/ says it is read
             continue
     checkpoint = _newest_checkpoint(data_root / CHECKPOINT)
@@ -127,25 +128,20 @@ def _newest_checkpoint(folder: Path) -> Path | None:
     return folder if (folder / "offsets").is_dir() else None
 
 
-def _committed_files(checkpoint: Path) -> dict[str, set[int | None]]:
-    """The queue files (name → modification times) named by every batch ``checkpoint`` has committed
-    (``commits/<B>``) whose offsets it still holds (Spark keeps the last ones; older batches' files are marked or
-    archived by then)."""
-    from tenure.career.spark._intake import batch_offset, offset_files  # imports pyspark: only with a checkpoint
+def _committed_files(checkpoint: Path) -> dict[str, set[FileIdentity | None]]:
+    """The queue files (name → identities) named by every batch ``checkpoint`` has committed (``commits/<B>``)
+    whose offsets it still holds (Spark keeps the last ones; older batches' files are marked or archived by
+    then)."""
+    from tenure.career.spark._intake import admitted_entries  # imports pyspark: only with a checkpoint
 
     try:
         batches = [int(e.name) for e in os.scandir(checkpoint / "commits") if e.name.isdigit()]
     except FileNotFoundError:
         return {}
-    found: dict[str, set[int | None]] = {}
+    found: dict[str, set[FileIdentity | None]] = {}
     for batch in batches:
-        offset = batch_offset(checkpoint, batch)
-        if "files" in offset:
-            for name, mtime_ns, _size in offset["files"]:
-                found.setdefault(name, set()).add(int(mtime_ns))
-        else:
-            for name in offset_files(offset, checkpoint):
-                found.setdefault(name, set()).add(None)
+        for name, identity in admitted_entries(checkpoint, batch):
+            found.setdefault(name, set()).add(identity)
     return found
 
 
@@ -157,9 +153,10 @@ def iter_lines(path: Path) -> Iterator[bytes]:
 
 
 def base_name(source_file: str) -> str:
-    """A quarantine ``source_file`` (a path, or a ``file:`` URI as from ``input_file_name()``) → base name."""
+    """A quarantine ``source_file`` (a path, or a ``file:`` URI as from ``input_file_name()``) → base name (the
+    bytes of a name that is not UTF-8 as ``os.fsdecode`` gives them, as a listing of the folder does)."""
     if source_file.startswith("file:"):
-        source_file = unquote(urlparse(source_file).path)
+        source_file = os.fsdecode(unquote_to_bytes(urlparse(source_file).path))
     return posixpath.basename(source_file.rstrip("/"))
 
 

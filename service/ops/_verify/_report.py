@@ -55,6 +55,12 @@ class VerifyReport:
     """Ids only in set-aside batches: poison batches committed without running (``set-aside/``), not in the
     table until an operator replays their files."""
     set_aside_batches: int = 0
+    entries_refused: int = 0
+    """Queue entries the consumer refused as a whole (a folder, a dangling link, a name not UTF-8, a file it may
+    not read, one gone before its batch read it): each named in ``quarantine/`` at line 0 with its reason."""
+    ids_refused: int = 0
+    """Ids only in refused entries that ``verify`` could read (a file the consumer's user may not open, say): set
+    apart, not lost, until an operator replays them."""
     ids_late: int = 0
     late_rows: int = 0
     late_repeats: int = 0
@@ -171,6 +177,9 @@ class VerifyReport:
         if self.set_aside_batches:
             retry += (f"{self.ids_set_aside} set aside in {self.set_aside_batches} poison batch"
                       f"{'es' if self.set_aside_batches != 1 else ''} (set-aside/: not in the table until replayed), ")
+        if self.entries_refused:
+            retry += (f"{self.ids_refused} in {self.entries_refused} refused entr"
+                      f"{'ies' if self.entries_refused != 1 else 'y'} (quarantine/, line 0), ")
         return (
             f"verify: {verdict} — {self.ids_in} ids in, {self.ids_written} written, {late}{retry}{self.lost} lost, "
             f"{unread}{self.duplicated} duplicated, {self.inversions} inversions{extra}; "
@@ -193,6 +202,7 @@ class VerifyReport:
             ("ids late / rows / also written", f"{self.ids_late} / {self.late_rows} / {self.late_repeats}"),
             ("ids dead-lettered / held for retry", f"{self.ids_dead_lettered} / {self.ids_waiting}"),
             ("ids set aside / batches", f"{self.ids_set_aside} / {self.set_aside_batches}"),
+            ("entries refused / their ids", f"{self.entries_refused} / {self.ids_refused}"),
             ("retry snapshot batch / oldest", f"{'—' if self.retry_batch is None else self.retry_batch} / {age}"),
             ("bad lines in", str(self.bad_lines_in)),
             ("quarantined / rows", f"{self.quarantined} / {self.quarantine_rows}"),

@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import KeysView
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tenure.career.output import DEAD_LETTER, RETRY
-from tenure.career.queue import QueueLayout, classify_line
+from tenure.career.queue import ENTRY_LINE, ENTRY_REASONS, FileIdentity, QueueLayout, classify_line, printable_name
 from tenure.service.ops._verify._content import EXAMPLES, ContentCheck, QueueContent
 from tenure.service.ops._verify._files import (
     Consumption,
@@ -34,11 +35,13 @@ from tenure.service.ops._verify._late import LATE_REASON, LateRow
 __all__ = [
     "QuarantineScan",
     "QueueScan",
+    "RefusedScan",
     "RetryScan",
     "SetAsideScan",
     "TableScan",
     "scan_quarantine",
     "scan_queue",
+    "scan_refused",
     "scan_retry_store",
     "scan_set_aside",
     "scan_table",
@@ -61,6 +64,9 @@ class QueueScan:
     """Ids every copy of which is in a file not read yet."""
     unread_bad: set[tuple[str, int]] = field(default_factory=set)
     """Bad lines, by (file, line), of files not read yet."""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Queue files ``verify`` could not read: name → the error (the audit fails unless the consumer refused them
+    too)."""
 
     @property
     def ids(self) -> KeysView[str]:
@@ -82,16 +88,18 @@ def scan_queue(queue_dir: Path, max_line_bytes: int, content: QueueContent, cons
         # there later, because archive/ is walked after landing/. A name used again is another file.
         try:
             stat = path.stat()
-            if (stat.st_dev, stat.st_ino) in seen:
+            if (stat.st_dev, stat.st_ino) in seen or not S_ISREG(stat.st_mode):  # a FIFO would block the open
                 continue
-            mtime_ns = stat.st_mtime_ns
             lines = list(enumerate(iter_lines(path), start=1))
-        except FileNotFoundError:
+        except FileNotFoundError:  # moved to archive/ meanwhile (found there), or a dangling link (no file)
+            continue
+        except OSError as exc:  # one this user may not read: the audit says so, unless the consumer refused it
+            scan.unreadable[path.name] = f"{type(exc).__name__}: {exc.strerror or exc}"
             continue
         seen.add((stat.st_dev, stat.st_ino))
         scan.files += 1
         name = path.name
-        read = consumption.has_read(name, mtime_ns, archived=path.is_relative_to(archive))
+        read = consumption.has_read(name, FileIdentity.of(stat), archived=path.is_relative_to(archive))
         if lines and not read:
             scan.unread_files.append(name)
         for number, raw in lines:
@@ -225,22 +233,39 @@ def _check_ids_and_order(scan: TableScan, files: list[Path], all_ids: pa.Array, 
 
 @dataclass
 class QuarantineScan:
-    """``quarantine/``'s rows: bad lines by (file, line) with their reasons, and ``late`` records apart."""
+    """``quarantine/``'s rows: bad lines by (file, line) with their reasons; ``late`` records and refused entries
+    apart."""
 
     bad_rows: int = 0
     bad: Counter[tuple[str, int]] = field(default_factory=Counter)
     """Each (file, line) quarantined as a bad line, with its count of rows."""
     reasons: dict[tuple[str, int], str] = field(default_factory=dict)
     late: list[LateRow] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+    """Entries the consumer refused as a whole (a row at line 0 with one of ``ENTRY_REASONS``): name → reason."""
     batch_epochs: BatchEpochs = field(default_factory=set)
 
 
+def _entry_rows(table: pa.Table) -> pa.Array:
+    """Which rows of a quarantine part are refused entries: at line 0, with one of ``ENTRY_REASONS``."""
+    at_entry = pc.fill_null(pc.equal(table.column("line"), ENTRY_LINE), False)
+    return pc.and_(at_entry, pc.fill_null(pc.is_in(table.column("reason"), pa.array(ENTRY_REASONS)), False))
+
+
 def scan_quarantine(folder: Path) -> QuarantineScan:
-    """Bad-line rows by (file, line), and the rows of reason ``late`` (records, not bad lines) apart."""
+    """Bad-line rows by (file, line); the rows of reason ``late`` (records, not bad lines) and the refused entries
+    (whole files, not lines) apart."""
     scan = QuarantineScan()
     for path in parquet_files(folder):
         table = read_columns(path, ["source_file", "line", "reason", "_batch", "_epoch"])
         scan.batch_epochs |= batch_epochs(table)
+        entries = _entry_rows(table)
+        if pc.any(entries).as_py():
+            refused = table.filter(entries)
+            for source, reason in zip(*(refused.column(c).to_pylist() for c in ("source_file", "reason")),
+                                      strict=True):
+                scan.refused[base_name(str(source))] = str(reason)
+            table = table.filter(pc.invert(entries))
         is_late = pc.fill_null(pc.equal(table.column("reason"), LATE_REASON), False)
         if pc.any(is_late).as_py():
             late = read_columns(path, ["source_file", "line", "value", "_batch"]).filter(is_late)
@@ -336,6 +361,9 @@ class SetAsideScan:
     ids: set[str] = field(default_factory=set)
     bad: set[tuple[str, int]] = field(default_factory=set)
     """Bad lines of set-aside files, by (file, line): accounted for, as the records are."""
+    not_kept: set[str] = field(default_factory=set)
+    """Entries of set-aside batches that could not be kept (a folder, a file the consumer may not read): what the
+    queue holds under their names is set aside too."""
     examples: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -356,6 +384,7 @@ def scan_set_aside(folder: Path, max_line_bytes: int) -> SetAsideScan:
         scan.batches.append(batch)
         scan.examples.append({"batch": batch, "files": len(data.get("files", [])), "attempts": data.get("attempts"),
                               "error": str(data.get("error", ""))[:200]})
+        scan.not_kept.update(data.get("not_kept", {}))
         for name in data.get("files", []):
             path = folder / f"batch-{batch:012d}-{name}"
             if not path.is_file():
@@ -366,4 +395,35 @@ def scan_set_aside(folder: Path, max_line_bytes: int) -> SetAsideScan:
                     scan.bad.add((name, number))
                 else:
                     scan.ids.add(str(record["id"]))
+    return scan
+
+
+@dataclass
+class RefusedScan:
+    """What the queue holds under the names of entries set apart as a whole: refused by the consumer (quarantined
+    at line 0) or not kept with a set-aside batch."""
+
+    ids: set[str] = field(default_factory=set)
+    bad: set[tuple[str, int]] = field(default_factory=set)
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+
+def scan_refused(queue_dir: Path, refused: dict[str, str], max_line_bytes: int) -> RefusedScan:
+    """The ids and bad lines of the queue files under the names in ``refused`` (name → reason) that this user can
+    read (a file the consumer's user could not open may open for another): read again after the queue, as those
+    entries are few, so that a refusal published while the queue was read is seen."""
+    scan = RefusedScan(examples=[{"file": printable_name(name), "reason": reason}
+                                 for name, reason in sorted(refused.items())[:EXAMPLES]])
+    for path in iter_queue_files(queue_dir):
+        if path.name not in refused or not path.is_file():  # a FIFO would block the open
+            continue
+        try:
+            for number, raw in enumerate(iter_lines(path), start=1):
+                record, _reason = classify_line(raw, max_line_bytes)
+                if record is None:
+                    scan.bad.add((path.name, number))
+                else:
+                    scan.ids.add(str(record["id"]))
+        except OSError:
+            continue  # gone, or unreadable here too: nothing of it to account for
     return scan
