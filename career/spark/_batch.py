@@ -31,6 +31,7 @@ from tenure.career.spark._pipeline import (
     records,
     with_batch,
 )
+from tenure.career.spark._record import check_record
 from tenure.career.spark._retry import (
     WRITTEN,
     RowFunction,
@@ -117,8 +118,9 @@ class BatchWriter:
     - Staging (3) writes under the term's own ``epoch=<e>`` folder: invisible until a commit names it (a
       set-aside batch's links and manifest too).
     - The commit (4) is the fence: one ZooKeeper transaction that fails once the term's election node is gone.
-    - Publishing (5, or 2's roll-forward) moves only what a committed record names; renames are idempotent, so
-      a stale term and its successor racing on the same batch produce the same files.
+    - Publishing (5, or 2's roll-forward) moves only what a committed record names (a record whose paths are not
+      the layout's own for its epoch and batch is refused first: ``_record``); renames are idempotent, so a stale
+      term and its successor racing on the same batch produce the same files.
     - The Delta commit (end of 5) adds only the files of a batch ZooKeeper says is committed, so a version is
       never a batch that did not commit. It is skipped when the table's transaction version already covers the
       batch (a successor rolled it forward and went on); a stale term that checked before its successor
@@ -207,6 +209,7 @@ class BatchWriter:
         term.durable.sync()
         durable_s = time.monotonic() - synced
         record, version = ctx.fence.read_commit()
+        check_record(layout, record)  # before anything acts on what it names
         committed = committed_batch(record)
         if record is not None and int(record.get("epoch") or 0) > term.epoch:
             raise Fenced(f"batch {batch_id}: the commit record has epoch {record.get('epoch')}, above ours "

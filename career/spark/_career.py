@@ -32,13 +32,14 @@ from tenure.career.spark._cluster import (
     term_application_name,
 )
 from tenure.career.spark._config import SparkCareerConfig
-from tenure.career.spark._errors import SparkCareerError
+from tenure.career.spark._errors import CommitRecordError, SparkCareerError
 from tenure.career.spark._executors import StandbyExecutors, standby_conf
 from tenure.career.spark._hooks import Hooks, check_transform, load_hook
 from tenure.career.spark._housekeeping import Housekeeper
 from tenure.career.spark._marks import ConsumptionMarks
 from tenure.career.spark._progress import BATCH_PROGRESS, ProgressInbox, progress_figures
 from tenure.career.spark._query import query_name, start_query
+from tenure.career.spark._record import check_record
 from tenure.career.spark._session import build_session, use_driver_python
 from tenure.career.spark._storage import (
     Layout,
@@ -249,6 +250,7 @@ class SparkCareer:
         for folder in (layout.landing, layout.table, layout.quarantine, layout.archive):
             folder.mkdir(parents=True, exist_ok=True)
         record, _version = ctx.fence.read_commit()
+        check_record(layout, record)  # before anything acts on what it names
         self._faults("inaugurate")
         if record is not None and int(record.get("epoch") or 0) > ctx.epoch:
             raise Fenced(f"inaugurate(epoch {ctx.epoch}): the commit record has epoch {record.get('epoch')}; "
@@ -672,6 +674,8 @@ class SparkCareer:
         exc = self._jvm(query.exception) if query is not None else None
         if isinstance(error, _INFRASTRUCTURE):
             raise SparkCareerError(f"epoch {term.epoch}: a batch could not reach ZooKeeper: {error}") from error
+        if isinstance(error, CommitRecordError):
+            raise error  # the record's fault, not the batch's: no attempt counts, no healthy batch is set aside
         if error is not None and term.failed is not None:
             raise BatchFailed(term.failed, f"epoch {term.epoch}: batch {term.failed} failed: "
                                            f"{type(error).__name__}: {str(error)[:2000]}") from error
