@@ -269,8 +269,9 @@ def test_crash_window_then_new_leader_exactly_once(
     """A crash forced inside a batch — after staging, after the fenced commit, after the publish renames,
     inside the Delta commit, or after publishing — then a new leader (new epoch) on the same data root: output
     ends exactly once (the audit checks the Delta versions too). After 'after_commit' the new leader's
-    inaugurate rolls the publish forward, and after the renames its Delta version; after 'after_stage' it
-    deletes the dead staging; from 'after_rename' on, Spark re-runs the batch and the career skips it."""
+    inaugurate rolls the publish forward, and after the links its Delta version (the staging stays until the
+    version is in); after 'after_stage' it deletes the dead staging; from 'after_rename' on, Spark re-runs the
+    batch and the career skips it."""
     root = tmp_path / "data"
     q = Queue(root)
     q.standard(files=3)
@@ -288,8 +289,10 @@ def test_crash_window_then_new_leader_exactly_once(
         assert record is None and not table_files and staged
     elif point == "after_commit":
         assert record is not None and record["batch_id"] == 0 and not table_files and staged
-    else:
+    elif point == "after_publish":
         assert record is not None and table_files and not staged
+    else:
+        assert record is not None and table_files and staged, "the staging went before the Delta version"
     assert landing_names(root) == [f"q-{i:05d}.jsonl" for i in range(1, 4)]  # nothing archived yet
 
     second = Recorder()

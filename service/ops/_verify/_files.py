@@ -14,7 +14,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tenure.career.output import CHECKPOINT, TABLE
+from tenure.career.output import CHECKPOINT, TABLE, has_version, snapshot_files
 from tenure.career.queue import QueueLayout, is_hidden, is_queue_file
 from tenure.election import TenureError
 
@@ -26,6 +26,7 @@ __all__ = [
     "check_data_root",
     "iter_lines",
     "iter_queue_files",
+    "output_files",
     "parquet_files",
     "read_columns",
     "read_consumption",
@@ -161,6 +162,15 @@ def base_name(source_file: str) -> str:
     if source_file.startswith("file:"):
         source_file = unquote(urlparse(source_file).path)
     return posixpath.basename(source_file.rstrip("/"))
+
+
+def output_files(folder: Path) -> list[Path]:
+    """The Parquet files a reader of the output ``folder`` sees, by path: the active files of its Delta table's
+    newest version (whatever table maintenance compacted or vacuumed), or, for a folder that is no Delta table
+    yet (a data root written before the outputs were), every published file in it."""
+    if not has_version(folder):
+        return parquet_files(folder)
+    return sorted(folder / name for name in snapshot_files(folder))
 
 
 def parquet_files(folder: Path) -> list[Path]:
