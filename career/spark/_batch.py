@@ -31,7 +31,7 @@ from tenure.career.spark._pipeline import (
     records,
     with_batch,
 )
-from tenure.career.spark._record import check_record
+from tenure.career.spark._record import check_record, check_size
 from tenure.career.spark._retry import (
     WRITTEN,
     RowFunction,
@@ -294,6 +294,7 @@ class BatchWriter:
             **order,
             **retry,
         }
+        check_size(new_record)
         commit_started = time.monotonic()
         ctx.fence.commit(new_record, version)
         commit_s = time.monotonic() - commit_started
@@ -362,6 +363,7 @@ class BatchWriter:
             "files": files,
             "set_aside": failed.to_json(),
         }
+        check_size(new_record)
         term.ctx.fence.commit(new_record, version)
         with term.lock:
             term.last_committed = batch_id

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = [
     "QUEUE_SOURCE",
     "QUEUE_SOURCE_SCHEMA",
+    "RECORD_NAMES_BYTES",
     "QueueFile",
     "QueueSource",
     "admit",
@@ -70,6 +71,7 @@ __all__ = [
     "clock_options",
     "file_name",
     "offset_files",
+    "record_bytes",
 ]
 
 QUEUE_SOURCE = "tenure_queue"
@@ -81,6 +83,17 @@ QUEUE_SOURCE_SCHEMA = f"{BINARY_FILE_SCHEMA}, admitted TIMESTAMP"
 _ARROW_SCHEMA = pa.schema([("path", pa.string()), ("modificationTime", pa.timestamp("us", tz="UTC")),
                            ("length", pa.int64()), ("content", pa.binary()),
                            ("admitted", pa.timestamp("us", tz="UTC"))])
+
+
+RECORD_NAMES_BYTES = 256 << 10
+"""At most this much of a batch's commit record names the files it read (its ``files``, as JSON): ZooKeeper takes
+no request over 1 MiB (``jute.maxbuffer``), so a batch admits no more files once their names would pass it,
+whatever its bound in files or bytes (about 10 000 files of 20-character names, 1 100 of 230)."""
+
+
+def record_bytes(name: str) -> int:
+    """What the file name ``name`` takes in a commit record's ``files``: its JSON string and a comma."""
+    return len(json.dumps(name)) + 1
 
 
 def clock_options(clock: TermClock) -> dict[str, str]:
@@ -167,10 +180,12 @@ def admit(listed: Sequence[QueueFile], settled: set[str], seen: set[str], marks:
         marks: this group's marks, name → the consumed file's modification time (ns).
         max_files: at most this many files (``None``: no bound).
         max_bytes: at most this many bytes, and always at least one file (``None``: no bound).
+
+    Always at most :data:`RECORD_NAMES_BYTES` of names, and at least one file.
     """
     batch: list[QueueFile] = []
     reused: list[str] = []
-    size = 0
+    size = names = 0
     for file in sorted(listed):
         if file.name in seen:
             continue
@@ -185,8 +200,11 @@ def admit(listed: Sequence[QueueFile], settled: set[str], seen: set[str], marks:
             break
         if max_bytes is not None and batch and size + file.size > max_bytes:
             break
+        if batch and names + record_bytes(file.name) > RECORD_NAMES_BYTES:
+            break
         batch.append(file)
         size += file.size
+        names += record_bytes(file.name)
         if marked is not None:
             reused.append(file.name)
     return batch, reused

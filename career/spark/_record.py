@@ -1,4 +1,5 @@
-"""The commit record read back from ZooKeeper, checked against the data root's layout before anything acts on it.
+"""The commit record: read back from ZooKeeper, checked against the data root's layout before anything acts on it;
+written, kept under the size ZooKeeper takes.
 
 Every path a commit record names — the staged folders a roll-forward renames and deletes, the part files its Delta
 step adds, the order and retry snapshots a batch reads, the queue files it marks consumed — is one the layout builds
@@ -6,10 +7,16 @@ from the record's own epoch and batch. Anyone who can write ``/tenure/<group>/co
 group runs with ``--zk-auth``) could otherwise name ``../../etc`` or an absolute path, and a leader's roll-forward
 would move and delete files there. So a record whose paths are not exactly the layout's is refused, whole, before a
 file is touched (``docs/operating/security.md``).
+
+A record ZooKeeper refuses for its size (``jute.maxbuffer``, 1 MiB by default: the server drops the connection, the
+commit's outcome is unknown, and every later term tries again) would stop the group for good. The queue source
+bounds the names of a batch's files (``_intake.RECORD_NAMES_BYTES``), which keeps a record a fraction of that;
+:func:`check_size` refuses the rest before the commit, with the fix.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -17,10 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from tenure.career.queue import is_hidden
-from tenure.career.spark._errors import CommitRecordError
+from tenure.career.spark._errors import CommitRecordError, SparkCareerError
 from tenure.career.spark._storage import Layout, published_name
 
-__all__ = ["check_record"]
+__all__ = ["MAX_RECORD_BYTES", "check_record", "check_size"]
+
+MAX_RECORD_BYTES = 1_000_000
+"""The largest commit record sent: ZooKeeper's default ``jute.maxbuffer`` (1 048 575 bytes) less room for the rest
+of the transaction (the check of the leader's node, the paths, the headers)."""
 
 #: A snapshot a record names (``order``, ``retry``): the one part file of a batch's staging, published.
 _SNAPSHOT = re.compile(r"batch-(\d{12})-part-00000\.parquet")
@@ -53,6 +64,23 @@ def check_record(layout: Layout, record: Mapping[str, Any] | None) -> None:
     if files is not None and (not isinstance(files, list) or not all(_is_name(n) for n in files)):
         bad = files if not isinstance(files, list) else next(n for n in files if not _is_name(n))
         raise _refused(f"it names {bad!r} among the queue files its batch read: not a file name in landing/")
+
+
+def check_size(record: Mapping[str, Any]) -> None:
+    """Refuse to send a commit record over :data:`MAX_RECORD_BYTES` (encoded as the fence encodes it).
+
+    Raises:
+        SparkCareerError: the size, what fills it and the fix.
+    """
+    size = len(json.dumps(record, sort_keys=True, separators=(",", ":")))
+    if size <= MAX_RECORD_BYTES:
+        return
+    parts = sum(len(names) for names in (record.get("parts") or {}).values())
+    raise SparkCareerError(
+        f"batch {record.get('batch_id')}'s commit record would be {size} bytes, over the {MAX_RECORD_BYTES} ZooKeeper "
+        f"takes (jute.maxbuffer): it names {len(record.get('files') or [])} queue files and {parts} part files. "
+        "Lower --shuffle-partitions (each part file adds its name); a batch an earlier release planned with more "
+        "files is planned again by the next term")
 
 
 def _check_staged(layout: Layout, staged: Any, epoch: int, batch: int) -> None:
