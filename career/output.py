@@ -205,12 +205,13 @@ def _open(folder: Path) -> Iterator[DeltaTable]:
     """The table at ``folder``, kept open by this process and brought up to date: loading it anew replays the
     log from its last checkpoint (up to 100 entries, ~20 ms), bringing it up to date reads only new entries.
     One caller at a time per table (the career's batch and control threads both publish). A table whose log
-    folder is another one than when it was opened (the output moved aside and a new table begun) is loaded anew.
+    folder is another one than when it was opened (the output moved aside and a new table begun), or whose newest
+    known entry is gone (a torn one removed after a power loss), is loaded anew.
     """
     key = folder.absolute()
     log = (key / DELTA_LOG).stat().st_ino
     with _OPEN_LOCK:
-        if key not in _OPEN or _OPEN[key][1] != log:
+        if key not in _OPEN or _OPEN[key][1] != log or not _entry(key, _OPEN[key][2].version()).exists():
             _OPEN[key] = (threading.Lock(), log, DeltaTable(str(key)))
             while len(_OPEN) > _OPEN_MAX:
                 _OPEN.popitem(last=False)
@@ -461,12 +462,29 @@ def _evolve(table: DeltaTable, files: Iterable[Path]) -> bool:
     return bool(new)
 
 
+_SYNCED: dict[Path, int] = {}  # per table, the newest version this process has fsynced
+_SYNC_BACK = 100  # a process's first commit fsyncs this many entries before its own (the checkpoint interval)
+
+
 def _sync_log(folder: Path, version: int) -> None:
     """fsync the version's log entry and the log folder (and a checkpoint the commit wrote): a reader after a
-    power loss finds every version the publish reported, or the batch is published again from ZooKeeper."""
+    power loss finds every version the publish reported, or the batch is published again from ZooKeeper.
+
+    The entries other writers made since this process's last commit are fsynced first (a compaction's: delta-rs
+    syncs none), so that after a power loss only entries newer than tenure's last can be torn, which the next
+    inauguration removes (``tenure.career.spark._recovery``)."""
     log = folder / DELTA_LOG
-    fsync(log / f"{version:020d}.json")
+    key = folder.absolute()
+    for earlier in range(max(0, _SYNCED.get(key, version - _SYNC_BACK - 1) + 1), version):
+        with contextlib.suppress(FileNotFoundError):  # cleaned up, or never there (a checkpoint's gap)
+            fsync(_entry(folder, earlier))
+    fsync(_entry(folder, version))
     for extra in ("_last_checkpoint", f"{version:020d}.checkpoint.parquet"):
         with contextlib.suppress(FileNotFoundError):
             fsync(log / extra)
     fsync(log, directory=True)
+    _SYNCED[key] = version
+
+
+def _entry(folder: Path, version: int) -> Path:
+    return folder / DELTA_LOG / f"{version:020d}.json"

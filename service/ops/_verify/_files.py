@@ -13,6 +13,7 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from deltalake.exceptions import DeltaError
 
 from tenure.career.output import CHECKPOINT, TABLE, has_version, snapshot_files
 from tenure.career.queue import QueueLayout, is_hidden, is_queue_file
@@ -170,7 +171,11 @@ def output_files(folder: Path) -> list[Path]:
     yet (a data root written before the outputs were), every published file in it."""
     if not has_version(folder):
         return parquet_files(folder)
-    return sorted(folder / name for name in snapshot_files(folder))
+    try:
+        return sorted(folder / name for name in snapshot_files(folder))
+    except DeltaError as exc:
+        raise VerifyError(f"cannot read the Delta log of {folder}: {str(exc).splitlines()[0]}: after a power loss, "
+                          "start a replica first (its inauguration removes a log entry the loss tore)") from exc
 
 
 def parquet_files(folder: Path) -> list[Path]:
