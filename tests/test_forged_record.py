@@ -27,7 +27,17 @@ from tenure.service.drill import read_events
 from tenure.service.local import ReplicaProcess, free_port, wait_for
 from tenure.service.ops import verify
 from tests._replicas import REPO
-from tests.test_spark_career import Queue, Recorder, assert_exactly_once, drained, leadership, make_config, run_until
+from tests.test_spark_career import (
+    Queue,
+    Recorder,
+    assert_exactly_once,
+    drain_term,
+    drained,
+    leadership,
+    make_config,
+    refused_inauguration,
+    run_until,
+)
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -103,15 +113,7 @@ def _tree(*folders: Path) -> dict[str, bytes]:
 def _first_term(root: Path, zk_client: KazooClient, zk_group: str) -> dict[str, Any]:
     """A real term that commits and publishes the queue's batches; returns its last commit record."""
     Queue(root).standard(files=2)
-    career = SparkCareer(make_config(root), Recorder(), replica_id="r1")
-    try:
-        with leadership(zk_client, zk_group, "r1") as (_, ctx):
-            career.inaugurate(ctx)
-            run_until(career, drained(root))
-            career.hand_over(Outcome.CLEAN)
-            record, _ = ctx.fence.read_commit()
-    finally:
-        career.close()
+    record = drain_term(root, zk_client, zk_group, "r1")
     assert record is not None
     return record
 
@@ -141,13 +143,7 @@ def test_a_forged_record_is_refused_at_inauguration_and_touches_nothing(
     before = _tree(victim, root / "table", root / "quarantine", root / "order")
     _forge(zk_client, zk_group, forged)
 
-    career = SparkCareer(make_config(root), Recorder(), replica_id="r2")
-    try:
-        with leadership(zk_client, zk_group, "r2") as (_, ctx), pytest.raises(CommitRecordError) as refused:
-            career.inaugurate(ctx)
-    finally:
-        career.close()
-    message = str(refused.value)
+    message = str(refused_inauguration(root, zk_client, zk_group, "r2", CommitRecordError))
     assert "\n" not in message and "security.md" in message and "not one tenure wrote" in message, message
     assert _tree(victim, root / "table", root / "quarantine", root / "order") == before
 
@@ -180,14 +176,7 @@ def test_a_record_forged_during_a_term_fails_no_batch_and_touches_nothing(
     assert _tree(victim) == {str(victim / "kept"): b"must survive"}
 
     _forge(zk_client, zk_group, real)  # the operator puts the last real record back
-    career = SparkCareer(make_config(root), Recorder(), replica_id="r2")
-    try:
-        with leadership(zk_client, zk_group, "r2") as (_, ctx):
-            career.inaugurate(ctx)
-            run_until(career, drained(root))
-            career.hand_over(Outcome.CLEAN)
-    finally:
-        career.close()
+    drain_term(root, zk_client, zk_group, "r2")
     assert assert_exactly_once(root).ids_in == 60
 
 

@@ -59,6 +59,25 @@ class _Producer:
             self.files += 1
 
 
+def _data_root(fs: PowerLossFS, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A data root on the mount with its ``landing/`` made durable, and a folder for the replicas' logs (off it)."""
+    data = fs.mount / "data"
+    landing = data / "landing"
+    landing.mkdir(parents=True)
+    for folder in (data, fs.mount):
+        fsync_dir(folder)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    return data, landing, logs
+
+
+def _assert_every_record_once(data: Path, producer: _Producer) -> None:
+    report = verify(data)
+    assert report.ok, report.render()
+    assert report.ids_in == producer.files * PER_FILE == report.ids_written, report.render()
+    assert report.ids_set_aside == 0, report.render()
+
+
 def _start(name: str, zk_hosts: str, group: str, data_root: Path, logs: Path) -> ReplicaProcess:
     replica = ReplicaProcess(
         name, free_port(),
@@ -119,13 +138,7 @@ def test_power_cuts_at_the_worst_moments_lose_nothing_committed(
     """Three terms, each cut at one of :data:`CUTS` after it has committed twice (every term after the first
     runs on a checkpoint copied at its inauguration); then a fourth replica drains the queue: every record is
     written exactly once, none set aside."""
-    data = fs.mount / "data"
-    landing = data / "landing"
-    landing.mkdir(parents=True)
-    for folder in (data, fs.mount):
-        fsync_dir(folder)
-    logs = tmp_path / "logs"
-    logs.mkdir()
+    data, landing, logs = _data_root(fs, tmp_path)
     producer = _Producer(landing)
     producer.put(4)
     replicas: list[ReplicaProcess] = []
@@ -149,10 +162,7 @@ def test_power_cuts_at_the_worst_moments_lose_nothing_committed(
     finally:
         for replica in replicas:
             replica.kill(timeout_s=30)
-    report = verify(data)
-    assert report.ok, report.render()
-    assert report.ids_in == producer.files * PER_FILE == report.ids_written, report.render()
-    assert report.ids_set_aside == 0, report.render()
+    _assert_every_record_once(data, producer)
 
 
 def _drained(data: Path, landing: Path) -> bool:
@@ -172,13 +182,7 @@ def test_an_idle_queue_loses_nothing_when_the_power_goes_after_its_last_batch(
     archived, and no next batch comes to sync anything. The power goes; a new replica must not run that batch
     again (its files are archived): the commit was made durable before the marks, so every record is written
     once, none set aside."""
-    data = fs.mount / "data"
-    landing = data / "landing"
-    landing.mkdir(parents=True)
-    for folder in (data, fs.mount):
-        fsync_dir(folder)
-    logs = tmp_path / "logs"
-    logs.mkdir()
+    data, landing, logs = _data_root(fs, tmp_path)
     producer = _Producer(landing)
     producer.put(3)
     replicas = [_start("r0", zk_hosts, zk_group, data, logs)]
@@ -192,10 +196,7 @@ def test_an_idle_queue_loses_nothing_when_the_power_goes_after_its_last_batch(
     finally:
         for replica in replicas:
             replica.kill(timeout_s=30)
-    report = verify(data)
-    assert report.ok, report.render()
-    assert report.ids_in == producer.files * PER_FILE == report.ids_written, report.render()
-    assert report.ids_set_aside == 0, report.render()
+    _assert_every_record_once(data, producer)
 
 
 @pytest.mark.fleet
@@ -207,13 +208,7 @@ def test_files_a_power_cut_leaves_torn_or_empty_are_recovered_from(
     compacted ``table/`` (delta-rs syncs nothing), and the power goes with names kept and unsynced contents cut to
     half. A new replica removes the torn commit, state and Delta log entry, runs the batch again (ZooKeeper has
     it: it is skipped) and drains the queue: every record once, none set aside."""
-    data = fs.mount / "data"
-    landing = data / "landing"
-    landing.mkdir(parents=True)
-    for folder in (data, fs.mount):
-        fsync_dir(folder)
-    logs = tmp_path / "logs"
-    logs.mkdir()
+    data, landing, logs = _data_root(fs, tmp_path)
     producer = _Producer(landing)
     producer.put(4)
     replicas = [_start("r0", zk_hosts, zk_group, data, logs)]
@@ -237,7 +232,4 @@ def test_files_a_power_cut_leaves_torn_or_empty_are_recovered_from(
             replica.kill(timeout_s=30)
     files = [str(name) for name in removed["files"]]  # type: ignore[union-attr]
     assert any("/commits/" in name for name in files) and any("_delta_log/" in name for name in files), files
-    report = verify(data)
-    assert report.ok, report.render()
-    assert report.ids_in == producer.files * PER_FILE == report.ids_written, report.render()
-    assert report.ids_set_aside == 0, report.render()
+    _assert_every_record_once(data, producer)

@@ -205,6 +205,33 @@ def assert_exactly_once(root: Path) -> VerifyReport:
     return report
 
 
+def drain_term(root: Path, zk_client: KazooClient, zk_group: str, replica: str,
+               faults: Callable[[str], None] | None = None, **config: Any) -> dict[str, Any] | None:
+    """One term on ``root`` that drains the queue and hands over cleanly; the commit record it leaves."""
+    career = SparkCareer(make_config(root, **config), Recorder(), replica_id=replica, faults=faults)
+    try:
+        with leadership(zk_client, zk_group, replica) as (_, ctx):
+            career.inaugurate(ctx)
+            run_until(career, drained(root))
+            career.hand_over(Outcome.CLEAN)
+            record, _ = ctx.fence.read_commit()
+    finally:
+        career.close()
+    return record
+
+
+def refused_inauguration(root: Path, zk_client: KazooClient, zk_group: str, replica: str,
+                         error: type[BaseException]) -> BaseException:
+    """A term whose inauguration must raise ``error``; what it raised."""
+    career = SparkCareer(make_config(root), Recorder(), replica_id=replica)
+    try:
+        with leadership(zk_client, zk_group, replica) as (_, ctx), pytest.raises(error) as refused:
+            career.inaugurate(ctx)
+    finally:
+        career.close()
+    return refused.value
+
+
 def test_exactly_once_warm_then_second_term_reads_only_new_files(
     spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
 ) -> None:

@@ -27,7 +27,7 @@ from tests.test_spark_career import (
     Recorder,
     assert_exactly_once,
     audit,
-    drained,
+    drain_term,
     leadership,
     make_config,
     run_until,
@@ -36,18 +36,6 @@ from tests.test_spark_career import (
 pytestmark = pytest.mark.timeout(900)
 
 OUTPUTS = ("table", "quarantine")
-
-
-def _term(root: Path, zk_client: KazooClient, zk_group: str, replica: str, **config: Any) -> None:
-    """One term on ``root`` that drains the queue and hands over cleanly."""
-    career = SparkCareer(make_config(root, **config), Recorder(), replica_id=replica)
-    try:
-        with leadership(zk_client, zk_group, replica) as (_, ctx):
-            career.inaugurate(ctx)
-            run_until(career, drained(root))
-            career.hand_over(Outcome.CLEAN)
-    finally:
-        career.close()
 
 
 def _version_files(folder: Path) -> dict[int, set[str]]:
@@ -71,7 +59,7 @@ def test_verify_stays_exact_after_the_outputs_are_compacted_and_vacuumed(
     root = tmp_path / "data"
     q = Queue(root)
     q.standard(files=4)
-    _term(root, zk_client, zk_group, "r1", max_files_per_trigger=1)
+    drain_term(root, zk_client, zk_group, "r1", max_files_per_trigger=1)
     for name in OUTPUTS:
         metrics = DeltaTable(str(root / name)).optimize.compact()
         assert metrics["numFilesRemoved"] >= 2, metrics
@@ -79,7 +67,7 @@ def test_verify_stays_exact_after_the_outputs_are_compacted_and_vacuumed(
     assert report.delta_versions_not_one_batch == 0 and report.files_missing_from_delta_tables == 0
 
     q.standard(files=2, start=500)
-    _term(root, zk_client, zk_group, "r2", max_files_per_trigger=1)
+    drain_term(root, zk_client, zk_group, "r2", max_files_per_trigger=1)
     report = assert_exactly_once(root)
     assert report.ids_in == 120
 
@@ -91,7 +79,7 @@ def test_verify_stays_exact_after_the_outputs_are_compacted_and_vacuumed(
     assert report.delta_versions_not_one_batch == 0 and report.files_outside_delta_versions == 0
 
     q.standard(files=1, start=900)
-    _term(root, zk_client, zk_group, "r3")
+    drain_term(root, zk_client, zk_group, "r3")
     assert assert_exactly_once(root).ids_in == 140
 
 
@@ -116,7 +104,7 @@ def test_a_vacuum_between_the_links_and_the_delta_commit_leaves_no_half_batch(
     root = tmp_path / "data"
     q = Queue(root)
     q.standard(files=3)
-    _term(root, zk_client, zk_group, "r1", max_files_per_trigger=1)  # the tables exist: a vacuum has one to read
+    drain_term(root, zk_client, zk_group, "r1", max_files_per_trigger=1)  # the tables exist: a vacuum has one to read
     q.standard(files=2, start=500)
     deleted: list[str] = []
 
@@ -125,16 +113,8 @@ def test_a_vacuum_between_the_links_and_the_delta_commit_leaves_no_half_batch(
             deleted.extend(DeltaTable(str(root / name)).vacuum(
                 retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True))
 
-    career = SparkCareer(make_config(root, max_files_per_trigger=2), Recorder(), replica_id="r2",
-                         faults=_at_first("after_rename", vacuum))
-    try:
-        with leadership(zk_client, zk_group, "r2") as (_, ctx):
-            career.inaugurate(ctx)
-            run_until(career, drained(root))
-            career.hand_over(Outcome.CLEAN)
-            record, _ = ctx.fence.read_commit()
-    finally:
-        career.close()
+    record = drain_term(root, zk_client, zk_group, "r2", faults=_at_first("after_rename", vacuum),
+                        max_files_per_trigger=2)
     assert any(name.startswith("batch-") for name in deleted), f"the vacuum deleted no part file: {deleted}"
     assert record is not None
     versions = _version_files(root / "table")
@@ -179,7 +159,7 @@ def test_a_part_file_gone_with_its_staged_copy_is_refused_until_it_is_restored(
     assert covered_batch(root / "table") is None, "a version was made of part of the batch"
 
     shutil.copy2(missing, root / "table" / missing.name)  # the operator restores it
-    _term(root, zk_client, zk_group, "r2")
+    drain_term(root, zk_client, zk_group, "r2")
     assert _version_files(root / "table")[int(record["batch_id"])] == set(record["parts"]["table"])
     report = assert_exactly_once(root)
     assert report.ids_in == 20_100 and audit(root).ok

@@ -27,9 +27,10 @@ from tests.test_spark_career import (
     Queue,
     Recorder,
     assert_exactly_once,
-    drained,
+    drain_term,
     leadership,
     make_config,
+    refused_inauguration,
     run_until,
 )
 
@@ -81,18 +82,12 @@ def _newest(folder: Path, suffix: str = "") -> Path:
                key=lambda p: int(p.name.removesuffix(suffix)))
 
 
-def _successor(root: Path, zk_client: KazooClient, zk_group: str) -> list[dict[str, Any]]:
-    """A new term that drains the queue; returns the torn files it logged as removed."""
+def _successor(root: Path, zk_client: KazooClient, zk_group: str) -> list[str]:
+    """A new term that drains the queue; the torn files it logged as removed (it logs them once)."""
     with capture_logs() as logs:  # around the career: it binds its logger when made
-        career = SparkCareer(make_config(root), Recorder(), replica_id="r2")
-        try:
-            with leadership(zk_client, zk_group, "r2") as (_, ctx):
-                career.inaugurate(ctx)
-                run_until(career, drained(root))
-                career.hand_over(Outcome.CLEAN)
-        finally:
-            career.close()
-    return [entry for entry in logs if entry["event"] == TORN_FILES_REMOVED]
+        drain_term(root, zk_client, zk_group, "r2")
+    (removed,) = [entry["files"] for entry in logs if entry["event"] == TORN_FILES_REMOVED]
+    return list(removed)
 
 
 def test_a_torn_commit_and_state_of_the_last_batch_are_run_again(
@@ -112,8 +107,7 @@ def test_a_torn_commit_and_state_of_the_last_batch_are_run_again(
             _tear(_newest(partition, ".changelog"), empty=partition.name == "0")
     _tear(checkpoint / "metadata", empty=True)
 
-    removed = _successor(root, zk_client, zk_group)
-    assert removed and any(name.endswith("commits/0") for name in removed[0]["files"]), removed
+    assert any(name.endswith("commits/0") for name in _successor(root, zk_client, zk_group))
     assert assert_exactly_once(root).ids_in == 40
 
 
@@ -128,8 +122,7 @@ def test_a_torn_plan_of_a_batch_not_committed_is_planned_again(
     assert record is None
     _tear(checkpoint / "offsets" / "0", empty=True)
 
-    removed = _successor(root, zk_client, zk_group)
-    assert removed and any(name.endswith("offsets/0") for name in removed[0]["files"]), removed
+    assert any(name.endswith("offsets/0") for name in _successor(root, zk_client, zk_group))
     assert assert_exactly_once(root).ids_in == 40
 
 
@@ -144,13 +137,7 @@ def test_a_torn_plan_of_a_committed_batch_is_refused_in_one_line(
     assert record is not None and record["batch_id"] == 0
     _tear(checkpoint / "offsets" / "0")
 
-    career = SparkCareer(make_config(root), Recorder(), replica_id="r2")
-    try:
-        with leadership(zk_client, zk_group, "r2") as (_, ctx), pytest.raises(TornFileError) as refused:
-            career.inaugurate(ctx)
-    finally:
-        career.close()
-    message = str(refused.value)
+    message = str(refused_inauguration(root, zk_client, zk_group, "r2", TornFileError))
     assert "\n" not in message and "offsets/0" in message and "Restore it from a backup" in message, message
 
 
@@ -167,7 +154,6 @@ def test_a_torn_newest_delta_log_entry_is_removed_and_its_batch_published_again(
     log = root / "table" / "_delta_log"
     _tear(_newest(log, ".json"))
 
-    removed = _successor(root, zk_client, zk_group)
-    assert removed and any(name.startswith("table/_delta_log/") for name in removed[0]["files"]), removed
+    assert any(name.startswith("table/_delta_log/") for name in _successor(root, zk_client, zk_group))
     report = assert_exactly_once(root)
     assert report.ids_in == 60 and report.delta_versions_not_one_batch == 0
