@@ -17,6 +17,7 @@ bounds the names of a batch's files (``_intake.RECORD_NAMES_BYTES``), which keep
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -60,6 +61,10 @@ def check_record(layout: Layout, record: Mapping[str, Any] | None) -> None:
     expected = f"{layout.relative(layout.table)}/{published_name(batch, '*.parquet')}"
     if published is not None and published != expected:
         raise _refused(f"its published_path is {published!r}, not {expected!r} (batch {batch})")
+    clock = record.get("clock")
+    if clock is not None and not (isinstance(clock, (int, float)) and not isinstance(clock, bool)
+                                  and math.isfinite(clock) and clock >= 0):
+        raise _refused(f"its clock is {clock!r}, not a count of seconds")
     files = record.get("files")
     if files is not None and (not isinstance(files, list) or not all(_is_name(n) for n in files)):
         bad = files if not isinstance(files, list) else next(n for n in files if not _is_name(n))
