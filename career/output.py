@@ -1,9 +1,12 @@
 """The output's contract: ``table/``, ``quarantine/`` and ``dead-letter/`` are Delta Lake tables of whole batches.
 
-A batch's part files are renamed into the output folder after its fenced ZooKeeper commit (the source of truth)
+A batch's part files are linked into the output folder after its fenced ZooKeeper commit (the source of truth)
 and then added to the folder's Delta table in **one** Delta commit (:func:`publish_batch`), so a Delta reader
 sees whole batches only, in batch order, and each version names the batch, the epoch that committed it and the
-replica. Every output is created append-only (``delta.appendOnly``): tenure never removes or rewrites a file.
+replica. Every output is created append-only (``delta.appendOnly``): tenure never removes or rewrites a file. Users
+may compact one (``OPTIMIZE``: versions of its own whose actions change no data) and ``VACUUM`` it; tenure and
+``tenure verify`` read through the table's snapshot and log, and a batch whose named part file is gone before its
+version is refused (:class:`MissingPartError`), never published in part.
 
 Idempotent, so any replica can finish a batch's publish: a successor rolling a committed batch forward, or a
 stale leader resuming in the middle of its own. The version carries Delta's application transaction
@@ -47,6 +50,7 @@ from deltalake.transaction import (
 
 from tenure.career._durable import fsync, sync_dirs
 from tenure.career.queue import is_hidden
+from tenure.errors import TenureError
 
 __all__ = [
     "APP_ID",
@@ -61,6 +65,7 @@ __all__ = [
     "TABLE",
     "TABLE_CONFIGURATION",
     "BatchVersion",
+    "MissingPartError",
     "OutputSchemaError",
     "adopt_table",
     "batch_of",
@@ -68,6 +73,7 @@ __all__ = [
     "check_batch_schema",
     "covered_batch",
     "covers",
+    "has_version",
     "is_delta_table",
     "publish_batch",
     "snapshot_files",
@@ -101,6 +107,11 @@ TABLE_CONFIGURATION: dict[str, str | None] = {
 #: Commit-info keys of a version (``custom_metadata``), read back by ``verify`` and ``history``.
 _BATCH, _EPOCH, _REPLICA, _ADOPTED = "tenure.batch", "tenure.epoch", "tenure.replica", "tenure.adopted_batches"
 _PART = re.compile(r"batch-(\d{12})-.+\.parquet")
+
+
+class MissingPartError(TenureError):
+    """A committed batch's part file is gone from its output before the batch's Delta version named it: the version
+    is refused, never made of part of the batch."""
 
 
 class OutputSchemaError(DeltaError):
@@ -152,7 +163,7 @@ def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str, p
                   before_commit: Callable[[], None] = lambda: None) -> int | None:
     """Add batch ``batch_id``'s published part files in ``folder`` to its Delta table as one version.
 
-    Call after the batch's fenced commit and its publish renames. Returns the version made, or None when there
+    Call after the batch's fenced commit and its publish links. Returns the version made, or None when there
     was nothing to do: the table already covers the batch (another replica finished it) or the batch put no
     file here. The new log entry is fsynced before returning. ``before_commit`` is called once the table has
     been read and its transaction version checked, just before the version is written (a fault hook).
@@ -167,14 +178,15 @@ def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str, p
     to find the batch's files.
 
     Raises:
+        MissingPartError: a file ``parts`` names is gone and the table does not cover the batch yet.
         OutputSchemaError: a column of the batch's files has another type than the table's.
         DeltaError: the table could not be read or written (the batch's publish is retried by its re-run).
     """
     listing = _names(folder) if parts is None else None
-    files = _files_of(folder, listing, batch_id) if listing is not None else _named_files(folder, parts or ())
+    files = _files_of(folder, listing, batch_id) if listing is not None else _named_files(folder, parts or (), batch_id)
     if not files:
         return None
-    if not _has_commit(folder):
+    if not has_version(folder):
         before_commit()
         if (made := _create(folder, batch_id, epoch=epoch, replica_id=replica_id)) is not None:
             return made
@@ -193,12 +205,13 @@ def _open(folder: Path) -> Iterator[DeltaTable]:
     """The table at ``folder``, kept open by this process and brought up to date: loading it anew replays the
     log from its last checkpoint (up to 100 entries, ~20 ms), bringing it up to date reads only new entries.
     One caller at a time per table (the career's batch and control threads both publish). A table whose log
-    folder is another one than when it was opened (the output moved aside and a new table begun) is loaded anew.
+    folder is another one than when it was opened (the output moved aside and a new table begun), or whose newest
+    known entry is gone (a torn one removed after a power loss), is loaded anew.
     """
     key = folder.absolute()
     log = (key / DELTA_LOG).stat().st_ino
     with _OPEN_LOCK:
-        if key not in _OPEN or _OPEN[key][1] != log:
+        if key not in _OPEN or _OPEN[key][1] != log or not _entry(key, _OPEN[key][2].version()).exists():
             _OPEN[key] = (threading.Lock(), log, DeltaTable(str(key)))
             while len(_OPEN) > _OPEN_MAX:
                 _OPEN.popitem(last=False)
@@ -278,7 +291,7 @@ def adopt_table(folder: Path, batch_id: int, *, epoch: int, replica_id: str) -> 
     """Make ``folder``'s published files (batches up to ``batch_id``) a Delta table in one version, when it holds
     some and has no table yet: a data root written before the outputs were Delta tables, adopted in place at the
     first term of this release without rewriting a file. Returns the version made (0), or None."""
-    if _has_commit(folder) or not folder.is_dir() or not _published_files(folder, batch_id):
+    if has_version(folder) or not folder.is_dir() or not _published_files(folder, batch_id):
         return None
     return _create(folder, batch_id, epoch=epoch, replica_id=replica_id)
 
@@ -291,7 +304,7 @@ def snapshot_files(folder: Path) -> set[str]:
 
 def snapshot_rows(folder: Path) -> int:
     """The rows a Delta reader of ``folder`` sees now (the newest version's ``numRecords``; 0 before the first)."""
-    if not _has_commit(folder):
+    if not has_version(folder):
         return 0
     actions = pa.table(DeltaTable(str(folder)).get_add_actions(flatten=True))
     return int(pc.sum(actions.column("num_records")).as_py() or 0) if actions.num_rows else 0
@@ -339,10 +352,29 @@ def _files_of(folder: Path, names: Iterable[str], batch_id: int) -> list[Path]:
     return sorted(folder / n for n in names if batch_of(n) == batch_id)
 
 
-def _named_files(folder: Path, names: Iterable[str]) -> list[Path]:
-    """The files of ``names`` in ``folder`` (all there once the publish renames ran, unless the output was moved
-    aside since: then the batch adds nothing to the new table, as when the folder is listed)."""
-    return sorted(path for name in names if (path := folder / name).is_file())
+def _named_files(folder: Path, names: Iterable[str], batch_id: int) -> list[Path]:
+    """The files of ``names`` in ``folder``: all there once the publish has linked them.
+
+    One missing is refused, never published without it (a version of part of a batch), unless the batch needs no
+    version here: the table covers it already (its files may since have been compacted and vacuumed away), or the
+    folder holds none of the batch's files and no table (the output was moved aside to begin a new table: the
+    batch adds nothing to it, as when the folder is listed).
+
+    Raises:
+        MissingPartError: naming the file and the fix.
+    """
+    wanted = sorted(set(names))
+    present = [folder / name for name in wanted if (folder / name).is_file()]
+    if len(present) == len(wanted) or (not present and not has_version(folder)):
+        return present
+    if covers(covered_batch(folder), batch_id):
+        return []
+    missing = sorted(set(wanted) - {path.name for path in present})
+    raise MissingPartError(
+        f"{folder / missing[0]}, a part file of committed batch {batch_id} ({len(missing)} of its {len(wanted)} "
+        "missing), is gone before its Delta version named it, and its staged copy too: something deleted it (a "
+        "VACUUM with full=True, or a person). Restore it from a backup of the data root and the publish goes on "
+        "(docs/operating/reading-the-output.md#table-maintenance)")
 
 
 def _published_files(folder: Path, up_to: int) -> list[Path]:
@@ -350,7 +382,7 @@ def _published_files(folder: Path, up_to: int) -> list[Path]:
                   if not is_hidden(n) and (b := batch_of(n)) is not None and b <= up_to)
 
 
-def _has_commit(folder: Path) -> bool:
+def has_version(folder: Path) -> bool:
     """Whether the table has a version: its first log entry, or a checkpoint once the clean-up removed that
     (without listing the log, which holds an entry per batch for the retention period)."""
     log = folder / DELTA_LOG
@@ -379,7 +411,7 @@ def _create(folder: Path, batch_id: int, *, epoch: int, replica_id: str) -> int 
             commit_properties=CommitProperties(custom_metadata=metadata,
                                                app_transactions=[Transaction(APP_ID, batch_id)]))
     except DeltaError:
-        if _has_commit(folder):  # created meanwhile by another replica: the caller goes on as for any table
+        if has_version(folder):  # created meanwhile by another replica: the caller goes on as for any table
             return None
         raise
     _sync_log(folder, 0)
@@ -399,7 +431,7 @@ def check_batch_schema(folder: Path, files: Iterable[Path]) -> None:
     Raises:
         OutputSchemaError: the column, both types and the fix.
     """
-    if _has_commit(folder):
+    if has_version(folder):
         with _open(folder) as table:
             _new_columns(table, files)
 
@@ -430,12 +462,29 @@ def _evolve(table: DeltaTable, files: Iterable[Path]) -> bool:
     return bool(new)
 
 
+_SYNCED: dict[Path, int] = {}  # per table, the newest version this process has fsynced
+_SYNC_BACK = 100  # a process's first commit fsyncs this many entries before its own (the checkpoint interval)
+
+
 def _sync_log(folder: Path, version: int) -> None:
     """fsync the version's log entry and the log folder (and a checkpoint the commit wrote): a reader after a
-    power loss finds every version the publish reported, or the batch is published again from ZooKeeper."""
+    power loss finds every version the publish reported, or the batch is published again from ZooKeeper.
+
+    The entries other writers made since this process's last commit are fsynced first (a compaction's: delta-rs
+    syncs none), so that after a power loss only entries newer than tenure's last can be torn, which the next
+    inauguration removes (``tenure.career.spark._recovery``)."""
     log = folder / DELTA_LOG
-    fsync(log / f"{version:020d}.json")
+    key = folder.absolute()
+    for earlier in range(max(0, _SYNCED.get(key, version - _SYNC_BACK - 1) + 1), version):
+        with contextlib.suppress(FileNotFoundError):  # cleaned up, or never there (a checkpoint's gap)
+            fsync(_entry(folder, earlier))
+    fsync(_entry(folder, version))
     for extra in ("_last_checkpoint", f"{version:020d}.checkpoint.parquet"):
         with contextlib.suppress(FileNotFoundError):
             fsync(log / extra)
     fsync(log, directory=True)
+    _SYNCED[key] = version
+
+
+def _entry(folder: Path, version: int) -> Path:
+    return folder / DELTA_LOG / f"{version:020d}.json"

@@ -51,14 +51,16 @@ the missing piece and its fix, and :class:`PowerLossFS` raises :class:`PowerLoss
 
 What the model does not cover
 -----------------------------
-* Lost writes are all or nothing per file: everything since the last fsync is gone, never a part of it (no torn
-  writes, no pages that reached the disk early, no reordering within a file). A real disk may lose less; it may
-  also keep a later write and lose an earlier one, which is not simulated.
+* Lost writes are all or nothing per file: everything since the last fsync is gone, never a part of it, unless the
+  cut asks for ``torn`` files: then a file changed since its last fsync comes back with the first half of its live
+  content (pages that reached the disk early), whether that half is a whole line or not. A real disk may also keep
+  a later write and lose an earlier one, which is not simulated.
 * Directory entries are per-directory snapshots taken whole at the directory's fsync. A journalling file system
   (ext4, XFS) also commits a rename or a create when *any* fsync flushes the journal, and a rename atomically on both
-  sides; this model is stricter: only an fsync of the directory itself counts. A directory renamed across parents
-  with only one parent fsynced, or reachable twice, is restored only where a depth-first walk in name order
-  meets it first.
+  sides; this model is stricter: only an fsync of the directory itself counts, unless the cut asks for ``journal``:
+  then every live name survives it, a file never fsynced as an empty one (ext4's zero-length files after a crash).
+  A directory renamed across parents with only one parent fsynced, or reachable twice, is restored only where a
+  depth-first walk in name order meets it first.
 * ``sync``, ``syncfs`` and ``sync_file_range`` make nothing durable (FUSE is not told of them). ``O_SYNC`` and
   ``O_DSYNC`` writes are durable because the kernel sends an ``fsync`` after each. ``fdatasync`` also makes the
   metadata durable (more lenient than POSIX).
@@ -188,15 +190,32 @@ def _copy_fd(src: int, dst: int) -> None:
             os.write(dst, chunk)
 
 
-def _new_blob(state: Path, src: int) -> str:
-    """Copy the open file ``src`` into a new blob; its name."""
+def _new_blob(state: Path, src: int, *, limit: int | None = None) -> str:
+    """Copy the open file ``src`` (its first ``limit`` bytes, when given) into a new blob; its name."""
     name = uuid.uuid4().hex
     dst = os.open(state / BLOBS / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        _copy_fd(src, dst)
+        if limit is None:
+            _copy_fd(src, dst)
+        else:
+            os.write(dst, os.pread(src, limit, 0))
     finally:
         os.close(dst)
     return name
+
+
+def _changed(state: Path, node: Node, path: str, st: os.stat_result) -> bool:
+    """Whether a live file's content differs from its durable node's (a change of its times alone is none)."""
+    if node.blob is None:
+        return st.st_size > 0
+    blob = state / BLOBS / node.blob
+    if blob.stat().st_size != st.st_size:
+        return True
+    with open(path, "rb") as live, blob.open("rb") as durable:
+        while chunk := live.read(1 << 20):
+            if chunk != durable.read(len(chunk)):
+                return True
+    return False
 
 
 def _apply_meta(path: Path, node: Node) -> None:
@@ -356,11 +375,45 @@ class Passthrough:
             self._next_id += 1
         return nid
 
-    def cut(self) -> None:
-        """The power goes: refuse every later request and write the durable image for the controller."""
+    def cut(self, *, journal: bool = False, torn: bool = False) -> None:
+        """The power goes: refuse every later request and write the durable image for the controller.
+
+        ``journal``: every live directory entry is durable, as if a journal had committed the namespace (a file
+        never fsynced comes back empty). ``torn``: a durable file whose content changed since its last fsync comes
+        back with the first half of what it held (pages that reached the disk early)."""
         with self._lock:
             self._dead = True
+            if journal or torn:
+                self._settle(journal=journal, torn=torn)
             Image(nodes=self._durable, next_id=self._next_id).save(self._state)
+
+    def _settle(self, *, journal: bool, torn: bool) -> None:
+        """Apply ``cut``'s options to the durable image, walking the live tree (under the lock)."""
+        for folder, _dirs, files in os.walk(self._root):
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                if journal:
+                    self._durable_entries(fd)
+            finally:
+                os.close(fd)
+            for name in files if torn else ():
+                path = os.path.join(folder, name)
+                st = os.lstat(path)
+                nid = self._ids.get(st.st_ino)
+                if nid is None or nid not in self._durable:  # its name is not durable: gone after the cut
+                    continue
+                node = self._durable[nid]
+                if node.kind != "file" or not _changed(self._state, node, path, st):
+                    continue
+                src = os.open(path, os.O_RDONLY)
+                try:
+                    blob = _new_blob(self._state, src, limit=st.st_size // 2)
+                finally:
+                    os.close(src)
+                if node.blob:
+                    os.unlink(self._state / BLOBS / node.blob)
+                self._durable[nid] = Node.of(st)
+                self._durable[nid].blob = blob
 
     # ── metadata ──
 
@@ -519,21 +572,25 @@ class Passthrough:
         """The directory's entries and metadata become durable; an entry's new inode exists from now on (a file
         empty until its own fsync, a directory without entries until its own)."""
         with self._lock:
-            st = os.fstat(fh)
-            entries: dict[str, int] = {}
-            with os.scandir(fh) as listing:
-                for entry in listing:
-                    est = entry.stat(follow_symlinks=False)
-                    nid = entries[entry.name] = self._node(est.st_ino)
-                    if nid not in self._durable:
-                        target = os.readlink(entry.name, dir_fd=fh) if entry.is_symlink() else None
-                        self._durable[nid] = Node.of(est, target)
-            nid = self._node(st.st_ino)
-            old = self._durable.get(nid)
-            node = old.with_meta(st) if old is not None else Node.of(st)
-            node.entries = entries
-            self._durable[nid] = node
+            self._durable_entries(fh)
         return 0
+
+    def _durable_entries(self, fh: int) -> None:
+        """Make the live entries and metadata of the open directory ``fh`` durable (under the lock)."""
+        st = os.fstat(fh)
+        entries: dict[str, int] = {}
+        with os.scandir(fh) as listing:
+            for entry in listing:
+                est = entry.stat(follow_symlinks=False)
+                nid = entries[entry.name] = self._node(est.st_ino)
+                if nid not in self._durable:
+                    target = os.readlink(entry.name, dir_fd=fh) if entry.is_symlink() else None
+                    self._durable[nid] = Node.of(est, target)
+        nid = self._node(st.st_ino)
+        old = self._durable.get(nid)
+        node = old.with_meta(st) if old is not None else Node.of(st)
+        node.entries = entries
+        self._durable[nid] = node
 
 
 def serve(backing: Path, mount: Path, state: Path, control_fd: int | None) -> None:
@@ -559,9 +616,10 @@ def _control(control: socket.socket, ops: Passthrough, mount: Path) -> None:
     """Answer the controller's ``cut``; when it goes away without unmounting, unmount and leave."""
     with control, control.makefile("rwb", buffering=0) as stream:
         for line in stream:
-            if line.strip() == b"cut":
+            words = line.split()
+            if words[:1] == [b"cut"]:
                 try:
-                    ops.cut()
+                    ops.cut(journal=b"journal" in words, torn=b"torn" in words)
                     stream.write(b"ok\n")
                 except Exception as exc:
                     log.exception("cut failed")
@@ -661,12 +719,16 @@ class PowerLossFS:
                  tb: TracebackType | None) -> None:
         self.close()
 
-    def power_cut(self) -> None:
+    def power_cut(self, *, journal: bool = False, torn: bool = False) -> None:
         """Lose everything not durable: stop the daemon dead, unmount, rewrite the backing directory to the durable
-        image, mount again on the same mount point."""
+        image, mount again on the same mount point.
+
+        ``journal``: keep every name as it was (a journalling file system that committed the namespace), files
+        never fsynced empty. ``torn``: a file changed since its last fsync keeps the first half of its content."""
         if self._proc is None or self._control is None:
             raise RuntimeError("not mounted")
-        self._control.sendall(b"cut\n")
+        self._control.sendall(b" ".join([b"cut", *([b"journal"] if journal else []), *([b"torn"] if torn else [])])
+                              + b"\n")
         with self._control.makefile("rb") as reader:
             answer = reader.readline().strip()
         if answer != b"ok":

@@ -2,7 +2,7 @@
 sees part of a batch, and a leader paused at the worst moments of its publish adds no version when it resumes.
 
 The worst moments are the two windows of the Delta commit (``career.output.publish_batch``): after the batch's
-files are renamed into ``table/`` and before its version is written (``after_rename``), and inside the commit,
+files are linked into ``table/`` and before its version is written (``after_rename``), and inside the commit,
 the table read and its transaction version checked, the version not yet written (``inside_delta_commit``). A
 successor rolls the batch forward, version included, and commits more; the resumed leader must then find the
 batch covered (or lose Delta's transaction conflict), so each batch is one version, once.

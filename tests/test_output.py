@@ -261,3 +261,20 @@ def test_named_files_no_longer_in_the_folder_add_nothing(tmp_path: Path) -> None
     table.mkdir()
     assert publish_batch(table, 1, epoch=7, replica_id="r1", parts=[name]) is None
     assert not (table / "_delta_log").exists()
+
+
+def test_a_named_file_gone_is_refused_unless_the_table_covers_the_batch(tmp_path: Path) -> None:
+    """A batch one of whose named part files is gone gets no version (never part of a batch): the error names the
+    file; once the table covers the batch (its files since compacted and vacuumed away), nothing is refused."""
+    table = tmp_path / "table"
+    publish_batch(table, 0, epoch=7, replica_id="r1", parts=[_part(table, 0, 2).name])
+    parts = [_part(table, 1, 2, part=p).name for p in (0, 1)]
+    (table / parts[1]).unlink()
+    with pytest.raises(output.MissingPartError, match=parts[1]):
+        publish_batch(table, 1, epoch=7, replica_id="r1", parts=parts)
+    assert covered_batch(table) == 0
+    _part(table, 1, 2, part=1)  # restored
+    assert publish_batch(table, 1, epoch=7, replica_id="r1", parts=parts) == 1
+    for name in parts:
+        (table / name).unlink()
+    assert publish_batch(table, 1, epoch=7, replica_id="r2", parts=parts) is None

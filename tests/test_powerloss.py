@@ -17,11 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from tenure.career.spark import BATCH_COMMITTED
+from tenure.career.spark._career import TORN_FILES_REMOVED
 from tenure.service.local import ReplicaProcess, free_port, wait_for
 from tenure.service.ops import verify
 from tenure.service.ops._produce._atomic import fsync_dir, write_hidden_then_rename
+from tenure.service.ops._verify import VerifyError
 from tenure.service.replica import FAULT_INJECTED, ReplicaSpec
 from tests._powerloss import PowerLossFS, powerloss_fs
 from tests._replicas import REPO, descendants
@@ -56,6 +59,25 @@ class _Producer:
             self.files += 1
 
 
+def _data_root(fs: PowerLossFS, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A data root on the mount with its ``landing/`` made durable, and a folder for the replicas' logs (off it)."""
+    data = fs.mount / "data"
+    landing = data / "landing"
+    landing.mkdir(parents=True)
+    for folder in (data, fs.mount):
+        fsync_dir(folder)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    return data, landing, logs
+
+
+def _assert_every_record_once(data: Path, producer: _Producer) -> None:
+    report = verify(data)
+    assert report.ok, report.render()
+    assert report.ids_in == producer.files * PER_FILE == report.ids_written, report.render()
+    assert report.ids_set_aside == 0, report.render()
+
+
 def _start(name: str, zk_hosts: str, group: str, data_root: Path, logs: Path) -> ReplicaProcess:
     spec = ReplicaSpec(group=group, data_root=data_root, career="spark", session_timeout_s=SESSION_S,
                        handover_timeout_s=2, max_files_per_trigger=2, standby="cold")
@@ -88,8 +110,9 @@ def _stopped(pid: int) -> bool:
         return False
 
 
-def _power_cut(replica: ReplicaProcess, fs: PowerLossFS) -> None:
-    """Kill the paused replica's whole tree where it stands (no SIGCONT: it runs no more code), then cut."""
+def _power_cut(replica: ReplicaProcess, fs: PowerLossFS, *, journal: bool = False, torn: bool = False) -> None:
+    """Kill the paused replica's whole tree where it stands (no SIGCONT: it runs no more code), then cut (with
+    :meth:`PowerLossFS.power_cut`'s ``journal`` and ``torn``)."""
     assert replica.process is not None
     for pid in [replica.process.pid, *descendants(replica.process.pid)]:
         try:
@@ -97,7 +120,7 @@ def _power_cut(replica: ReplicaProcess, fs: PowerLossFS) -> None:
         except ProcessLookupError:
             continue
     replica.process.wait(timeout=30)
-    fs.power_cut()
+    fs.power_cut(journal=journal, torn=torn)
 
 
 CUTS = ("after_stage", "after_checkpoint", "after_commit")
@@ -113,13 +136,7 @@ def test_power_cuts_at_the_worst_moments_lose_nothing_committed(
     """Three terms, each cut at one of :data:`CUTS` after it has committed twice (every term after the first
     runs on a checkpoint copied at its inauguration); then a fourth replica drains the queue: every record is
     written exactly once, none set aside."""
-    data = fs.mount / "data"
-    landing = data / "landing"
-    landing.mkdir(parents=True)
-    for folder in (data, fs.mount):
-        fsync_dir(folder)
-    logs = tmp_path / "logs"
-    logs.mkdir()
+    data, landing, logs = _data_root(fs, tmp_path)
     producer = _Producer(landing)
     producer.put(4)
     replicas: list[ReplicaProcess] = []
@@ -143,7 +160,74 @@ def test_power_cuts_at_the_worst_moments_lose_nothing_committed(
     finally:
         for replica in replicas:
             replica.kill(timeout_s=30)
-    report = verify(data)
-    assert report.ok, report.render()
-    assert report.ids_in == producer.files * PER_FILE == report.ids_written, report.render()
-    assert report.ids_set_aside == 0, report.render()
+    _assert_every_record_once(data, producer)
+
+
+def _drained(data: Path, landing: Path) -> bool:
+    """Every record written and every queue file archived (the group's marks and archive renames done); not yet
+    while the output cannot be read (a torn Delta log entry the new replica has not removed yet)."""
+    try:
+        return verify(data).unaccounted == 0 and not any(p.suffix == ".jsonl" for p in landing.iterdir())
+    except VerifyError:
+        return False
+
+
+@pytest.mark.fleet
+def test_an_idle_queue_loses_nothing_when_the_power_goes_after_its_last_batch(
+    fs: PowerLossFS, zk_hosts: str, zk_group: str, tmp_path: Path
+) -> None:
+    """The queue drains and idles: Spark's commit of the last batch is written, its files marked consumed and
+    archived, and no next batch comes to sync anything. The power goes; a new replica must not run that batch
+    again (its files are archived): the commit was made durable before the marks, so every record is written
+    once, none set aside."""
+    data, landing, logs = _data_root(fs, tmp_path)
+    producer = _Producer(landing)
+    producer.put(3)
+    replicas = [_start("r0", zk_hosts, zk_group, data, logs)]
+    try:
+        wait_for(lambda: _drained(data, landing), 300, "the queue to drain and its files to be archived",
+                 interval_s=1.0)
+        _power_cut(replicas[0], fs)
+        replicas.append(_start("r1", zk_hosts, zk_group, data, logs))
+        producer.put(2)
+        wait_for(lambda: _drained(data, landing), 300, "the queue to drain again", interval_s=1.0)
+    finally:
+        for replica in replicas:
+            replica.kill(timeout_s=30)
+    _assert_every_record_once(data, producer)
+
+
+@pytest.mark.fleet
+def test_files_a_power_cut_leaves_torn_or_empty_are_recovered_from(
+    fs: PowerLossFS, zk_hosts: str, zk_group: str, tmp_path: Path
+) -> None:
+    """A journalling file system keeps every name and tears what was not synced: the replica is paused after
+    Spark committed a batch to its checkpoint, before that commit is synced (the queue idle), a user has just
+    compacted ``table/`` (delta-rs syncs nothing), and the power goes with names kept and unsynced contents cut to
+    half. A new replica removes the torn commit, state and Delta log entry, runs the batch again (ZooKeeper has
+    it: it is skipped) and drains the queue: every record once, none set aside."""
+    data, landing, logs = _data_root(fs, tmp_path)
+    producer = _Producer(landing)
+    producer.put(4)
+    replicas = [_start("r0", zk_hosts, zk_group, data, logs)]
+    try:
+        wait_for(lambda: _drained(data, landing), 300, "the queue to drain", interval_s=1.0)
+        first = replicas[0]
+        first.arm("after_checkpoint", "pause")
+        producer.put(1)
+        wait_for(lambda: _events(first, FAULT_INJECTED), 120, "r0 to pause before syncing Spark's commit")
+        assert first.process is not None
+        wait_for(lambda: _stopped(first.process.pid), 30, "the pause")  # type: ignore[union-attr]
+        DeltaTable(str(data / "table")).optimize.compact()
+        _power_cut(first, fs, journal=True, torn=True)
+        second = _start("r1", zk_hosts, zk_group, data, logs)
+        replicas.append(second)
+        producer.put(2)
+        wait_for(lambda: _drained(data, landing), 300, "the queue to drain again", interval_s=1.0)
+        (removed,) = _events(second, TORN_FILES_REMOVED)
+    finally:
+        for replica in replicas:
+            replica.kill(timeout_s=30)
+    files = [str(name) for name in removed["files"]]  # type: ignore[union-attr]
+    assert any("/commits/" in name for name in files) and any("_delta_log/" in name for name in files), files
+    _assert_every_record_once(data, producer)

@@ -100,6 +100,46 @@ def test_an_append_after_the_fsync_is_lost_the_earlier_content_stays(fs: PowerLo
     assert (fs.mount / "kept_tail").read_bytes() == b"first\nsecond\n"
 
 
+def test_a_journal_cut_keeps_every_name_and_empties_what_was_never_fsynced(fs: PowerLossFS) -> None:
+    """``journal``: names survive without a directory fsync (a renamed file, a new folder and its file, an unlink),
+    contents do not: a file never fsynced is empty, a fsynced one whole (ext4's zero-length files)."""
+    (fs.mount / "sub").mkdir()
+    (fs.mount / "sub" / "never_synced").write_bytes(b"lost data")
+    (fs.mount / "synced").write_bytes(b"kept data")
+    fsync_file(fs.mount / "synced")
+    write_durable(fs.mount / "doomed", b"x")
+    (fs.mount / ".tmp").write_bytes(b"renamed")
+    os.replace(fs.mount / ".tmp", fs.mount / "renamed")
+    (fs.mount / "doomed").unlink()
+
+    fs.power_cut(journal=True)
+
+    assert sorted(os.listdir(fs.mount)) == ["renamed", "sub", "synced"]
+    assert (fs.mount / "sub" / "never_synced").read_bytes() == b""
+    assert (fs.mount / "renamed").read_bytes() == b""
+    assert (fs.mount / "synced").read_bytes() == b"kept data"
+
+
+def test_a_torn_cut_keeps_the_first_half_of_what_changed_since_the_fsync(fs: PowerLossFS) -> None:
+    """``torn``: a durable file written since its last fsync keeps the first half of its live content; one whose
+    name is not durable is still gone, and one whose content did not change (its times did) is whole."""
+    write_durable(fs.mount / "appended", b"0123")
+    with open(fs.mount / "appended", "ab") as handle:
+        handle.write(b"456789")
+    (fs.mount / "new").write_bytes(b"abcdefgh")
+    fsync_dir(fs.mount)
+    write_durable(fs.mount / "unchanged", b"whole")
+    os.utime(fs.mount / "unchanged", (1, 1))  # its times alone: no content to tear
+    (fs.mount / "nameless").write_bytes(b"never named durably")
+
+    fs.power_cut(torn=True)
+
+    assert (fs.mount / "appended").read_bytes() == b"01234"
+    assert (fs.mount / "new").read_bytes() == b"abcd"
+    assert (fs.mount / "unchanged").read_bytes() == b"whole"
+    assert not (fs.mount / "nameless").exists()
+
+
 def test_a_truncate_counts_only_once_fsynced(fs: PowerLossFS) -> None:
     write_durable(fs.mount / "a", b"x" * 1000)
     write_durable(fs.mount / "b", b"x" * 1000)

@@ -206,6 +206,33 @@ def assert_exactly_once(root: Path) -> VerifyReport:
     return report
 
 
+def drain_term(root: Path, zk_client: KazooClient, zk_group: str, replica: str,
+               faults: Callable[[str], None] | None = None, **config: Any) -> dict[str, Any] | None:
+    """One term on ``root`` that drains the queue and hands over cleanly; the commit record it leaves."""
+    career = SparkCareer(make_config(root, **config), Recorder(), replica_id=replica, faults=faults)
+    try:
+        with leadership(zk_client, zk_group, replica) as (_, ctx):
+            career.inaugurate(ctx)
+            run_until(career, drained(root))
+            career.hand_over(Outcome.CLEAN)
+            record, _ = ctx.fence.read_commit()
+    finally:
+        career.close()
+    return record
+
+
+def refused_inauguration(root: Path, zk_client: KazooClient, zk_group: str, replica: str,
+                         error: type[BaseException]) -> BaseException:
+    """A term whose inauguration must raise ``error``; what it raised."""
+    career = SparkCareer(make_config(root), Recorder(), replica_id=replica)
+    try:
+        with leadership(zk_client, zk_group, replica) as (_, ctx), pytest.raises(error) as refused:
+            career.inaugurate(ctx)
+    finally:
+        career.close()
+    return refused.value
+
+
 def test_exactly_once_warm_then_second_term_reads_only_new_files(
     spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
 ) -> None:
@@ -270,8 +297,9 @@ def test_crash_window_then_new_leader_exactly_once(
     """A crash forced inside a batch — after staging, after the fenced commit, after the publish renames,
     inside the Delta commit, or after publishing — then a new leader (new epoch) on the same data root: output
     ends exactly once (the audit checks the Delta versions too). After 'after_commit' the new leader's
-    inaugurate rolls the publish forward, and after the renames its Delta version; after 'after_stage' it
-    deletes the dead staging; from 'after_rename' on, Spark re-runs the batch and the career skips it."""
+    inaugurate rolls the publish forward, and after the links its Delta version (the staging stays until the
+    version is in); after 'after_stage' it deletes the dead staging; from 'after_rename' on, Spark re-runs the
+    batch and the career skips it."""
     root = tmp_path / "data"
     q = Queue(root)
     q.standard(files=3)
@@ -289,8 +317,10 @@ def test_crash_window_then_new_leader_exactly_once(
         assert record is None and not table_files and staged
     elif point == "after_commit":
         assert record is not None and record["batch_id"] == 0 and not table_files and staged
-    else:
+    elif point == "after_publish":
         assert record is not None and table_files and not staged
+    else:
+        assert record is not None and table_files and staged, "the staging went before the Delta version"
     assert landing_names(root) == [f"q-{i:05d}.jsonl" for i in range(1, 4)]  # nothing archived yet
 
     second = Recorder()

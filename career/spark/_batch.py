@@ -33,6 +33,7 @@ from tenure.career.spark._pipeline import (
     records,
     with_batch,
 )
+from tenure.career.spark._record import check_record, check_size
 from tenure.career.spark._retry import (
     WRITTEN,
     RowFunction,
@@ -100,10 +101,11 @@ class BatchWriter:
        of each output, with the advanced per-key marks; fsync it all.
     4. Fenced commit of a record naming the staged folders, the part files each Delta output gains (``parts``),
        the files read and the marks, at the version read in 2.
-    5. Publish: move the staged part files into ``table/``, ``quarantine/``, ``retry/``, ``dead-letter/`` and
-       ``order/`` (idempotent renames), and fsync the folders; then add the batch's files in ``table/``,
+    5. Publish: hard-link the staged part files into ``table/``, ``quarantine/``, ``retry/``, ``dead-letter/``
+       and ``order/`` (idempotent), and fsync the folders; then add the batch's files in ``table/``,
        ``quarantine/`` and ``dead-letter/`` to each one's Delta table as one version that carries the batch as
-       Delta's transaction version (``tenure.career.output.publish_batch``), and fsync the log.
+       Delta's transaction version (``tenure.career.output.publish_batch``: a part file gone by then is refused),
+       fsync the log, and drop the staging (until then a part file deleted from an output is linked again).
     6. Return: Spark then commits the batch to this term's checkpoint.
 
     The fault hook is called at ``after_checkpoint`` (2, before marking), ``after_stage`` (end of 3),
@@ -119,8 +121,9 @@ class BatchWriter:
     - Staging (3) writes under the term's own ``epoch=<e>`` folder: invisible until a commit names it (a
       set-aside batch's links and manifest too).
     - The commit (4) is the fence: one ZooKeeper transaction that fails once the term's election node is gone.
-    - Publishing (5, or 2's roll-forward) moves only what a committed record names; renames are idempotent, so
-      a stale term and its successor racing on the same batch produce the same files.
+    - Publishing (5, or 2's roll-forward) links only what a committed record names (a record whose paths are not
+      the layout's own for its epoch and batch is refused first: ``_record``); links are idempotent, so a stale
+      term and its successor racing on the same batch produce the same files.
     - The Delta commit (end of 5) adds only the files of a batch ZooKeeper says is committed, so a version is
       never a batch that did not commit. It is skipped when the table's transaction version already covers the
       batch (a successor rolled it forward and went on); a stale term that checked before its successor
@@ -209,6 +212,7 @@ class BatchWriter:
         term.durable.sync()
         durable_s = time.monotonic() - synced
         record, version = ctx.fence.read_commit()
+        check_record(layout, record)  # before anything acts on what it names
         committed = committed_batch(record)
         if record is not None and int(record.get("epoch") or 0) > term.epoch:
             raise Fenced(f"batch {batch_id}: the commit record has epoch {record.get('epoch')}, above ours "
@@ -293,6 +297,7 @@ class BatchWriter:
             **order,
             **retry,
         }
+        check_size(new_record)
         commit_started = time.monotonic()
         ctx.fence.commit(new_record, version)
         commit_s = time.monotonic() - commit_started
@@ -361,6 +366,7 @@ class BatchWriter:
             "files": files,
             "set_aside": failed.to_json(),
         }
+        check_size(new_record)
         term.ctx.fence.commit(new_record, version)
         with term.lock:
             term.last_committed = batch_id

@@ -31,13 +31,15 @@ from tenure.career.spark._cluster import (
     term_application_name,
 )
 from tenure.career.spark._config import SparkCareerConfig
-from tenure.career.spark._errors import SparkCareerError
+from tenure.career.spark._errors import CommitRecordError, SparkCareerError
 from tenure.career.spark._executors import StandbyExecutors, standby_conf
 from tenure.career.spark._hooks import Hooks, check_transform, load_hook
 from tenure.career.spark._housekeeping import Housekeeper
 from tenure.career.spark._marks import ConsumptionMarks
 from tenure.career.spark._progress import BATCH_PROGRESS, ProgressInbox, progress_figures
 from tenure.career.spark._query import query_name, start_query
+from tenure.career.spark._record import check_record
+from tenure.career.spark._recovery import repair_checkpoint, repair_delta_log
 from tenure.career.spark._session import build_session, use_driver_python
 from tenure.career.spark._storage import (
     Layout,
@@ -53,10 +55,11 @@ from tenure.career.spark._term import Term, TermClock, committed_batch, no_fault
 from tenure.career.spark._warmup import KeepWarm, warm_up
 from tenure.errors import CommitOutcomeUnknown, ElectionError, Fenced, NotLeader, Unresponsive
 
-__all__ = ["QUERY_STARTED", "STANDBY_EXECUTORS_HELD", "STANDBY_WITHOUT_EXECUTORS", "SparkCareer"]
+__all__ = ["QUERY_STARTED", "STANDBY_EXECUTORS_HELD", "STANDBY_WITHOUT_EXECUTORS", "TORN_FILES_REMOVED", "SparkCareer"]
 
 # The log events other code reads (the drill, tests, bench): named once, here where they are logged.
 QUERY_STARTED: Final = "query_started"
+TORN_FILES_REMOVED: Final = "torn_files_removed"
 STANDBY_EXECUTORS_HELD: Final = "standby_executors_held"
 STANDBY_WITHOUT_EXECUTORS: Final = "standby_without_executors"
 
@@ -209,13 +212,16 @@ class SparkCareer:
         return self._storage.problem()
 
     def inaugurate(self, ctx: CareerContext) -> None:
-        """Begin a term: take a checkpoint of its own, roll a committed-but-unpublished batch forward, delete
-        staging of dead epochs. Each step is safe even if this term is already stale (see ``_batch.BatchWriter``).
+        """Begin a term: take a checkpoint of its own, remove what a power loss left torn in it and in the Delta
+        logs (``_recovery``), roll a committed-but-unpublished batch forward, delete staging of dead epochs. Each
+        step is safe even if this term is already stale (see ``_batch.BatchWriter``).
 
         The query starts on the first ``execute``.
 
         Raises:
-            SparkCareerError: a term is still open, or the checkpoint never saw the committed batch.
+            SparkCareerError: a term is still open, or the checkpoint never saw the committed batch, or a file a
+                power loss tore cannot be rebuilt (``TornFileError``), or the commit record is not one tenure
+                wrote (``CommitRecordError``).
             NotLeader: leadership was lost before the term could start.
             Fenced: a newer term has committed or started.
             Unresponsive: Spark did not start (or answer) within ``warmup_timeout_s``.
@@ -240,6 +246,7 @@ class SparkCareer:
         for folder in (layout.landing, layout.table, layout.quarantine, layout.archive):
             folder.mkdir(parents=True, exist_ok=True)
         record, _version = ctx.fence.read_commit()
+        check_record(layout, record)  # before anything acts on what it names
         self._faults("inaugurate")
         if record is not None and int(record.get("epoch") or 0) > ctx.epoch:
             raise Fenced(f"inaugurate(epoch {ctx.epoch}): the commit record has epoch {record.get('epoch')}; "
@@ -251,6 +258,14 @@ class SparkCareer:
             checkpoint, copied_from = adopt_checkpoint(layout, ctx.epoch)
         except StaleTermError as exc:
             raise Fenced(str(exc)) from exc
+        # What a power loss left empty or torn, before Spark or delta-rs reads it and stops for good.
+        torn = [f"{layout.relative(checkpoint)}/{name}" for name in repair_checkpoint(checkpoint,
+                                                                                     committed_batch(record))]
+        torn += [f"{layout.relative(output)}/{name}" for output in layout.delta_outputs().values()
+                 for name in repair_delta_log(output)]
+        if torn:
+            log.warning(TORN_FILES_REMOVED, files=torn, effect="Spark plans or runs again the batches they were "
+                        "part of; a committed batch's Delta version is added again by the roll-forward")
         checkpoint_s = self._clock() - copying
         term = Term(ctx=ctx, log=log, marks=self._marks, checkpoint=checkpoint, clock=TermClock(record))
         rolled = 0
@@ -664,6 +679,8 @@ class SparkCareer:
         exc = self._jvm(query.exception) if query is not None else None
         if isinstance(error, _INFRASTRUCTURE):
             raise SparkCareerError(f"epoch {term.epoch}: a batch could not reach ZooKeeper: {error}") from error
+        if isinstance(error, CommitRecordError):
+            raise error  # the record's fault, not the batch's: no attempt counts, no healthy batch is set aside
         if error is not None and term.failed is not None:
             raise BatchFailed(term.failed, f"epoch {term.epoch}: batch {term.failed} failed: "
                                            f"{type(error).__name__}: {str(error)[:2000]}") from error

@@ -65,6 +65,7 @@ from tenure.career.spark._read import path_of
 __all__ = [
     "QUEUE_SOURCE",
     "QUEUE_SOURCE_SCHEMA",
+    "RECORD_NAMES_BYTES",
     "QueueSource",
     "admit",
     "admitted_entries",
@@ -73,6 +74,7 @@ __all__ = [
     "clock_options",
     "file_name",
     "offset_files",
+    "record_bytes",
 ]
 
 QUEUE_SOURCE = "tenure_queue"
@@ -88,6 +90,17 @@ _ARROW_SCHEMA = pa.schema([("path", pa.string()), ("modificationTime", pa.timest
                            ("length", pa.int64()), ("content", pa.binary()),
                            ("admitted", pa.timestamp("us", tz="UTC")), ("inode", pa.int64()),
                            ("mtime_ns", pa.int64()), ("refused", pa.string()), ("detail", pa.string())])
+
+
+RECORD_NAMES_BYTES = 256 << 10
+"""At most this much of a batch's commit record names the files it read (its ``files``, as JSON): ZooKeeper takes
+no request over 1 MiB (``jute.maxbuffer``), so a batch admits no more files once their names would pass it,
+whatever its bound in files or bytes (about 10 000 files of 20-character names, 1 100 of 230)."""
+
+
+def record_bytes(name: str) -> int:
+    """What the file name ``name`` takes in a commit record's ``files``: its JSON string and a comma."""
+    return len(json.dumps(name)) + 1
 
 
 class _GroupClock(Protocol):
@@ -125,9 +138,11 @@ def admit(candidates: Sequence[QueueEntry], settled: set[str], marked: set[str],
         marked: names this group holds a mark of (an entry under one is a new file under a used name).
         max_files: at most this many entries (``None``: no bound).
         max_bytes: at most this many bytes, and always at least one entry (``None``: no bound).
+
+    Always at most :data:`RECORD_NAMES_BYTES` of names, and at least one entry.
     """
     batch: list[QueueEntry] = []
-    size = 0
+    size = names = 0
     for entry in sorted(candidates):
         if entry.name not in settled:
             break  # appeared between the listings: it, and everything after it, waits for the next trigger
@@ -135,8 +150,11 @@ def admit(candidates: Sequence[QueueEntry], settled: set[str], marked: set[str],
             break
         if max_bytes is not None and batch and size + entry.bytes > max_bytes:
             break
+        if batch and names + record_bytes(entry.name) > RECORD_NAMES_BYTES:
+            break
         batch.append(entry)
         size += entry.bytes
+        names += record_bytes(entry.name)
     return batch, [entry.name for entry in batch if entry.name in marked]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -78,28 +79,43 @@ class CheckpointSync:
     :meth:`sync` fsyncs every file under the checkpoint it has not synced before, then the folders that hold
     them; called at the start of each batch, it makes durable what the batch before left (its commit, its
     state files) and this batch's planned offsets, before this batch marks files consumed or commits to
-    ZooKeeper, either of which assumes the checkpoint has them. A batch adds a handful of files, so a call
-    costs a few fsyncs.
+    ZooKeeper, either of which assumes the checkpoint has them; and before the marks of a batch Spark has
+    committed while the queue is idle (``_term.mark_consumed``), so its commit is durable within a second of
+    being written, not one batch later. A batch adds a handful of files, so a call costs a few fsyncs.
+
+    Files are synced deepest first and the commit log last: a snapshot after the state files it is built on, a
+    batch's commit after its state, so a power loss in the middle leaves no commit whose state is torn (what it
+    leaves torn, ``_recovery`` removes). Safe from both the batch and the control thread.
     """
 
     def __init__(self, checkpoint: Path) -> None:
         self._root = checkpoint
         self._synced: set[str] = set()
+        self._lock = threading.Lock()
 
     def sync(self) -> int:
         """fsync the checkpoint's new files and their folders; returns how many files."""
+        with self._lock:
+            return self._sync()
+
+    def _sync(self) -> int:
         present: set[str] = set()
         folders: set[str] = set()
+        new: list[tuple[bool, int, str, str]] = []
+        commits = os.path.join(str(self._root), "commits")
         for folder, _dirs, files in os.walk(self._root):
             for name in files:
                 path = os.path.join(folder, name)
-                if path not in self._synced:
-                    try:
-                        fsync(Path(path))
-                    except FileNotFoundError:  # Spark purged it meanwhile (batches past its retention)
-                        continue
-                    folders.add(folder)
                 present.add(path)
+                if path not in self._synced:
+                    new.append((folder == commits, -folder.count(os.sep), path, folder))
+        for _last, _depth, path, folder in sorted(new):
+            try:
+                fsync(Path(path))
+            except FileNotFoundError:  # Spark purged it meanwhile (batches past its retention)
+                present.discard(path)
+                continue
+            folders.add(folder)
         chain: set[str] = set()
         root = str(self._root)
         for created in folders:  # each folder up to the checkpoint's own: Spark may have created any of them
@@ -320,26 +336,35 @@ def staged_parts(layout: Layout, staged: Mapping[str, str], batch_id: int) -> di
             for name in layout.delta_outputs() if name in staged}
 
 
-def _publish_folder(staged: Path, output: Path, batch_id: int) -> int:
-    """Move each staged part file into ``output`` under its published name; then drop the staging folder.
+def _link_staged(staged: Path, output: Path, batch_id: int) -> int:
+    """Hard-link each staged part file into ``output`` under its published name, durably; returns how many were
+    linked.
 
+    Links, not renames: the staged copy stays until the batch's Delta versions are in (:func:`finish_publish` drops
+    the staging last), so a published file deleted before its version names it — a ``VACUUM`` that removes files
+    no version names yet — is linked again from staging (right before the version is written, and by any later
+    attempt) instead of leaving a half batch.
     Every step may be repeated (a roll-forward after a crash, or a zombie racing the new leader on the same
-    committed batch): a source already gone was moved by an earlier attempt.
+    committed batch): a target already there is the same file, linked by an earlier attempt.
     """
-    moved = 0
+    linked = 0
     if staged.is_dir():
         for entry in sorted(staged.iterdir()):
             if is_hidden(entry.name) or not entry.is_file():
                 continue
-            target = output / published_name(batch_id, entry.name)
             try:
-                os.replace(entry, target)  # atomic on one POSIX filesystem; same content either way
-                moved += 1
-            except FileNotFoundError:
+                os.link(entry, output / published_name(batch_id, entry.name), follow_symlinks=False)
+                linked += 1
+            except (FileExistsError, FileNotFoundError):  # linked by an earlier attempt; staging dropped by one
                 continue
-        shutil.rmtree(staged, ignore_errors=True)
-        _prune_empty(staged.parent)
-    return moved
+    if linked:
+        sync_dirs(output)  # the links survive a power loss before Spark's commit
+    return linked
+
+
+def _drop_staging(staged: Path) -> None:
+    shutil.rmtree(staged, ignore_errors=True)
+    _prune_empty(staged.parent)
 
 
 def _prune_empty(folder: Path) -> None:
@@ -368,7 +393,7 @@ def adopt_outputs(layout: Layout, record: Mapping[str, Any]) -> list[str]:
 
 @dataclass(frozen=True)
 class Published:
-    """What :func:`finish_publish` did: files renamed, Delta versions added, and the seconds the Delta part took."""
+    """What :func:`finish_publish` did: files linked, Delta versions added, and the seconds the Delta part took."""
 
     moved: int
     versions: int
@@ -379,10 +404,11 @@ def finish_publish(layout: Layout, record: Mapping[str, Any], fault: Callable[[s
                    ) -> Published:
     """Publish (or finish publishing) the committed batch ``record`` describes.
 
-    Two steps, each idempotent (any replica may finish them, in any interleaving with another): rename the
-    staged part files into their output folders, then add them to each Delta output's table as one version
-    (``tenure.career.output.publish_batch``), which names the epoch and replica that committed the batch. ``fault`` is
-    the fault hook, called at ``after_rename`` and ``inside_delta_commit``.
+    Three steps, each idempotent (any replica may finish them, in any interleaving with another): link the staged
+    part files into their output folders, add them to each Delta output's table as one version
+    (``tenure.career.output.publish_batch``, which names the epoch and replica that committed the batch and
+    refuses a part file that is gone), then drop the staging. ``fault`` is the fault hook, called at
+    ``after_rename`` (the files linked) and ``inside_delta_commit``.
     """
     batch_id = int(record["batch_id"])
     staged = record.get("staged") or {}
@@ -391,14 +417,13 @@ def finish_publish(layout: Layout, record: Mapping[str, Any], fault: Callable[[s
     for name, output in layout.outputs().items():
         if name in staged:
             output.mkdir(parents=True, exist_ok=True)
-            count = _publish_folder(layout.resolve(staged[name]), output, batch_id)
-            if count:
-                sync_dirs(output)  # the renames survive a power loss before Spark's commit
-            moved += count
+            moved += _link_staged(layout.resolve(staged[name]), output, batch_id)
     fault("after_rename")
     started, versions = time.monotonic(), 0
     for name, output in layout.delta_outputs().items():
         if name in staged:
+            # Again, right before the version names them: a part file deleted since (a VACUUM) is back.
+            _link_staged(layout.resolve(staged[name]), output, batch_id)
             version = publish_batch(output, batch_id, epoch=int(record["epoch"]),
                                     replica_id=str(record.get("replica_id") or ""),
                                     parts=None if parts is None else parts.get(name, []),
@@ -407,6 +432,8 @@ def finish_publish(layout: Layout, record: Mapping[str, Any], fault: Callable[[s
                 versions += 1
                 _log.info(DELTA_VERSION_ADDED, output=name, path=str(output), batch=batch_id, version=version)
     delta_s = time.monotonic() - started
+    for name in staged:  # last: until every version is in, a part file deleted from an output is linked again
+        _drop_staging(layout.resolve(staged[name]))
     for name in ("retry", "order"):
         if name in staged:
             _drop_older_snapshots(layout.outputs()[name], batch_id)

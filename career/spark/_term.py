@@ -100,8 +100,12 @@ def mark_consumed(layout: Layout, term: Term, record: dict[str, Any], faults: Ca
     """Mark the entries of the committed batch ``record`` consumed, each with the identity the batch admitted (its
     offset in this term's checkpoint, which the caller knows has committed it). Safe for a stale term: marks are
     written only if no later term has begun copying a checkpoint, so every later term's copy is taken after this
-    one had the batch, and never re-runs it."""
+    one had the batch, and never re-runs it.
+
+    The checkpoint is made durable first (``CheckpointSync``): a mark says no re-run needs the file, which holds
+    only while Spark's commit of the batch survives a power loss; with the queue idle no next batch would sync it."""
     faults("after_checkpoint")
+    term.durable.sync()
     if newer_term_started(layout, term.epoch):
         term.log.info("marks_skipped", reason="a newer term has started", batch=record.get("batch_id"))
         return

@@ -33,7 +33,7 @@ FAULT_POINTS: Final[dict[str, str]] = {
     "after_stage": "the batch's output staged and fsynced, the fenced commit not yet sent",
     "before_transaction": "inside the fence: the local leadership checks passed, the transaction not yet sent",
     "after_commit": "the fenced commit applied, the batch not yet published",
-    "after_rename": "the batch's files renamed into its outputs, their Delta versions not yet committed",
+    "after_rename": "the batch's files linked into its outputs, their Delta versions not yet committed",
     "inside_delta_commit": "inside a Delta commit: the table read and its transaction version checked, the "
                            "version not yet written",
     "after_publish": "the batch published, Spark's checkpoint not yet told (foreachBatch about to return)",

@@ -2,8 +2,11 @@
 
 Reads each Delta output's log as its protocol defines it (``_delta_log/<version>.json``: one action a line, the
 ``add`` actions, the ``txn`` and the ``commitInfo`` that carries tenure's batch, epoch and replica), against the
-published files in the folder and the epochs the rows carry. An output folder without a Delta log (a data root
-written before the outputs were Delta tables, and not adopted yet) is audited as plain Parquet only.
+published files in the folder and the epochs the rows carry. Table maintenance is the user's to run: a version
+whose actions change no data (``dataChange`` false: ``OPTIMIZE`` rewriting batches into fewer files) is no batch
+and is passed over, and a published file of a batch the table covers may have left its newest version (compacted
+away, awaiting ``VACUUM``). An output folder without a Delta log (a data root written before the outputs were
+Delta tables, and not adopted yet) is audited as plain Parquet only.
 """
 
 from __future__ import annotations
@@ -15,7 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tenure.career.output import APP_ID, DELTA_LOG, DELTA_OUTPUTS, batch_of, is_delta_table, snapshot_files
+from tenure.career.output import (
+    APP_ID,
+    DELTA_LOG,
+    DELTA_OUTPUTS,
+    batch_of,
+    covered_batch,
+    covers,
+    is_delta_table,
+    snapshot_files,
+)
 from tenure.career.queue import is_hidden
 
 __all__ = ["DeltaAudit", "audit_delta"]
@@ -30,7 +42,7 @@ class DeltaAudit:
     tables: int = 0
     versions: int = 0
     outside: list[str] = field(default_factory=list)
-    """Published files no version of their folder's table names (a publish cut short, or a stray file)."""
+    """Published files of a batch the table's transaction version does not cover (a publish cut short)."""
     missing: list[str] = field(default_factory=list)
     """Files the newest version names that are not in the folder."""
     bad_versions: list[dict[str, Any]] = field(default_factory=list)
@@ -51,10 +63,12 @@ def audit_delta(root: Path, row_epochs: Mapping[str, set[tuple[int, int]]]) -> D
         if not is_delta_table(folder):
             continue
         audit.tables += 1
-        published = {n for n in os.listdir(folder) if not is_hidden(n) and batch_of(n) is not None}
+        present = {n for n in os.listdir(folder) if not is_hidden(n)}
         in_snapshot = snapshot_files(folder)
-        audit.outside += sorted(f"{name}/{n}" for n in published - in_snapshot)
-        audit.missing += sorted(f"{name}/{n}" for n in in_snapshot - published)
+        covered = covered_batch(folder)
+        audit.outside += sorted(f"{name}/{n}" for n in present - in_snapshot
+                                if (batch := batch_of(n)) is not None and not covers(covered, batch))
+        audit.missing += sorted(f"{name}/{n}" for n in in_snapshot - present)
         epochs: dict[int, set[int]] = {}
         for batch, epoch in row_epochs.get(name, set()):
             epochs.setdefault(batch, set()).add(epoch)
@@ -69,7 +83,7 @@ def _check_versions(folder: Path, name: str, epochs: Mapping[int, set[int]], aud
         version = int(path.stem)
         actions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         adds = [a["add"]["path"] for a in actions if "add" in a]
-        if not adds:  # a schema change, or another engine's commit that adds nothing: no batch
+        if not adds or _maintenance(actions):  # a schema change, a compaction, a vacuum: no batch
             continue
         audit.versions += 1
         info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
@@ -101,6 +115,13 @@ def _check_versions(folder: Path, name: str, epochs: Mapping[int, set[int]], aud
             wrong("its epoch is not the one the batch's rows carry", batch=batch, epoch=epoch,
                   rows=sorted(epochs[batch]))
         last = max(last, batch)
+
+
+def _maintenance(actions: list[dict[str, Any]]) -> bool:
+    """Whether a version only rearranges data (every ``add`` and ``remove`` says ``dataChange: false``), as
+    ``OPTIMIZE`` does: it holds no batch."""
+    changes = [a[kind] for a in actions for kind in ("add", "remove") if kind in a]
+    return bool(changes) and not any(change.get("dataChange", True) for change in changes)
 
 
 def _int(value: Any) -> int | None:

@@ -13,8 +13,9 @@ from urllib.parse import unquote_to_bytes, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from deltalake.exceptions import DeltaError
 
-from tenure.career.output import CHECKPOINT, TABLE
+from tenure.career.output import CHECKPOINT, TABLE, has_version, snapshot_files
 from tenure.career.queue import FileIdentity, QueueLayout, is_hidden, is_queue_file, mark_covers, read_mark
 from tenure.errors import TenureError
 
@@ -26,6 +27,7 @@ __all__ = [
     "check_data_root",
     "iter_lines",
     "iter_queue_files",
+    "output_files",
     "parquet_files",
     "read_columns",
     "read_consumption",
@@ -158,6 +160,19 @@ def base_name(source_file: str) -> str:
     if source_file.startswith("file:"):
         source_file = os.fsdecode(unquote_to_bytes(urlparse(source_file).path))
     return posixpath.basename(source_file.rstrip("/"))
+
+
+def output_files(folder: Path) -> list[Path]:
+    """The Parquet files a reader of the output ``folder`` sees, by path: the active files of its Delta table's
+    newest version (whatever table maintenance compacted or vacuumed), or, for a folder that is no Delta table
+    yet (a data root written before the outputs were), every published file in it."""
+    if not has_version(folder):
+        return parquet_files(folder)
+    try:
+        return sorted(folder / name for name in snapshot_files(folder))
+    except DeltaError as exc:
+        raise VerifyError(f"cannot read the Delta log of {folder}: {str(exc).splitlines()[0]}: after a power loss, "
+                          "start a replica first (its inauguration removes a log entry the loss tore)") from exc
 
 
 def parquet_files(folder: Path) -> list[Path]:

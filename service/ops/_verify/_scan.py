@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tenure.career.output import DEAD_LETTER, RETRY
+from tenure.career.output import DEAD_LETTER, RETRY, batch_of, has_version
 from tenure.career.queue import ENTRY_LINE, ENTRY_REASONS, FileIdentity, QueueLayout, classify_line, printable_name
 from tenure.service.ops._verify._content import EXAMPLES, ContentCheck, QueueContent
 from tenure.service.ops._verify._files import (
@@ -27,6 +27,7 @@ from tenure.service.ops._verify._files import (
     base_name,
     iter_lines,
     iter_queue_files,
+    output_files,
     parquet_files,
     read_columns,
 )
@@ -149,9 +150,15 @@ class TableScan:
 
 
 def scan_table(folder: Path, content: QueueContent, late_keys: set[str]) -> TableScan:
-    """Read every published part file, in (batch, file, row) order: ids, order, content, and per key the seqs
-    published by each batch for the keys in ``late_keys`` (to check late claims against)."""
-    files = parquet_files(folder)
+    """Read every file a reader sees (:func:`output_files`), in (batch, file, row) order: ids, order, content, and
+    per key the seqs published by each batch for the keys in ``late_keys`` (to check late claims against).
+
+    A file tenure did not write (table maintenance rewrote batches into it: ``OPTIMIZE``) keeps no order within a
+    batch that a reader could rely on — a Delta reader reads a version's files in any order, and a Z-order
+    rewrite reorders rows — so its rows are taken by ``seq`` within their batch: across batches, their order is
+    checked as any other's."""
+    files = output_files(folder)
+    delta = has_version(folder)
     fields = content.fields
     check = ContentCheck()
     late_rows: list[tuple[str, int, int]] = []  # (key, batch, seq) of the keys in late_keys
@@ -159,8 +166,9 @@ def scan_table(folder: Path, content: QueueContent, late_keys: set[str]) -> Tabl
     keys: list[pa.Array] = []
     seqs: list[np.ndarray[Any, Any]] = []
     batches: list[np.ndarray[Any, Any]] = []
-    file_idx: list[np.ndarray[Any, Any]] = []
+    file_idx: list[np.ndarray[Any, Any]] = []  # the order within a batch: a file's own, -1 for rewritten ones
     row_idx: list[np.ndarray[Any, Any]] = []
+    origin: list[np.ndarray[Any, Any]] = []  # the file each row is in, for examples
     rows = 0
     epochs: BatchEpochs = set()
     for index, path in enumerate(files):
@@ -174,8 +182,10 @@ def scan_table(folder: Path, content: QueueContent, late_keys: set[str]) -> Tabl
         keys.append(table.column("key").combine_chunks().cast(pa.large_string()))
         seqs.append(pc.fill_null(table.column("seq"), 0).to_numpy().astype(np.int64, copy=False))
         batches.append(pc.fill_null(table.column("_batch"), 0).to_numpy().astype(np.int64, copy=False))
-        file_idx.append(np.full(n, index, dtype=np.int64))
-        row_idx.append(np.arange(n, dtype=np.int64))
+        rewritten = delta and batch_of(path.name) is None
+        file_idx.append(np.full(n, -1 if rewritten else index, dtype=np.int64))
+        row_idx.append(seqs[-1] if rewritten else np.arange(n, dtype=np.int64))
+        origin.append(np.full(n, index, dtype=np.int64))
         rows += n
         # 1. Content: each row against its queue line (a field not compared is read as None).
         absent = [None] * n
@@ -188,13 +198,14 @@ def scan_table(folder: Path, content: QueueContent, late_keys: set[str]) -> Tabl
     scan = TableScan(check, late_rows, rows=rows, batch_epochs=epochs)
     if rows:
         _check_ids_and_order(scan, files, pa.concat_arrays(ids), pa.concat_arrays(keys), np.concatenate(seqs),
-                             np.concatenate(batches), np.concatenate(file_idx), np.concatenate(row_idx))
+                             np.concatenate(batches), np.concatenate(file_idx), np.concatenate(row_idx),
+                             np.concatenate(origin))
     return scan
 
 
 def _check_ids_and_order(scan: TableScan, files: list[Path], all_ids: pa.Array, all_keys: pa.Array,
                          seq: np.ndarray[Any, Any], batch: np.ndarray[Any, Any], fidx: np.ndarray[Any, Any],
-                         ridx: np.ndarray[Any, Any]) -> None:
+                         ridx: np.ndarray[Any, Any], origin: np.ndarray[Any, Any]) -> None:
     # 2. Duplicates: ids whose count is above one.
     counts = pc.value_counts(all_ids)
     values = counts.field("values")
@@ -210,7 +221,8 @@ def _check_ids_and_order(scan: TableScan, files: list[Path], all_ids: pa.Array, 
                                                      key=lambda p: str(p[0]))[:EXAMPLES]
         ]
     scan.written = set(values.to_pylist())
-    # 3. Order: sort rows by (key, batch, file, row) and look for a seq that goes down within a key.
+    # 3. Order: sort rows by (key, batch, file, row; a rewritten file's rows by seq) and look for a seq that goes
+    #    down within a key.
     key_codes = pc.dictionary_encode(all_keys)
     codes = key_codes.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     order = np.lexsort((ridx, fidx, batch, codes))  # the last key is the primary one
@@ -225,9 +237,9 @@ def _check_ids_and_order(scan: TableScan, files: list[Path], all_ids: pa.Array, 
             scan.inversion_examples.append({
                 "key": dictionary[int(k[pos])].as_py(),
                 "seq_before": int(seq[before]), "batch_before": int(batch[before]),
-                "file_before": files[int(fidx[before])].name,
+                "file_before": files[int(origin[before])].name,
                 "seq_after": int(seq[after]), "batch_after": int(batch[after]),
-                "file_after": files[int(fidx[after])].name,
+                "file_after": files[int(origin[after])].name,
             })
 
 
@@ -256,7 +268,7 @@ def scan_quarantine(folder: Path) -> QuarantineScan:
     """Bad-line rows by (file, line); the rows of reason ``late`` (records, not bad lines) and the refused entries
     (whole files, not lines) apart."""
     scan = QuarantineScan()
-    for path in parquet_files(folder):
+    for path in output_files(folder):
         table = read_columns(path, ["source_file", "line", "reason", "_batch", "_epoch"])
         scan.batch_epochs |= batch_epochs(table)
         entries = _entry_rows(table)
@@ -314,7 +326,7 @@ def scan_retry_store(root: Path, now: float, late_keys: set[str], max_age_s: flo
     as a written one does), and ids held in the current retry snapshot: every part of the newest batch's; with
     ``max_age_s``, those held longer than that."""
     scan = RetryScan()
-    for path in parquet_files(root / DEAD_LETTER):
+    for path in output_files(root / DEAD_LETTER):
         dead = read_columns(path, ["id", "key", "seq", "_batch", "_epoch"])
         scan.batch_epochs |= batch_epochs(dead)
         scan.dead.update(str(i) for i in dead.column("id").to_pylist())
