@@ -6,6 +6,10 @@ progress there. The standby warms the session up (``_warmup``), keeps it warm wh
 follower's executors on a cluster (``_executors``), starts the next standby application after a term, and frees and
 grows into the cluster's cores when a term leads (``_cluster``). ``SparkCareer`` asks it for the session; the
 career's four verbs stay in ``_career``.
+
+Longer than most modules: one class whose steps share its state (the session, the standby application's executors,
+the reclaim that is due, the terms open on the session); what is the cluster's alone is in ``_cluster`` and
+``_executors``.
 """
 
 from __future__ import annotations
