@@ -83,6 +83,8 @@ def test_no_record_no_question_to_the_master(tmp_path: Path) -> None:
 
 
 def test_a_kill_the_master_refuses_stops_the_reclaim_and_keeps_the_record(tmp_path: Path) -> None:
+    """A master that refuses the kill (killing disabled on it) fails the reclaim with its error, and the earlier term's
+    record stays for the next leader to try again."""
     records = tmp_path / "_applications"
     record_application(records, 3, "app-1", "r1")
     master = _Master([("app-1", "tenure [g epoch 3]")], fail=OSError("killing is disabled"))
@@ -100,6 +102,8 @@ def test_a_kill_the_master_refuses_stops_the_reclaim_and_keeps_the_record(tmp_pa
     ("yarn", None, []),
 ])
 def test_the_masters_web_ui_addresses(spark_master: str, webui: str | None, expected: list[str]) -> None:
+    """The master's web UI is found from the Spark master URL (port 8080 on each host of a standalone master, HA masters
+    included) unless given; a given list is cleaned of trailing slashes; a local, Kubernetes or YARN master has none."""
     assert master_webuis(spark_master, webui) == expected
 
 
@@ -143,6 +147,8 @@ def test_a_master_that_fails_or_hangs_costs_the_term_a_warning(tmp_path: Path) -
 
 
 def test_a_local_master_reclaims_nothing(tmp_path: Path) -> None:
+    """On a local master no application is a cluster's: an earlier term's record is never acted on and the master's kill
+    is never called."""
     master = _Master([("app-1", "tenure [g epoch 3]")])
     standby = _standby(tmp_path, master, spark_master="local[2]")
     standby._reclaim_cores(7, structlog.get_logger())

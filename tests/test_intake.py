@@ -37,6 +37,8 @@ def _files(*specs: tuple[str, int, int]) -> list[QueueFile]:
 
 
 def test_files_are_admitted_by_mtime_then_name_and_the_bound_splits_anywhere() -> None:
+    """Queue files are admitted in (modification time, name) order, and the file bound cuts a batch anywhere in that
+    order: the next batch starts where the last one stopped."""
     listed = _files(("b", 5, 1), ("a", 5, 1), ("c", 4, 1), ("d", 9, 1))
     names = {f.name for f in listed}
     batch, _ = admit(listed, names, set(), {}, max_files=2, max_bytes=None)
@@ -54,6 +56,7 @@ def test_a_file_the_first_listing_missed_holds_back_every_file_after_it() -> Non
 
 
 def test_bytes_bound_takes_at_least_one_file_and_empty_files_are_left_out() -> None:
+    """The bytes bound admits at least one file, however big, and empty files are left out (they hold no record)."""
     listed = _files(("big", 1, 100), ("empty", 2, 0), ("small", 3, 10))
     names = {f.name for f in listed}
     assert [f.name for f in admit(listed, names, set(), {}, max_files=None, max_bytes=50)[0]] == ["big"]
@@ -61,6 +64,8 @@ def test_bytes_bound_takes_at_least_one_file_and_empty_files_are_left_out() -> N
 
 
 def test_a_marked_file_is_skipped_unless_it_is_newer_than_its_mark() -> None:
+    """A file consumed before (its consumption mark carries its mtime) is skipped, unless it is newer than its mark: a
+    new file under a used name is read again, and reported as reused."""
     listed = _files(("old", 10, 1), ("reused", 30, 1))
     names = {f.name for f in listed}
     batch, reused = admit(listed, names, set(), {"old": 10, "reused": 20}, max_files=None, max_bytes=None)
@@ -68,6 +73,8 @@ def test_a_marked_file_is_skipped_unless_it_is_newer_than_its_mark() -> None:
 
 
 def test_a_mark_carries_its_files_mtime_and_moves_on_when_the_name_is_used_again(tmp_path: Path) -> None:
+    """A consumption mark carries its queue file's mtime; marking a newer file of the same name moves the mark to the
+    new mtime (counted as no new mark)."""
     layout = Layout(tmp_path / "data")
     layout.landing.mkdir(parents=True)
     queue_file = layout.landing / "a.jsonl"
