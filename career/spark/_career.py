@@ -109,7 +109,8 @@ class SparkCareer:
         self._storage = StorageHealth(dict.fromkeys((config.data_root, config.queue_dir or config.data_root)),
                                       min_free_bytes=config.health.min_free_bytes,
                                       timeout_s=config.health.probe_timeout_s)
-        self._wait_s, self._stop_s, _application_s = config.handover_split()
+        split = config.handover_split()
+        self._wait_s, self._stop_s = split.batch_s, split.query_stop_s
         self._hooks = Hooks(
             transform=load_hook("transform", config.transform) if config.transform else None,
             row_function=load_hook("row_function", config.row_function) if config.row_function else None,

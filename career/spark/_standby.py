@@ -119,7 +119,8 @@ class SparkStandby:
         self._restandby: threading.Thread | None = None  # a new standby application starting after a term
         self._standby_due = False  # a term has ended: the next health check starts the next standby application
         self._closing = threading.Event()
-        _batch_s, self._stop_s, self._session_stop_s = config.handover_split()
+        split = config.handover_split()
+        self._stop_s, self._session_stop_s = split.query_stop_s, split.application_stop_s
 
     # -- a follower's ---------------------------------------------------------------------------------------
 
