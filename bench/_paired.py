@@ -1,10 +1,10 @@
 """Paired throughput runs: the throughput bench's records consumed several ways, every way once per round, the
 order rotating, so that ways are compared within one run on one machine's speed of the moment.
 
-A results script (``bench/results/<dir>/<name>.py``) names its ways and calls :func:`main`; it writes every run's
-figures to ``results.json`` beside it and, per way, the median over rounds of the steady records/s, of the median
-read step and batch, and each way's ratio to the first way, to ``results.md`` (``--render`` writes ``results.md``
-again from ``results.json``).
+A probe (``bench/probes/<name>.py``) names its ways and calls :func:`main`; it writes every run's figures to
+``results.json`` in its results folder (``bench/results/<dir>/``) and, per way, the median over rounds of the
+steady records/s, of the median read step and batch, and each way's ratio to the first way, to ``results.md``
+(``--render`` writes ``results.md`` again from ``results.json``).
 """
 
 from __future__ import annotations
@@ -105,14 +105,14 @@ def _render(results: dict[str, Any], title: str, ways: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(script: Path, title: str, ways: Mapping[str, Way], *, default_rounds: int = 3) -> None:
-    """Measure (``script.py [ROUNDS]``) or render again (``script.py --render``) into the script's folder."""
-    here = script.resolve().parent
+def main(module: str, out: Path, title: str, ways: Mapping[str, Way], *, default_rounds: int = 3) -> None:
+    """Measure (``python -m <module> [ROUNDS]``) or render again (``--render``) into the folder ``out``."""
+    here = out
     if sys.argv[1:] == ["--render"]:
         results = json.loads((here / "results.json").read_text())
     else:
         rounds = int(sys.argv[1]) if len(sys.argv) > 1 else default_rounds
-        command = f".venv/bin/python {script.resolve().relative_to(here.parents[2])} {rounds}"
+        command = f".venv/bin/python -m {module} {rounds}"
         results = _measure(ways, rounds, command)
         (here / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (here / "results.md").write_text(_render(results, title, list(ways)))

@@ -762,18 +762,22 @@ class PowerLossFS:
         theirs.close()
         ours.settimeout(self.timeout_s)
         self._control = ours
-        deadline = time.monotonic() + self.timeout_s
-        while not _mounted(self.mount):
-            if self._proc.poll() is not None:
-                tail = self._log_tail()
-                self._stop(kill=True)
-                if "fuse:" in tail or "fusermount" in tail:
-                    raise PowerLossUnavailable(f"mounting FUSE failed, run as root with /dev/fuse:{tail}")
-                raise RuntimeError(f"the power-loss daemon exited with {self._proc.returncode}:{tail}")
-            if time.monotonic() > deadline:
-                self._stop(kill=True)
-                raise RuntimeError(f"{self.mount} not mounted after {self.timeout_s:g} s{self._log_tail()}")
-            time.sleep(0.01)
+        # Here, not at the top: the daemon (`python -m tests._powerloss`) would import the product's service too.
+        from tenure.service.local import wait_for
+
+        proc = self._proc
+        try:
+            wait_for(lambda: _mounted(self.mount) or proc.poll() is not None, self.timeout_s,
+                     f"{self.mount} to be mounted", interval_s=0.01)
+        except TimeoutError:
+            self._stop(kill=True)
+            raise RuntimeError(f"{self.mount} not mounted after {self.timeout_s:g} s{self._log_tail()}") from None
+        if not _mounted(self.mount):  # the daemon exited
+            tail = self._log_tail()
+            self._stop(kill=True)
+            if "fuse:" in tail or "fusermount" in tail:
+                raise PowerLossUnavailable(f"mounting FUSE failed, run as root with /dev/fuse:{tail}")
+            raise RuntimeError(f"the power-loss daemon exited with {proc.returncode}:{tail}")
         os.stat(self.mount)  # served, not only mounted
 
     def _stop(self, *, kill: bool) -> None:

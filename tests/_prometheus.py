@@ -6,7 +6,6 @@ import contextlib
 import json
 import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -14,12 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tenure.service.local import wait_for
+
 __all__ = [
     "PrometheusError",
     "alerts",
     "prometheus_binary",
     "query",
     "running_prometheus",
+    "scrape_config",
     "start_prometheus",
     "stop_prometheus",
     "wait_ready",
@@ -28,6 +30,9 @@ __all__ = [
 T = TypeVar("T")
 
 # Loopback only, and never through a proxy from the environment (urllib honours http_proxy by default).
+ALERT_RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "alerts.yml"
+"""tenure's alert rules, as shipped."""
+
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -44,6 +49,27 @@ def prometheus_binary() -> str | None:
 #: the product: on this host, with its page cache just reclaimed, a start was seen to write no log line at all
 #: within 30 s (the binary and its libraries read back from disk while two test workers ran).
 READY_TIMEOUT_S = 120.0
+
+def scrape_config(targets: list[str], labels: dict[str, str] | None = None) -> str:
+    """A Prometheus configuration that scrapes ``targets`` (``host:port``) every second, with ``labels`` on their
+    series, and evaluates tenure's alert rules (``ALERT_RULES``) every second."""
+    target_list = ", ".join(f'"{target}"' for target in targets)
+    label_block = "".join(f"\n          {name}: {value}" for name, value in (labels or {}).items())
+    if label_block:
+        label_block = "\n        labels:" + label_block
+    return f"""
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+rule_files:
+  - {ALERT_RULES}
+scrape_configs:
+  - job_name: tenure
+    static_configs:
+      - targets: [{target_list}]{label_block}
+"""
+
 
 def start_prometheus(config_text: str, workdir: Path, port: int) -> subprocess.Popen[bytes]:
     """Starts Prometheus on 127.0.0.1:`port` with `config_text` as its configuration.
@@ -112,17 +138,19 @@ def wait_ready(
         PrometheusError: the process exited (when `proc` is given) or `timeout_s` passed; the message carries
             the tail of its log when `workdir` is given.
     """
-    deadline = time.monotonic() + timeout_s
     url = f"http://127.0.0.1:{port}/-/ready"
-    while True:
+
+    def ready() -> bool:
         if proc is not None and proc.poll() is not None:
             raise PrometheusError(f"prometheus exited with {proc.returncode} before ready{_log_tail(workdir)}")
         with contextlib.suppress(OSError), _OPENER.open(url, timeout=2) as response:
-            if response.status == 200:
-                return
-        if time.monotonic() >= deadline:
-            raise PrometheusError(f"prometheus on port {port} not ready after {timeout_s} s{_log_tail(workdir)}")
-        time.sleep(0.1)
+            return bool(response.status == 200)
+        return False
+
+    try:
+        wait_for(ready, timeout_s, f"prometheus on port {port}", interval_s=0.1)
+    except TimeoutError:
+        raise PrometheusError(f"prometheus on port {port} not ready after {timeout_s} s{_log_tail(workdir)}") from None
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""Test harness: real `tenure run` processes, their HTTP endpoints, and polling with deadlines."""
+"""Test harness: real `tenure run` processes, their HTTP endpoints, and the `tenure` command line."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
 
-from tenure.election import GroupPaths, connected, group_status
+from tenure.election import GroupPaths, ZooKeeperClient, connected, group_status
 from tenure.service.drill import read_events
 from tenure.service.local import ReplicaProcess, Topology, free_port
 from tenure.service.replica import ReplicaSpec
@@ -55,8 +55,8 @@ def descendants(pid: int) -> set[int]:
 
 
 class Replica(ReplicaProcess):
-    """A `tenure run` process (see tenure.service.local._topology) of ``spec`` on ``zk``, with the assertions tests
-    need.
+    """A `tenure run` process (see tenure.service.local._replica_process) of ``spec`` on ``zk``, with the assertions
+    tests need.
 
     ``signal(SIGSTOP)`` / ``signal(SIGCONT)`` pause and resume the whole process tree (Python and its Spark
     JVM, see ``tenure.service.replica._proctree``); ``reap`` resumes the tree before it kills.
@@ -131,10 +131,30 @@ class ReplicaSet:
             replica.reap()
 
 
-def tenure(*args: str, timeout_s: float = 90.0) -> subprocess.CompletedProcess[str]:
-    """Run the `tenure` command line (`python -m tenure`) from the repository; output captured, never raises."""
-    return subprocess.run([sys.executable, "-m", "tenure", *args], capture_output=True, text=True,
-                          timeout=timeout_s, cwd=REPO, check=False)
+TENURE = [sys.executable, "-m", "tenure"]
+"""The `tenure` command line as the tests start it, with this interpreter: for a command a test signals while it
+runs (`tenure zk`, `tenure up`), started with ``subprocess.Popen([*TENURE, …])``; every other command through
+:func:`tenure`."""
+
+
+def tenure(*args: str, timeout_s: float = 90.0, env: Mapping[str, str] | None = None,
+           before: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a `tenure` command to its end in a process of its own, from the repository: the tests' one way to run a
+    command. Output captured; the exit code is the caller's to check (never raises on it).
+
+    Example::
+
+        done = tenure("drain", "r1", "--zk", zk_hosts, "--group", zk_group)
+        assert done.returncode == 0, done.stderr
+
+    Args:
+        env: the command's whole environment (default: the test's).
+        before: Python the process runs before the command, in the same process: a fault of the test's own (a
+            module made unimportable, a constructor that must never run).
+    """
+    argv = [*TENURE, *args] if before is None else [
+        sys.executable, "-c", f"{before}\nfrom tenure.service.cli import main\nmain(prog_name='tenure')", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=REPO, env=env, check=False)
 
 
 def counter_replica_set(zk_hosts: str, group: str, tmp_path: Path, session_timeout_s: float = 3.0) -> ReplicaSet:
@@ -159,11 +179,16 @@ def process_running(pid: int) -> bool:
         return False
 
 
+def election_line(client: ZooKeeperClient, group: str) -> list[str]:
+    """The replicas in ``group``'s election line, leader first, read with ``client`` (from ZooKeeper: a paused
+    replica's metrics would not answer)."""
+    return [c.identity.replica_id for c in group_status(client, group).contenders if c.identity]
+
+
 def line_of(topology: Topology) -> list[str]:
-    """The replicas in the topology's election line, leader first (from ZooKeeper: a paused replica's metrics
-    would not answer)."""
+    """The replicas in the topology's election line, leader first (``election_line``)."""
     with connected(topology.ensemble.connect_string) as client:
-        return [c.identity.replica_id for c in group_status(client, topology.group).contenders if c.identity]
+        return election_line(client, topology.group)
 
 
 def committed_by(topology: Topology, replica_id: str) -> bool:

@@ -21,6 +21,7 @@ from tenure.career import Outcome
 from tenure.career.spark import SparkCareer, _housekeeping
 from tenure.career.spark._archive import sweep_archive
 from tenure.career.spark._storage import Layout
+from tenure.service.local import wait_for
 from tests.test_spark_career import Queue, Recorder, drained, leadership, make_config, run_until
 
 
@@ -34,6 +35,8 @@ def _archived_long_ago(layout: Layout, name: str) -> Path:
 
 
 def test_a_sweep_told_to_stop_deletes_no_further_file(tmp_path: Path) -> None:
+    """A sweep whose ``stop`` turns true after two files (the career closing) deletes those two and no more; the files
+    past retention it left are deleted by the next sweep."""
     layout = Layout(tmp_path / "data")
     old = [_archived_long_ago(layout, f"q-{i}.jsonl") for i in range(5)]
     asked: list[int] = []
@@ -71,10 +74,7 @@ def test_the_leader_goes_on_while_the_archive_sweep_is_held(
             assert threads and threads[0] is not threading.current_thread(), "the sweep ran on the control thread"
             assert old.exists(), "the held sweep deleted a file"
             release.set()
-            deadline = time.monotonic() + 30
-            while old.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert not old.exists(), "the sweep, let go, did not delete the file past retention"
+            wait_for(lambda: not old.exists(), 30, "the sweep, let go, to delete the file past retention")
             career.hand_over(Outcome.CLEAN)
     finally:
         release.set()

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -19,6 +18,7 @@ from bench import run
 from bench._common import CpuMeter, Result, Target, markdown_table, percentiles, write_result
 from bench._plots import add_plot, change_plot, latency_plot, rate_plot
 from bench._throughput import _disturbed, _logged_batches, _rate_over_time, _steady_rate
+from tenure.service.local import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -105,22 +105,16 @@ def test_cpu_meter_leaves_out_an_orphan_that_init_reaps(tmp_path: Path) -> None:
     try:
         assert parent.stdout is not None
         orphan = psutil.Process(int(parent.stdout.readline()))
-        deadline = time.monotonic() + 60
-        while not spun.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert spun.exists(), "the child did not spin within 60 s"
+        wait_for(spun.exists, 60, "the child to spin")
         meter = CpuMeter()
         meter.start(os.getpid())
         parent.kill()  # the child lives on, an orphan
         parent.wait()
-        while orphan.ppid() == parent.pid and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: orphan.ppid() != parent.pid, 60, "the orphan to be adopted")
         if orphan.ppid() != 1:
             pytest.skip(f"orphans are adopted by a subreaper here (pid {orphan.ppid()}), not by init")
         go.touch()
-        while orphan.is_running() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not orphan.is_running(), "init did not reap the orphan within 60 s"
+        wait_for(lambda: not orphan.is_running(), 60, "init to reap the orphan")
         init_s = meter._read()[1][1] - meter._start[1][1]
     finally:
         go.touch()
@@ -140,11 +134,9 @@ def test_cpu_meter_names_the_other_process_that_used_the_most() -> None:
     meter.start(measured.pid)
     busy = subprocess.Popen([sys.executable, "-c", spin, "busy-neighbour"])
     try:
-        deadline = time.monotonic() + 30
         neighbour = psutil.Process(busy.pid)
-        while time.monotonic() < deadline and not (sum(neighbour.cpu_times()[:2]) >= 0.5
-                                                   and neighbour.status() == psutil.STATUS_SLEEPING):
-            time.sleep(0.05)
+        wait_for(lambda: sum(neighbour.cpu_times()[:2]) >= 0.5 and neighbour.status() == psutil.STATUS_SLEEPING,
+                 30, "the busy neighbour to spin its 0.6 s and sleep")
         figures = meter.stop()
         busy_s = sum(psutil.Process(busy.pid).cpu_times()[:2])
     finally:
@@ -304,6 +296,8 @@ def test_latency_figures_leave_out_the_prefill_and_the_first_batches() -> None:
 
 
 def test_paired_runs_rotate_the_order_and_render_medians_and_ratios_to_the_first_way() -> None:
+    """Paired runs rotate the ways' order by one place a round; the table gives each way its median records/s over
+    rounds (a run without a rate left out), its ratio to the first way, its median read step, and every round's rate."""
     from bench._paired import _order, _render
 
     names = ["bare", "a", "b"]

@@ -16,6 +16,9 @@ from tests._replicas import ReplicaSet, counter_exactly_once, tenure
 
 def test_canaries_hand_over_on_schedule_and_report_their_gap(counter_replicas: ReplicaSet, zk_client: KazooClient,
                                                              zk_hosts: str, zk_group: str, tmp_path: Path) -> None:
+    """Two replicas with a 2 s canary hand over cleanly on schedule, in turn (each term ended ``clean``, reason
+    ``canary``); each successor reports the gap after the canary it followed, `tenure history` shows the canaries,
+    and the counter stays exactly once."""
     first = counter_replicas.start("r1", canary_handover_every_s=2)
     wait_for(first.is_leader, 30, "r1 to lead")
     second = counter_replicas.start("r2", canary_handover_every_s=2)
@@ -35,6 +38,8 @@ def test_canaries_hand_over_on_schedule_and_report_their_gap(counter_replicas: R
 
 
 def test_a_leader_alone_skips_its_canary(counter_replicas: ReplicaSet) -> None:
+    """A leader with no follower in line skips its canary (logged with the reason) and keeps leading: a canary never
+    hands over to nobody."""
     alone = counter_replicas.start("r1", canary_handover_every_s=0.5)
     wait_for(alone.is_leader, 30, "r1 to lead")
     wait_for(lambda: alone.has_event(CANARY_SKIPPED, reason="no follower in line"), 10, "a skipped canary")

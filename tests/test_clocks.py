@@ -41,6 +41,8 @@ AHEAD_S = 600.0  # the first leader's wall clock runs 10 minutes ahead
 
 
 def test_the_group_clock_carries_on_from_the_record_and_ignores_the_wall() -> None:
+    """A term's group clock starts at the commit record's ``clock`` and advances by monotonic time, whatever the wall
+    clock says; only a group without a record seeds it from the wall."""
     ticks = iter([100.0, 103.5])
     clock = TermClock({"clock": 5_000.0}, monotonic=lambda: next(ticks), wall=lambda: 1e12)
     assert clock.now() == 5_003.5

@@ -11,6 +11,7 @@ import json
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,15 +20,17 @@ import structlog
 from structlog.testing import capture_logs
 
 from tenure.career import HealthSettings
-from tenure.career.spark import SparkCareer
 from tenure.career.spark._cluster import (
     STALE_APPLICATION_KILLED,
     STALE_APPLICATIONS_LEFT,
     reclaim_cores,
     record_application,
 )
+from tenure.career.spark._hooks import Hooks
+from tenure.career.spark._standby import SparkStandby
+from tenure.career.spark._storage import Layout
 from tenure.service.replica._cluster_master import StandaloneMaster, master_webuis
-from tests.test_spark_career import Recorder, make_config
+from tests.test_spark_career import make_config
 
 
 class _Master:
@@ -80,6 +83,8 @@ def test_no_record_no_question_to_the_master(tmp_path: Path) -> None:
 
 
 def test_a_kill_the_master_refuses_stops_the_reclaim_and_keeps_the_record(tmp_path: Path) -> None:
+    """A master that refuses the kill (killing disabled on it) fails the reclaim with its error, and the earlier term's
+    record stays for the next leader to try again."""
     records = tmp_path / "_applications"
     record_application(records, 3, "app-1", "r1")
     master = _Master([("app-1", "tenure [g epoch 3]")], fail=OSError("killing is disabled"))
@@ -97,25 +102,34 @@ def test_a_kill_the_master_refuses_stops_the_reclaim_and_keeps_the_record(tmp_pa
     ("yarn", None, []),
 ])
 def test_the_masters_web_ui_addresses(spark_master: str, webui: str | None, expected: list[str]) -> None:
+    """The master's web UI is found from the Spark master URL (port 8080 on each host of a standalone master, HA masters
+    included) unless given; a given list is cleaned of trailing slashes; a local, Kubernetes or YARN master has none."""
     assert master_webuis(spark_master, webui) == expected
 
 
-def _cluster_career(tmp_path: Path, master: _Master) -> SparkCareer:
-    config = make_config(tmp_path, spark_master="spark://127.0.0.1:7077", health=HealthSettings(probe_timeout_s=0.5))
-    career = SparkCareer(config, Recorder(), replica_id="r1", group="g", cluster_master=master)
-    record_application(career._layout.applications, 3, "app-1", "r0")
-    return career
+def _standby(root: Path, master: _Master, *, clock: Callable[[], float] = time.monotonic,
+             spark_master: str = "spark://127.0.0.1:7077", **settings: object) -> SparkStandby:
+    """A replica's standby on a cluster whose master is ``master``, where term 3 recorded application ``app-1``."""
+    config = make_config(root, spark_master=spark_master, **settings)
+    standby = SparkStandby(config, Hooks(policy=config.retry_policy), replica_id="r1", group="g", layout=Layout(root),
+                           clock=clock, cluster_master=master)
+    record_application(Layout(root).applications, 3, "app-1", "r0")
+    return standby
+
+
+def _cluster_standby(tmp_path: Path, master: _Master) -> SparkStandby:
+    return _standby(tmp_path, master, health=HealthSettings(probe_timeout_s=0.5))
 
 
 def test_a_master_that_fails_or_hangs_costs_the_term_a_warning(tmp_path: Path) -> None:
     """A master that refuses, answers garbage or does not answer within the probe timeout is logged with the fix
     and the term goes on (its application then waits for the cores, as it would without the reclaim)."""
     log = structlog.get_logger()
-    refusing = _cluster_career(tmp_path / "a", _Master([("app-1", "tenure [g epoch 3]")], fail=OSError("403")))
-    garbled = _cluster_career(tmp_path / "c", _Master([("app-1", "tenure [g epoch 3]")],
-                                                      fail=http.client.IncompleteRead(b"{")))
+    refusing = _cluster_standby(tmp_path / "a", _Master([("app-1", "tenure [g epoch 3]")], fail=OSError("403")))
+    garbled = _cluster_standby(tmp_path / "c", _Master([("app-1", "tenure [g epoch 3]")],
+                                                       fail=http.client.IncompleteRead(b"{")))
     hang = threading.Event()
-    hanging = _cluster_career(tmp_path / "b", _Master([], hang=hang))
+    hanging = _cluster_standby(tmp_path / "b", _Master([], hang=hang))
     try:
         with capture_logs() as logs:
             refusing._reclaim_cores(7, log)
@@ -133,15 +147,16 @@ def test_a_master_that_fails_or_hangs_costs_the_term_a_warning(tmp_path: Path) -
 
 
 def test_a_local_master_reclaims_nothing(tmp_path: Path) -> None:
+    """On a local master no application is a cluster's: an earlier term's record is never acted on and the master's kill
+    is never called."""
     master = _Master([("app-1", "tenure [g epoch 3]")])
-    career = SparkCareer(make_config(tmp_path), Recorder(), replica_id="r1", group="g", cluster_master=master)
-    record_application(career._layout.applications, 3, "app-1", "r0")
-    career._reclaim_cores(7, structlog.get_logger())
+    standby = _standby(tmp_path, master, spark_master="local[2]")
+    standby._reclaim_cores(7, structlog.get_logger())
     assert master.killed == []
 
 
 class _Share:
-    """A standby application's executors as the career drives them (the real ones: tests/test_cluster_failover.py)."""
+    """A standby application's executors as the standby drives them (the real ones: tests/test_cluster_failover.py)."""
 
     def __init__(self) -> None:
         self.grown = False
@@ -159,21 +174,20 @@ def test_a_leader_grows_after_its_first_batch_then_renews_its_share(tmp_path: Pa
     """Not at inauguration: executors that register during the first batch would run some of its tasks cold. Then
     the share is told to the master again every 30 s (a restarted master recovers the application with none)."""
     now = [100.0]
-    config = make_config(tmp_path, spark_master="spark://127.0.0.1:7077", standby="warm")
-    career = SparkCareer(config, Recorder(), replica_id="r1", clock=lambda: now[0])
+    standby = _standby(tmp_path, _Master([]), clock=lambda: now[0], standby="warm")
     share = _Share()
-    career._executors = share  # type: ignore[assignment]  # the standby application's executors
+    standby._executors = share  # type: ignore[assignment]  # the standby application's executors
     term = SimpleNamespace(completed=0, log=structlog.get_logger())
-    career._grow_share(term)  # type: ignore[arg-type]  # the two fields _grow_share reads
+    standby.tend(term)  # type: ignore[arg-type]  # the two fields growing the share reads
     assert share.calls == [], "grown before the first batch"
     term.completed = 1
-    career._grow_share(term)  # type: ignore[arg-type]
+    standby.tend(term)  # type: ignore[arg-type]
     assert share.calls == ["grow"]
     now[0] += 29
-    career._grow_share(term)  # type: ignore[arg-type]
+    standby.tend(term)  # type: ignore[arg-type]
     assert share.calls == ["grow"]
     now[0] += 2
-    career._grow_share(term)  # type: ignore[arg-type]
+    standby.tend(term)  # type: ignore[arg-type]
     assert share.calls == ["grow", "renew"]
 
 
@@ -182,20 +196,18 @@ def test_a_reclaim_the_master_failed_is_tried_again_while_the_term_leads(tmp_pat
     leader's cores held for the whole term: the leader tries again every 30 s until the reclaim is done."""
     now = [100.0]
     master = _Master([("app-1", "tenure [g epoch 3]")], fail=OSError("timed out"))
-    config = make_config(tmp_path, spark_master="spark://127.0.0.1:7077", health=HealthSettings(probe_timeout_s=0.5))
-    career = SparkCareer(config, Recorder(), replica_id="r1", group="g", cluster_master=master, clock=lambda: now[0])
-    record_application(career._layout.applications, 3, "app-1", "r0")
+    standby = _standby(tmp_path, master, clock=lambda: now[0], health=HealthSettings(probe_timeout_s=0.5))
     log = structlog.get_logger()
     term = SimpleNamespace(epoch=7, log=log)
     with capture_logs() as logs:
-        career._reclaim_cores(7, log)
+        standby._reclaim_cores(7, log)
         master._fail = None  # the master answers from now on
-        career._retry_reclaim(term)  # type: ignore[arg-type]  # the two fields _retry_reclaim reads
+        standby.tend(term)  # type: ignore[arg-type]  # the two fields retrying the reclaim reads
         assert master.killed == [], "tried again before 30 s"
         now[0] += 31
-        career._retry_reclaim(term)  # type: ignore[arg-type]
+        standby.tend(term)  # type: ignore[arg-type]
         now[0] += 31
-        career._retry_reclaim(term)  # type: ignore[arg-type]
+        standby.tend(term)  # type: ignore[arg-type]
     assert master.killed == ["app-1"] and master.listed == 2, "done once, then never asked again"
     assert [e["event"] for e in logs] == [STALE_APPLICATIONS_LEFT, STALE_APPLICATION_KILLED]
 
@@ -208,36 +220,30 @@ def test_a_leader_on_standby_executors_reclaims_right_before_it_grows(tmp_path: 
     order: list[str] = []
     master = _Master([("app-1", "tenure [g epoch 3]")])
     master.kill = lambda app_id: order.append(f"kill {app_id}")  # type: ignore[method-assign]
-    config = make_config(tmp_path, spark_master="spark://127.0.0.1:7077", standby="warm")
-    career = SparkCareer(config, Recorder(), replica_id="r1", group="g", cluster_master=master, clock=lambda: now[0])
-    record_application(career._layout.applications, 3, "app-1", "r0")
+    standby = _standby(tmp_path, master, clock=lambda: now[0], standby="warm")
     share = _Share()
     share.calls = order
-    career._executors = share  # type: ignore[assignment]  # the standby application's executors
+    standby._executors = share  # type: ignore[assignment]  # the standby application's executors
     term = SimpleNamespace(epoch=7, completed=0, log=structlog.get_logger())
 
-    career._put_off_reclaim()
-    career._retry_reclaim(term)  # type: ignore[arg-type]  # the fields the two steps read
-    career._grow_share(term)  # type: ignore[arg-type]
+    standby._put_off_reclaim()
+    standby.tend(term)  # type: ignore[arg-type]  # the fields the two steps read
     assert master.listed == 0 and order == [], "the master was asked before the first batch"
     term.completed = 1
-    career._retry_reclaim(term)  # type: ignore[arg-type]
-    career._grow_share(term)  # type: ignore[arg-type]
+    standby.tend(term)  # type: ignore[arg-type]
     assert order == ["kill app-1", "grow"]
     now[0] += 31
-    career._retry_reclaim(term)  # type: ignore[arg-type]
+    standby._retry_reclaim(term)  # type: ignore[arg-type]
     assert master.listed == 1, "a reclaim that was done is asked again"
 
-    slow = SparkCareer(make_config(tmp_path / "slow", spark_master="spark://127.0.0.1:7077", standby="warm"),
-                       Recorder(), replica_id="r1", group="g", cluster_master=master, clock=lambda: now[0])
-    record_application(slow._layout.applications, 3, "app-1", "r0")
+    slow = _standby(tmp_path / "slow", master, clock=lambda: now[0], standby="warm")
     slow._put_off_reclaim()
     term.completed = 0
     now[0] += 29
-    slow._retry_reclaim(term)  # type: ignore[arg-type]
+    slow.tend(term)  # type: ignore[arg-type]
     assert master.listed == 1
     now[0] += 2
-    slow._retry_reclaim(term)  # type: ignore[arg-type]
+    slow.tend(term)  # type: ignore[arg-type]
     assert master.listed == 2, "a first batch slower than 30 s held the reclaim back"
 
 

@@ -46,14 +46,20 @@ def _one_line(**overrides: object) -> str:
     ({"standby": "hot"}, "standby='hot' is not one of warm, cold"),
 ])
 def test_a_bad_setting_is_one_line_naming_it(overrides: dict[str, object], expected: str) -> None:
+    """Each bad setting, or bad combination, fails the configuration with one line naming the setting, its value and
+    what is wrong."""
     assert expected in _one_line(**overrides)
 
 
 def test_spark_settings_are_checked_only_for_the_spark_career() -> None:
+    """A Spark setting that would be refused (a dedup window that is no interval) does not stop a counter-career
+    replica: the Spark career's settings are checked only when it is the career."""
     assert load_config({"zk": ZK, "career": "counter", "dedup_window": "forever"}).career == "counter"
 
 
 def test_group_names_follow_one_rule() -> None:
+    """The configuration and the znode layout accept and refuse the same group names (one rule, ``GroupPaths``):
+    letters, digits, ``.``, ``-`` and ``_`` up to 128 characters, none starting with ``_`` or ``.``."""
     for name in ("orders", "a", "x.y-z_1", "9" * 128):
         assert load_config({"zk": ZK, "group": name}).group == GroupPaths(name).group
     for name in ("_queues", ".hidden", "", "a/b", "x" * 129):

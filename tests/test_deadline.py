@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from tenure.career import FailedBatch, HandoverRecord, Probe, StorageHealth, call_within
 from tenure.errors import Unresponsive
+from tenure.service.local import wait_for
 from tenure.service.replica import Metrics
 from tenure.service.replica._progress import ProgressClock
 from tenure.service.replica._watchdog import WatchdogSettings, find_stall
@@ -46,9 +47,7 @@ def test_a_stuck_probe_fails_every_later_call_at_once_until_it_returns() -> None
         probe(lambda: "never run")
     assert time.monotonic() - started < 0.1, "a call behind a stuck one must fail at once"
     release.set()
-    deadline = time.monotonic() + 5
-    while probe.stuck_for is not None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: probe.stuck_for is None, 5, "the stuck call to return", interval_s=0.01)
     assert probe(lambda: "again") == "again"
 
 

@@ -123,6 +123,9 @@ def _pause_the_leader_at(topology: Topology, point: str) -> tuple[str, int, bool
 @pytest.mark.fleet
 @pytest.mark.timeout(900)
 def test_a_reader_sees_whole_batches_and_a_leader_paused_in_its_publish_adds_no_version(tmp_path: Path) -> None:
+    """Two replicas while the producer writes, the leader paused as a whole tree at each of the Delta commit's two
+    windows: a reader polling ``table/`` throughout sees every batch whole in every version, the audit passes, and
+    each paused batch is one version, added by the successor and never by the resumed leader."""
     topology = Topology(tmp_path, replicas=2, zk_servers=1, fault_files=True,
                         spec=ReplicaSpec(session_timeout_s=4.0, max_files_per_trigger=4))
     reader = _Reader(topology.data_root / "table")

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tenure.service.local import TOPOLOGY_STOPPED
 from tenure.service.ops import VERIFIED
-from tests._replicas import REPO
+from tests._replicas import tenure
 
 
 @pytest.mark.fleet
@@ -19,11 +17,7 @@ from tests._replicas import REPO
 def test_demo_kills_the_leader_and_audits_exactly_once(tmp_path: Path) -> None:
     """`tenure demo` exits 0: a follower took over after the SIGKILL, the drain was told as progress, and verify
     found every id exactly once."""
-    result = subprocess.run(
-        [sys.executable, "-m", "tenure", "demo", "--dir", str(tmp_path / "demo"), "--records", "6000",
-         "--rate", "1500"],
-        capture_output=True, text=True, timeout=580, cwd=REPO, check=False,
-    )
+    result = tenure("demo", "--dir", str(tmp_path / "demo"), "--records", "6000", "--rate", "1500", timeout_s=580)
     out = result.stdout
     assert result.returncode == 0, out[-4000:] + result.stderr[-4000:]
     assert "SIGKILL" in out and "took over with epoch" in out

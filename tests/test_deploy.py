@@ -22,7 +22,14 @@ import yaml
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from tenure.service.local import free_port, wait_for
-from tests._prometheus import alerts, prometheus_binary, query, running_prometheus
+from tests._prometheus import (
+    PrometheusError,
+    alerts,
+    prometheus_binary,
+    query,
+    running_prometheus,
+    scrape_config,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -749,20 +756,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Gauge]
     leader.set(1)
     exporter_port = free_port()
     server, thread = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
-    config = f"""
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
-rule_files:
-  - {PROMETHEUS_DIR / "alerts.yml"}
-scrape_configs:
-  - job_name: tenure
-    static_configs:
-      - targets: ["127.0.0.1:{exporter_port}"]
-        labels:
-          replica: stand-in
-"""
+    config = scrape_config([f"127.0.0.1:{exporter_port}"], {"replica": "stand-in"})
     port = free_port()
     try:
         with running_prometheus(config, tmp_path_factory.mktemp("prometheus"), port):
@@ -812,5 +806,10 @@ def test_dashboard_and_alert_queries_are_valid_promql(live: tuple[int, Gauge]) -
     port, _ = live
     exprs = [_grafana_to_promql(expr) for expr in _dashboard_exprs()]
     exprs += [rule["expr"] for rule in _alert_rules().values()]
+    refused = []
     for expr in exprs:
-        query(port, expr)  # raises PrometheusError, naming the query, if it does not parse
+        try:
+            query(port, expr)
+        except PrometheusError as exc:  # the query does not parse, or Prometheus cannot evaluate it
+            refused.append(f"{expr}: {exc}")
+    assert exprs and not refused, refused

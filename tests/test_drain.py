@@ -10,18 +10,16 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from tenure.career.lifecycle import DRAINED, HANDOVER_RECORDED
-from tenure.election import DrainRequest, GroupPaths, group_status, read_history
+from tenure.election import DrainRequest, GroupPaths, read_history
 from tenure.service.local import wait_for
-from tests._replicas import ReplicaSet, counter_exactly_once, tenure
-
-
-def _in_election(zk_client: KazooClient, group: str) -> list[str]:
-    return [c.identity.replica_id for c in group_status(zk_client, group).contenders if c.identity]
-
+from tests._replicas import ReplicaSet, counter_exactly_once, election_line, tenure
 
 
 def test_a_drained_leader_hands_over_cleanly_and_stays_warm(counter_replicas: ReplicaSet, zk_client: KazooClient,
                                                             zk_hosts: str, zk_group: str, tmp_path: Path) -> None:
+    """`tenure drain` of the leader: it hands over cleanly to a follower and stays alive, out of the election, reporting
+    itself drained (``/readyz`` 503 with the reason, `tenure status`); `tenure undrain` puts it back at the end of
+    the line without disturbing the new leader, and the counter stays exactly once."""
     first = counter_replicas.start("r1")
     wait_for(first.is_leader, 30, "r1 to lead")
     others = [counter_replicas.start("r2"), counter_replicas.start("r3")]
@@ -44,7 +42,7 @@ def test_a_drained_leader_hands_over_cleanly_and_stays_warm(counter_replicas: Re
     done = tenure("undrain", "r1", "--zk", zk_hosts, "--group", zk_group)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "r1 undrained: back in the election"
-    assert _in_election(zk_client, zk_group)[-1] == "r1"  # at the back of the line
+    assert election_line(zk_client, zk_group)[-1] == "r1"  # at the back of the line
     wait_for(lambda: first.get("/readyz")[0] == 200, 10, "r1 ready again")
     assert counter_replicas.one_leader() is successor
     counter_exactly_once(tmp_path / "data")
@@ -52,6 +50,9 @@ def test_a_drained_leader_hands_over_cleanly_and_stays_warm(counter_replicas: Re
 
 def test_refusals_are_one_line(counter_replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str,
                                zk_group: str) -> None:
+    """`tenure drain` of an unknown replica, or of the last one in the election without ``--force``, is refused in one
+    line naming the fix and changes nothing; with ``--force`` the group has no leader until `tenure undrain`;
+    undraining a replica that is not drained is refused too."""
     only = counter_replicas.start("r1")
     wait_for(only.is_leader, 30, "r1 to lead")
     base = ["--zk", zk_hosts, "--group", zk_group]
@@ -68,7 +69,7 @@ def test_refusals_are_one_line(counter_replicas: ReplicaSet, zk_client: KazooCli
 
     forced = tenure("drain", "r1", *base, "--force")
     assert forced.returncode == 0, forced.stderr
-    assert _in_election(zk_client, zk_group) == [] and not only.is_leader()
+    assert election_line(zk_client, zk_group) == [] and not only.is_leader()
     assert tenure("undrain", "r1", *base).returncode == 0
     wait_for(only.is_leader, 20, "r1 to lead again")
     again = tenure("undrain", "r1", *base)
@@ -77,6 +78,8 @@ def test_refusals_are_one_line(counter_replicas: ReplicaSet, zk_client: KazooCli
 
 def test_a_replica_drained_before_it_starts_never_joins(counter_replicas: ReplicaSet, zk_client: KazooClient,
                                                         zk_hosts: str, zk_group: str) -> None:
+    """A replica whose drain request exists before it starts never joins the election (it reports itself drained from
+    the start) until `tenure undrain`, which puts it in line."""
     leader = counter_replicas.start("r1")
     wait_for(leader.is_leader, 30, "r1 to lead")
     paths = GroupPaths(zk_group)
@@ -86,6 +89,6 @@ def test_a_replica_drained_before_it_starts_never_joins(counter_replicas: Replic
     wait_for(lambda: late.get("/readyz")[0] == 503 and "drained: new disk" in late.get("/readyz")[1], 30,
              "r2 up and reporting drained")
     assert late.has_event(DRAINED, at_start=True)
-    assert "r2" not in _in_election(zk_client, zk_group)
+    assert "r2" not in election_line(zk_client, zk_group)
     assert tenure("undrain", "r2", "--zk", zk_hosts, "--group", zk_group).returncode == 0
-    assert _in_election(zk_client, zk_group) == ["r1", "r2"]
+    assert election_line(zk_client, zk_group) == ["r1", "r2"]

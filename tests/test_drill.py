@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +29,7 @@ from tenure.service.drill._scenarios import CLUSTER_SCENARIOS, SCENARIOS, expand
 from tenure.service.drill._settings import DrillSettings, career_unavailable, worker_loss_budget_s
 from tenure.service.local import NetNamespace, netns_unavailable
 from tenure.service.replica import EXIT_STALLED, ReplicaSpec, setting_named
+from tests._replicas import tenure
 
 FIRST_COMMIT = "successor's first commit: about 1 s after the handover, plus one batch"
 SETTINGS = DrillSettings(career="counter", session_timeout_s=6.0, safe_fraction=0.5)
@@ -638,12 +638,8 @@ def test_chaos_drill_spark_short(tmp_path: Path) -> None:
 def test_plot_without_matplotlib_is_refused_before_the_drill_runs(tmp_path: Path) -> None:
     """A replica's install leaves matplotlib out (it is the `drill` extra): `--plot` says so in one line, exit 2,
     before any topology starts. ``sys.modules[name] = None`` is how Python marks a module as not installed."""
-    script = ("import sys; sys.modules['matplotlib'] = None\n"
-              "from tenure.service.cli import main\n"
-              f"sys.argv = ['tenure', 'drill', 'handover', '--career', 'counter', '--short', "
-              f"'--plot', {str(tmp_path / 'p.png')!r}, '--dir', {str(tmp_path / 'd')!r}]\n"
-              "main()\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    done = tenure("drill", "handover", "--career", "counter", "--short", "--plot", str(tmp_path / "p.png"),
+                  "--dir", str(tmp_path / "d"), timeout_s=60, before="import sys; sys.modules['matplotlib'] = None")
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1] == ("tenure: error: --plot needs matplotlib, which a replica's "
                                                      "install leaves out: pip install 'tenure[drill]' (or drop --plot)")
@@ -674,34 +670,25 @@ def test_plot_without_matplotlib_is_refused_before_the_drill_runs(tmp_path: Path
          "the cluster on loopback"),
     ],
 )
-def test_spark_cluster_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, args: list[str],
-                                message: str) -> None:
-    """One line on stderr, exit 2, and nothing started: no drill folder, no topology built."""
-    from click.testing import CliRunner
-
-    from tenure.service.cli import main
-    from tenure.service.drill import _context
-
-    built: list[str] = []
-    monkeypatch.setattr(_context.Drill, "__init__", lambda *a, **k: built.append(case))  # must never be reached
+def test_spark_cluster_refusals(tmp_path: Path, case: str, args: list[str], message: str) -> None:
+    """One line on stderr, exit 2, and nothing started: no drill folder, no topology built (building one would
+    exit 99)."""
+    never_built = ("import os\nfrom tenure.service.drill import _context\n"
+                   "_context.Drill.__init__ = lambda *a, **k: os._exit(99)")
     directory = tmp_path / "d"
-    done = CliRunner().invoke(main, ["drill", *args, "--short", "--dir", str(directory)])
-    assert done.exit_code == 2, (case, done.output)
+    done = tenure("drill", *args, "--short", "--dir", str(directory), timeout_s=60, before=never_built)
+    assert done.returncode == 2, (case, done.stdout, done.stderr)
     assert done.stderr.strip().splitlines() == [f"tenure: error: {message}"], case
-    assert not directory.exists() and not built, case
+    assert not directory.exists(), case
 
 
 def test_spark_cluster_from_the_environment(tmp_path: Path) -> None:
     """TENURE_DRILL_SPARK_CLUSTER sets --spark-cluster: with 1, worker-loss is refused as with the flag."""
-    from click.testing import CliRunner
-
-    from tenure.service.cli import main
-
-    done = CliRunner().invoke(main, ["drill", "worker-loss", "--dir", str(tmp_path / "d")],
-                              env={"TENURE_DRILL_SPARK_CLUSTER": "1"})
-    assert done.exit_code == 2 and "--spark-cluster 1 gives one" in done.stderr, done.output
-    out_of_range = CliRunner().invoke(main, ["drill", "crash", "--spark-cluster", "9"])
-    assert out_of_range.exit_code == 2 and "0<=x<=8" in out_of_range.stderr, out_of_range.output
+    done = tenure("drill", "worker-loss", "--dir", str(tmp_path / "d"), timeout_s=60,
+                  env={**os.environ, "TENURE_DRILL_SPARK_CLUSTER": "1"})
+    assert done.returncode == 2 and "--spark-cluster 1 gives one" in done.stderr, done.stderr
+    out_of_range = tenure("drill", "crash", "--spark-cluster", "9", timeout_s=60)
+    assert out_of_range.returncode == 2 and "0<=x<=8" in out_of_range.stderr, out_of_range.stderr
 
 
 def test_run_drills_refuses_cluster_scenarios_without_a_cluster(tmp_path: Path) -> None:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import errno
 import inspect
-import os
 import re
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,10 +20,8 @@ from tenure.election import four_letter_word
 from tenure.service.cli._local import zk as zk_command
 from tenure.service.drill._settings import DrillSettings
 from tenure.service.local import Ensemble, EnsembleError, Topology, find_java, running_ensemble, wait_for
-from tests._replicas import descendants
+from tests._replicas import TENURE, descendants, tenure
 from tests.conftest import ZK_TICK_MS, free_zk_base_port
-
-TENURE = [sys.executable, "-m", "tenure"]
 
 
 def _write(hosts: str, path: str, timeout_s: float = 5.0) -> None:
@@ -297,8 +293,7 @@ def test_cli_port_clash_exits_nonzero_with_one_line(tmp_path: Path) -> None:
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         holder.bind(("127.0.0.1", base))
         holder.listen()
-        result = subprocess.run([*TENURE, "zk", "--servers", "1", "--port", str(base), "--dir", str(tmp_path)],
-                                capture_output=True, text=True, timeout=60, env={**os.environ}, check=False)
+        result = tenure("zk", "--servers", "1", "--port", str(base), "--dir", str(tmp_path), timeout_s=60)
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if line.startswith("tenure: error:")]
     assert errors == [f"tenure: error: port {base} (for zk1) is already in use: stop what holds it or "

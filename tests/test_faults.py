@@ -5,12 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tenure.service.local import wait_for
 from tenure.service.replica import FaultFile, InjectedFault, arm, pause_tree, resume_tree, tree_pids
 
 _CHILD = textwrap.dedent("""
@@ -28,12 +28,12 @@ _CHILD = textwrap.dedent("""
 
 
 def _wait_status(pids: list[int], status: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if all(psutil.Process(pid).status() == status for pid in pids):
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"{[(p, psutil.Process(p).status()) for p in pids]} not all {status}")
+    """Wait until every process of ``pids`` is in psutil's ``status``; fail naming each one's status."""
+    try:
+        wait_for(lambda: all(psutil.Process(pid).status() == status for pid in pids), timeout_s,
+                 f"{pids} all {status}", interval_s=0.02)
+    except TimeoutError:
+        raise AssertionError(f"{[(p, psutil.Process(p).status()) for p in pids]} not all {status}") from None
 
 
 @pytest.fixture
@@ -55,6 +55,8 @@ def armed_child(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_a_pause_fault_stops_the_whole_tree_until_resumed(armed_child) -> None:  # type: ignore[no-untyped-def]
+    """A ``pause`` fault at its point stops the process and its child (SIGSTOP on the whole tree) until resumed from
+    outside, then the process goes on; the fault file is taken, so it fires once."""
     process, child, fault = armed_child
     arm(fault, "after_commit", "pause")
     process.stdin.write("go\n")
@@ -67,6 +69,7 @@ def test_a_pause_fault_stops_the_whole_tree_until_resumed(armed_child) -> None: 
 
 
 def test_a_kill_fault_is_a_real_sigkill(armed_child) -> None:  # type: ignore[no-untyped-def]
+    """A ``kill`` fault at its point ends the process with a real SIGKILL (exit -9)."""
     process, _child, fault = armed_child
     arm(fault, "after_commit", "kill")
     process.stdin.write("go\n")
@@ -75,6 +78,7 @@ def test_a_kill_fault_is_a_real_sigkill(armed_child) -> None:  # type: ignore[no
 
 
 def test_pause_tree_from_outside_stops_parent_and_child(armed_child) -> None:  # type: ignore[no-untyped-def]
+    """``pause_tree`` from outside stops a process and its child, and ``resume_tree`` lets both run again."""
     process, child, _fault = armed_child
     assert sorted(pause_tree(process.pid)) == sorted([process.pid, child])
     _wait_status([process.pid, child], psutil.STATUS_STOPPED)
@@ -83,6 +87,8 @@ def test_pause_tree_from_outside_stops_parent_and_child(armed_child) -> None:  #
 
 
 def test_a_raise_fault_fires_at_its_point_only_and_once(tmp_path: Path) -> None:
+    """A ``raise`` fault raises ``InjectedFault`` at its own point only (another point passes), once: the next time the
+    point is reached nothing happens."""
     fault = tmp_path / "fault"
     hook = FaultFile(fault)
     hook("after_commit")  # nothing armed: nothing happens
@@ -95,6 +101,7 @@ def test_a_raise_fault_fires_at_its_point_only_and_once(tmp_path: Path) -> None:
 
 
 def test_a_malformed_fault_file_says_what_to_write(tmp_path: Path) -> None:
+    """A fault file naming no known point, or arming an unknown action, fails with what to write instead."""
     fault = tmp_path / "fault"
     fault.write_text("after_comit pause\n")
     with pytest.raises(InjectedFault, match="write 'POINT ACTION' with POINT one of inaugurate"):

@@ -17,12 +17,7 @@ from tenure.career.lifecycle import (
 )
 from tenure.election import GroupPaths, HandoverRequest, group_status, read_history
 from tenure.service.local import wait_for
-from tests._replicas import Replica, ReplicaSet, counter_exactly_once, tenure
-
-
-def _line(zk_client: KazooClient, group: str) -> list[str]:
-    return [c.identity.replica_id for c in group_status(zk_client, group).contenders if c.identity]
-
+from tests._replicas import Replica, ReplicaSet, counter_exactly_once, election_line, tenure
 
 #: No test here waits for a session to expire: a session of 10 s, not the fixture's 3 s, keeps a leader starved of
 #: CPU for a few seconds (CI saw it) from losing its term in the middle of a test about handover requests.
@@ -36,7 +31,7 @@ def _three(counter_replicas: ReplicaSet, zk_client: KazooClient, group: str) -> 
     wait_for(started[0].is_leader, 90, "r1 to lead")
     for name in ("r2", "r3"):
         started.append(counter_replicas.start(name, session_timeout_s=_SESSION_S))
-        wait_for(lambda: _line(zk_client, group)[-1] == name, 90, f"{name} in line")  # noqa: B023
+        wait_for(lambda: election_line(zk_client, group)[-1] == name, 90, f"{name} in line")  # noqa: B023
     wait_for(lambda: all(r.get("/readyz")[0] == 200 for r in started), 90, "every replica ready")
     return started
 
@@ -44,6 +39,9 @@ def _three(counter_replicas: ReplicaSet, zk_client: KazooClient, group: str) -> 
 
 def test_handover_to_a_named_replica_past_the_next_in_line(counter_replicas: ReplicaSet, zk_client: KazooClient,
                                                            zk_hosts: str, zk_group: str, tmp_path: Path) -> None:
+    """`tenure handover --to r3 --wait` while r2 is next in line: r2 steps aside, r1 hands over cleanly to r3, the
+    command prints the request and the gap to r3's first commit, the request is deleted, r1 and r2 rejoin behind r3,
+    and the counter stays exactly once."""
     r1, r2, r3 = _three(counter_replicas, zk_client, zk_group)
     epoch = group_status(zk_client, zk_group).leader.epoch  # type: ignore[union-attr]
     wait_for(lambda: read_history(zk_client, zk_group) and read_history(zk_client, zk_group)[-1].first_commit_at,
@@ -58,7 +56,7 @@ def test_handover_to_a_named_replica_past_the_next_in_line(counter_replicas: Rep
     assert r2.has_event(DEFERRED_TO_HANDOVER_TARGET)  # next in line, it stepped aside for the target
     assert r1.has_event(HANDOVER_REQUESTED, to="r3") and r1.has_event(HANDOVER_RECORDED, clean=True)
     assert r1.alive and r2.alive
-    wait_for(lambda: _line(zk_client, zk_group)[0] == "r3" and len(_line(zk_client, zk_group)) == 3, 10,
+    wait_for(lambda: election_line(zk_client, zk_group)[0] == "r3" and len(election_line(zk_client, zk_group)) == 3, 10,
              "r1 and r2 back in line")
     terms = read_history(zk_client, zk_group)
     assert [(t.replica_id, t.ended) for t in terms] == [("r1", "clean"), ("r3", None)]
@@ -69,12 +67,13 @@ def test_handover_to_a_named_replica_past_the_next_in_line(counter_replicas: Rep
 
 def test_handover_to_the_next_in_line(counter_replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str,
                                       zk_group: str) -> None:
+    """`tenure handover --wait` without a target: the next in line leads and the old leader rejoins at the back."""
     r1, r2, _r3 = _three(counter_replicas, zk_client, zk_group)
     done = tenure("handover", "--zk", zk_hosts, "--group", zk_group, "--wait")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1].startswith("r2 leads")
     assert counter_replicas.one_leader() is r2
-    wait_for(lambda: _line(zk_client, zk_group) == ["r2", "r3", "r1"], 10, "r1 at the back of the line")
+    wait_for(lambda: election_line(zk_client, zk_group) == ["r2", "r3", "r1"], 10, "r1 at the back of the line")
     assert r1.has_event(HANDOVER_REQUESTED, to=None)
 
 
@@ -107,6 +106,8 @@ def test_a_request_lives_for_its_timeout_from_when_the_replica_read_it() -> None
 
 def test_refusals_are_one_line(counter_replicas: ReplicaSet, zk_client: KazooClient, zk_hosts: str,
                                zk_group: str) -> None:
+    """`tenure handover` to the leader itself, to an unknown or a drained replica, or while another request is live, is
+    refused in one line and the leader keeps its term."""
     r1, _r2, _r3 = _three(counter_replicas, zk_client, zk_group)
     base = ["handover", "--zk", zk_hosts, "--group", zk_group]
 
@@ -137,7 +138,7 @@ def test_a_target_that_does_not_answer_is_not_ready(counter_replicas: ReplicaSet
     leader = counter_replicas.start("r1")
     wait_for(leader.is_leader, 30, "r1 to lead")
     frozen = counter_replicas.start("r2", session_timeout_s=9)  # its node outlives the check below
-    wait_for(lambda: _line(zk_client, zk_group) == ["r1", "r2"] and frozen.get("/readyz")[0] == 200, 30,
+    wait_for(lambda: election_line(zk_client, zk_group) == ["r1", "r2"] and frozen.get("/readyz")[0] == 200, 30,
              "r2 ready in line")
     frozen.pause()
     try:

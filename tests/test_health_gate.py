@@ -15,10 +15,9 @@ from kazoo.client import KazooClient
 
 from tenure.career._health import storage_problem
 from tenure.career.lifecycle import BACKING_OFF, CAREER_FAILED, HEALTHY_AGAIN, LEFT_ELECTION
-from tenure.election import group_status
 from tenure.service.local import wait_for
 from tenure.service.replica import ReplicaSpec
-from tests._replicas import ReplicaSet
+from tests._replicas import ReplicaSet, election_line
 
 
 @pytest.fixture()
@@ -31,12 +30,11 @@ def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSe
     replica_set.reap_all()
 
 
-def _line(zk_client: KazooClient, group: str) -> list[str]:
-    return [c.identity.replica_id for c in group_status(zk_client, group).contenders if c.identity]
-
-
 def test_a_leader_whose_data_root_breaks_hands_over_and_rejoins_when_healed(
         replicas: ReplicaSet, zk_client: KazooClient, zk_group: str, tmp_path: Path) -> None:
+    """A leader whose data root becomes unwritable leaves the election as unhealthy (no back-off, no career failure
+    counted), stays alive reporting why, and a follower leads; once the data root is back it rejoins the line and is
+    ready again."""
     root = tmp_path / "r1-data"
     first = replicas.start("r1", data_root=root)
     wait_for(first.is_leader, 30, "r1 to lead")
@@ -55,16 +53,18 @@ def test_a_leader_whose_data_root_breaks_hands_over_and_rejoins_when_healed(
     # counted against the career.
     wait_for(lambda: first.has_event(LEFT_ELECTION, state="unhealthy"), 10, "r1's left_election event")
     assert not first.has_event(BACKING_OFF) and not first.has_event(CAREER_FAILED)
-    assert _line(zk_client, zk_group) == ["r2"]
+    assert election_line(zk_client, zk_group) == ["r2"]
 
     root.unlink()
     (tmp_path / "r1-data.away").rename(root)
-    wait_for(lambda: _line(zk_client, zk_group) == ["r2", "r1"], 20, "r1 back in line once healed")
+    wait_for(lambda: election_line(zk_client, zk_group) == ["r2", "r1"], 20, "r1 back in line once healed")
     wait_for(lambda: first.has_event(HEALTHY_AGAIN), 10, "r1's healthy_again event")
     wait_for(lambda: first.get("/readyz")[0] == 200, 10, "r1 ready again")
 
 
 def test_the_storage_check_names_the_problem(tmp_path: Path) -> None:
+    """The storage check passes on a writable folder and leaves nothing behind; too little free disk or a missing data
+    root is named with the setting or the path to fix."""
     assert storage_problem(tmp_path, 0) is None
     assert not list(tmp_path.iterdir())  # the probe leaves nothing behind
     free_mb = shutil.disk_usage(tmp_path).free >> 20
@@ -81,17 +81,17 @@ def test_a_follower_whose_data_root_breaks_leaves_the_line_until_healed(
     wait_for(leader.is_leader, 30, "r1 to lead")
     root = tmp_path / "r2-data"
     follower = replicas.start("r2", data_root=root)
-    wait_for(lambda: _line(zk_client, zk_group) == ["r1", "r2"], 30, "r2 in line")
+    wait_for(lambda: election_line(zk_client, zk_group) == ["r1", "r2"], 30, "r2 in line")
     shutil.rmtree(root)
     root.write_text("not a folder\n")
-    wait_for(lambda: _line(zk_client, zk_group) == ["r1"], 20, "r2 out of the line")
+    wait_for(lambda: election_line(zk_client, zk_group) == ["r1"], 20, "r2 out of the line")
     # The node goes first, the event is logged after it: on a busy machine the log may lag the line.
     wait_for(lambda: follower.has_event(LEFT_ELECTION, state="unhealthy", was_leading=False), 10,
              "r2's left_election event")
     assert follower.get("/readyz")[0] == 503 and leader.is_leader()
     root.unlink()
     root.mkdir()
-    wait_for(lambda: _line(zk_client, zk_group) == ["r1", "r2"], 20, "r2 back in line")
+    wait_for(lambda: election_line(zk_client, zk_group) == ["r1", "r2"], 20, "r2 back in line")
 
 
 def test_processes_probing_one_folder_do_not_fail_each_other(tmp_path: Path) -> None:

@@ -87,6 +87,8 @@ def test_a_stale_leader_records_no_term(zk_client: KazooClient, zk_hosts: str, z
 
 
 def test_the_history_keeps_the_last_terms_only(zk_client: KazooClient, zk_group: str) -> None:
+    """The term history keeps the last ``HISTORY_LIMIT`` terms, oldest dropped first, each closed by its successor as
+    ``clean`` or ``crash`` by the handover record it left."""
     paths = GroupPaths(zk_group)
     zk_client.ensure_path(paths.election)
     history = TermHistory(zk_client, zk_group)
@@ -104,6 +106,8 @@ def test_the_history_keeps_the_last_terms_only(zk_client: KazooClient, zk_group:
 
 
 def test_tenure_history_prints_a_table_and_json(zk_client: KazooClient, zk_hosts: str, zk_group: str) -> None:
+    """`tenure history` prints the terms as a table (a running term shown as such, its duration) and as JSON with
+    ``--json``; `tenure status` shows the last terms too."""
     paths = GroupPaths(zk_group)
     zk_client.ensure_path(paths.election)
     node = zk_client.create(f"{paths.election}/n-1", b"", ephemeral=True)

@@ -47,6 +47,8 @@ def _files(*specs: tuple[str, int, int]) -> list[QueueEntry]:
 
 
 def test_files_are_admitted_by_mtime_then_name_and_the_bound_splits_anywhere() -> None:
+    """Queue files are admitted in (modification time, name) order, and the file bound cuts a batch anywhere in that
+    order: the next batch starts where the last one stopped."""
     listed = _files(("b", 5, 1), ("a", 5, 1), ("c", 4, 1), ("d", 9, 1))
     names = {f.name for f in listed}
     batch, _ = admit(listed, names, set(), max_files=2, max_bytes=None)

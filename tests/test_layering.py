@@ -84,6 +84,8 @@ def test_the_floor_imports_no_room() -> None:
 
 @pytest.mark.parametrize("importer", sorted(FORBIDDEN))
 def test_no_import_against_the_layers(importer: str) -> None:
+    """No module imports across the layers' rules (the replica no operator tool, ``career`` nothing of ``service``,
+    ``election`` no career and no Spark, the floor no room …): every offending import is listed."""
     graph = _graph()
     wrong = sorted(f"{module} imports {target}" for module, targets in graph.items() if _inside(module, importer)
                    for target in targets for banned in FORBIDDEN[importer] if _inside(target, banned))
@@ -105,6 +107,8 @@ def test_kazoo_is_imported_in_election_alone() -> None:
 
 
 def test_no_module_cycle() -> None:
+    """No two modules import each other, directly or round a longer cycle (a package's ``__init__`` re-exporting its
+    modules does not count); a cycle is named in full."""
     graph = _graph()
     # Packages' __init__ re-export their modules; an edge into a package's own __init__ from inside it is not a
     # cycle of jobs, so only module-to-module edges between non-__init__ modules count.

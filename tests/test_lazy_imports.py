@@ -16,6 +16,8 @@ _HEAVY = ("tenure.career._counter", "tenure.career._protocol", "tenure.career.sp
 
 
 def test_the_queue_source_module_imports_without_the_rest_of_the_career() -> None:
+    """Importing the queue source's module alone, as Spark's Python processes do to unpickle it, loads none of the
+    career's heavy modules or libraries (the lifecycle, the Spark career, kazoo, pandas …)."""
     probe = ("import json, sys, tenure.career.spark._intake; "
              "print(json.dumps(sorted(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
@@ -27,6 +29,8 @@ def test_the_queue_source_module_imports_without_the_rest_of_the_career() -> Non
 
 @pytest.mark.parametrize("package", ["tenure.career", "tenure.career.spark"])
 def test_every_exported_name_resolves_and_no_other(package: str) -> None:
+    """Every name a career package exports resolves, on first use, to the object in the module its table names, ``import
+    *`` gives them all, and a misspelt name fails as an attribute error naming it."""
     module = importlib.import_module(package)
     assert set(module._HOMES) == set(module.__all__)
     for name in module.__all__:

@@ -48,6 +48,8 @@ def _ids(folder: Path) -> list[str]:
 
 
 def test_each_batch_is_one_version_carrying_its_batch_epoch_and_transaction(tmp_path: Path) -> None:
+    """Each published batch is one Delta version carrying its batch id, epoch and replica, the table's transaction
+    version is the last batch, the table is append-only, and each file carries its row-count statistics."""
     table = tmp_path / "table"
     _part(table, 0, 3)
     assert publish_batch(table, 0, epoch=7, replica_id="r1") == 0
@@ -79,6 +81,8 @@ def test_publishing_a_covered_batch_again_adds_no_version(tmp_path: Path) -> Non
 
 
 def test_a_batch_without_files_here_makes_no_version(tmp_path: Path) -> None:
+    """A batch with no files for an output (no quarantined line, say) adds no version there, and creates no table if
+    there was none."""
     table = tmp_path / "quarantine"
     assert publish_batch(table, 0, epoch=7, replica_id="r1") is None
     assert not (table / "_delta_log").exists()
@@ -130,6 +134,8 @@ def test_two_replicas_racing_on_one_batch_make_one_version(tmp_path: Path) -> No
 
 
 def test_a_data_root_from_before_is_adopted_in_one_version_without_rewriting_a_file(tmp_path: Path) -> None:
+    """An output of plain Parquet from the release before the Delta tables is adopted in one version together with the
+    next batch: its files are not rewritten (same inodes and mtimes), staging and Spark's side files are left out."""
     table = tmp_path / "table"
     old = [_part(table, b, 2) for b in range(5)]
     stamps = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in old}
@@ -144,6 +150,8 @@ def test_a_data_root_from_before_is_adopted_in_one_version_without_rewriting_a_f
 
 
 def test_a_new_column_is_added_before_its_batch_and_a_changed_type_is_refused(tmp_path: Path) -> None:
+    """A batch with a new column gets a schema version of its own first, then its batch version; a column whose type
+    changed is refused naming the column and both types, and the batch is not covered."""
     table = tmp_path / "table"
     _part(table, 0, 2)
     publish_batch(table, 0, epoch=7, replica_id="r1")
@@ -219,6 +227,8 @@ def listings(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 
 def test_a_batch_whose_record_names_its_files_is_published_without_listing_the_folder(
         tmp_path: Path, listings: list[Path]) -> None:
+    """A batch whose commit record names its part files is published without listing the output folder (a covered batch
+    is skipped), while a record without them lists it."""
     table = tmp_path / "table"
     _part(table, 0, 2)
     publish_batch(table, 0, epoch=7, replica_id="r1", parts=["batch-000000000000-part-00000.parquet"])

@@ -41,6 +41,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_wheel_holds_one_top_level_name_with_every_module(wheel: Path) -> None:
+    """The wheel holds ``tenure`` and its metadata alone, with every module of the three rooms, the package's
+    ``__init__`` and ``__main__`` and the type marker."""
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"tenure", wheel.name.split("-py3")[0] + ".dist-info"}
     repo_modules = {str(p.relative_to(REPO)) for room in ("election", "career", "service")
@@ -50,6 +52,8 @@ def test_the_wheel_holds_one_top_level_name_with_every_module(wheel: Path) -> No
 
 
 def test_installed_into_a_clean_environment_it_adds_tenure_alone_and_runs(wheel: Path, tmp_path: Path) -> None:
+    """Installed into a clean virtual environment the wheel adds ``tenure`` alone (and its command); from an empty
+    folder it runs and imports its rooms from the installation, and the bare room names do not import."""
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"

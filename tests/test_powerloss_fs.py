@@ -43,6 +43,7 @@ def write_durable(path: Path, data: bytes) -> None:
 
 
 def test_a_fsynced_file_in_a_fsynced_directory_survives(fs: PowerLossFS) -> None:
+    """A file fsynced in a fsynced directory survives a power cut; a file never synced beside it does not."""
     write_durable(fs.mount / "kept", b"committed")
     (fs.mount / "lost").write_bytes(b"never synced")  # the control: the cut really lost something
 
@@ -54,6 +55,7 @@ def test_a_fsynced_file_in_a_fsynced_directory_survives(fs: PowerLossFS) -> None
 
 
 def test_what_the_backing_held_before_the_first_mount_is_durable(tmp_path: Path) -> None:
+    """What the backing folder held before the first mount is durable: an unsynced overwrite is undone by the cut."""
     (tmp_path / "backing" / "sub").mkdir(parents=True)
     (tmp_path / "backing" / "sub" / "seed").write_bytes(b"seed")
     with powerloss_fs(tmp_path / "backing", tmp_path / "mnt") as fs:
@@ -63,6 +65,8 @@ def test_what_the_backing_held_before_the_first_mount_is_durable(tmp_path: Path)
 
 
 def test_a_file_never_fsynced_is_absent_when_its_directory_was_not_fsynced(fs: PowerLossFS) -> None:
+    """Files whose directory was never fsynced are gone after a cut, even one whose own data was fsynced: a file's fsync
+    does not make its name durable."""
     (fs.mount / "unsynced").write_bytes(b"data")
     (fs.mount / "synced").write_bytes(b"data")
     fsync_file(fs.mount / "synced")  # the file's own fsync does not make its name durable
@@ -73,6 +77,7 @@ def test_a_file_never_fsynced_is_absent_when_its_directory_was_not_fsynced(fs: P
 
 
 def test_a_file_never_fsynced_is_empty_when_only_its_directory_was_fsynced(fs: PowerLossFS) -> None:
+    """A file whose directory was fsynced but not the file itself is there after a cut, empty."""
     (fs.mount / "f").write_bytes(b"data")
     fsync_dir(fs.mount)
 
@@ -82,6 +87,8 @@ def test_a_file_never_fsynced_is_empty_when_only_its_directory_was_fsynced(fs: P
 
 
 def test_an_append_after_the_fsync_is_lost_the_earlier_content_stays(fs: PowerLossFS) -> None:
+    """An append after a file's fsync is lost by a cut and the earlier content stays; an append made durable with
+    fdatasync stays."""
     for name in ("lost_tail", "kept_tail"):
         write_durable(fs.mount / name, b"first\n")
     for name in ("lost_tail", "kept_tail"):
@@ -141,6 +148,7 @@ def test_a_torn_cut_keeps_the_first_half_of_what_changed_since_the_fsync(fs: Pow
 
 
 def test_a_truncate_counts_only_once_fsynced(fs: PowerLossFS) -> None:
+    """A truncate is undone by a cut unless the file was fsynced after it."""
     write_durable(fs.mount / "a", b"x" * 1000)
     write_durable(fs.mount / "b", b"x" * 1000)
     os.truncate(fs.mount / "a", 10)
@@ -154,6 +162,8 @@ def test_a_truncate_counts_only_once_fsynced(fs: PowerLossFS) -> None:
 
 
 def test_a_rename_without_a_directory_fsync_is_undone(fs: PowerLossFS) -> None:
+    """A rename whose directory was not fsynced is undone by a cut (the old name is back with its content), even when
+    the file was fsynced under its new name."""
     write_durable(fs.mount / "old", b"content")
     os.rename(fs.mount / "old", fs.mount / "new")
     fsync_file(fs.mount / "new")  # the file's fsync does not carry its new name
@@ -187,6 +197,7 @@ def test_rename_over_a_file_replaces_it_only_once_the_directory_is_fsynced(fs: P
 
 
 def test_an_unlink_without_a_directory_fsync_is_undone(fs: PowerLossFS) -> None:
+    """An unlink whose directory was not fsynced is undone by a cut; with the directory fsynced it stays done."""
     write_durable(fs.mount / "f", b"content")
     os.unlink(fs.mount / "f")
 
@@ -201,6 +212,8 @@ def test_an_unlink_without_a_directory_fsync_is_undone(fs: PowerLossFS) -> None:
 
 
 def test_a_rename_across_directories_needs_both_directories_fsynced(fs: PowerLossFS) -> None:
+    """A rename across directories survives a cut once both are fsynced; with only the destination fsynced the file is
+    under both names (one inode), with only the source it is in neither."""
     src, dst = fs.mount / "src", fs.mount / "dst"
     src.mkdir()
     dst.mkdir()
@@ -230,6 +243,8 @@ def test_a_rename_across_directories_needs_both_directories_fsynced(fs: PowerLos
 
 
 def test_a_hard_link_follows_its_directory_fsync(fs: PowerLossFS) -> None:
+    """A new hard link is lost by a cut unless its directory was fsynced; then both names are one inode with two links.
+    """
     write_durable(fs.mount / "f", b"content")
     os.link(fs.mount / "f", fs.mount / "g")
     assert (fs.mount / "g").stat().st_ino == (fs.mount / "f").stat().st_ino
@@ -248,6 +263,7 @@ def test_a_hard_link_follows_its_directory_fsync(fs: PowerLossFS) -> None:
 
 
 def test_mtime_and_mode_are_durable_with_the_file_fsync(fs: PowerLossFS) -> None:
+    """A file's mtime and mode survive a cut once the file is fsynced, and changes made after that fsync are undone."""
     write_durable(fs.mount / "f", b"content")
     synced_ns = 1_500_000_000_123_456_789
     os.utime(fs.mount / "f", ns=(synced_ns, synced_ns))
@@ -267,6 +283,7 @@ def test_mtime_and_mode_are_durable_with_the_file_fsync(fs: PowerLossFS) -> None
 
 
 def test_a_new_directory_needs_its_parent_fsynced_and_its_own(fs: PowerLossFS) -> None:
+    """A new directory is lost by a cut unless its parent was fsynced, and its entries unless it was fsynced itself."""
     (fs.mount / "d").mkdir()
     write_durable(fs.mount / "d" / "f", b"content")  # d's entries durable, d itself not yet
 
@@ -283,6 +300,8 @@ def test_a_new_directory_needs_its_parent_fsynced_and_its_own(fs: PowerLossFS) -
 
 
 def test_a_symlink_follows_its_directory_fsync(fs: PowerLossFS) -> None:
+    """A symlink survives a cut once its directory is fsynced, still pointing at its target; one made after the fsync is
+    lost."""
     write_durable(fs.mount / "target", b"content")
     os.symlink("target", fs.mount / "kept")
     fsync_dir(fs.mount)
@@ -314,6 +333,7 @@ os.close(fd)
 
 
 def test_two_processes_write_different_files_concurrently(fs: PowerLossFS) -> None:
+    """Two processes writing files of their own at once through the mount each get every byte, durable after a cut."""
     chunks = 64  # 4 MiB each, in 64 KiB writes
     writers = [subprocess.Popen([sys.executable, "-c", _WRITER, str(fs.mount / name), str(chunks)])
                for name in ("alpha", "omega")]
@@ -328,6 +348,8 @@ def test_two_processes_write_different_files_concurrently(fs: PowerLossFS) -> No
 
 
 def test_a_large_file_round_trips_and_statvfs_answers(fs: PowerLossFS) -> None:
+    """A 24 MiB durable file reads back whole after a cut, an unsynced overwrite in its middle undone, and ``statvfs``
+    of the mount answers."""
     data = os.urandom(24 << 20)
     write_durable(fs.mount / "big", data)
     with open(fs.mount / "big", "r+b") as f:
@@ -342,6 +364,8 @@ def test_a_large_file_round_trips_and_statvfs_answers(fs: PowerLossFS) -> None:
 
 
 def test_a_descriptor_open_at_the_cut_dies_and_the_durable_state_outlives_several_cuts(fs: PowerLossFS) -> None:
+    """A file descriptor open across a cut fails afterwards, as a crashed process's would, and the durable state
+    outlives several cuts in a row (each counted)."""
     write_durable(fs.mount / "durable", b"durable")
     fd = os.open(fs.mount / "durable", os.O_WRONLY | os.O_APPEND)
     try:
@@ -361,6 +385,8 @@ def test_a_descriptor_open_at_the_cut_dies_and_the_durable_state_outlives_severa
 
 
 def test_the_mount_is_gone_after_the_context_even_when_the_body_raised(tmp_path: Path) -> None:
+    """When the test body raises inside the context, with a file still open on the mount, the mount is unmounted anyway,
+    its daemon ended and its state removed, and the body's error propagates."""
     mount = tmp_path / "mnt"
     held: list[int] = []
     try:
@@ -382,6 +408,7 @@ def test_the_mount_is_gone_after_the_context_even_when_the_body_raised(tmp_path:
 
 
 def test_missing_prerequisites_fail_in_one_line_naming_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missing ``/dev/fuse`` or ``fusermount`` fails in one line naming the fix, before anything is mounted."""
     monkeypatch.setattr(_powerloss, "DEV_FUSE", tmp_path / "fuse")
     with pytest.raises(PowerLossUnavailable, match=r"^\S+/fuse is missing: load the fuse module \(modprobe fuse\)"):
         PowerLossFS(tmp_path / "backing", tmp_path / "mnt").__enter__()

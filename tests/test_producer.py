@@ -10,7 +10,6 @@ import shutil
 import stat
 import subprocess
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -156,22 +155,19 @@ def test_reader_never_sees_a_partial_file(tmp_path: Path) -> None:
     seen: dict[str, int] = {}
     problems: list[str] = []
 
-    def reader() -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            for path in _visible(landing):
-                if path.name in seen:
-                    continue
-                data = path.read_bytes()
-                lines = data.split(b"\n")
-                if not data.endswith(b"\n") or len(lines) - 1 != 50:
-                    problems.append(f"{path.name}: {len(data)} bytes")
-                problems.extend(f"{path.name}: {r}" for _, r in (classify_line(x) for x in lines[:-1]) if r)
-                seen[path.name] = len(lines) - 1
-            if done.is_set() and len(seen) >= 40:
-                break
+    def read_new_files() -> bool:
+        for path in _visible(landing):
+            if path.name in seen:
+                continue
+            data = path.read_bytes()
+            lines = data.split(b"\n")
+            if not data.endswith(b"\n") or len(lines) - 1 != 50:
+                problems.append(f"{path.name}: {len(data)} bytes")
+            problems.extend(f"{path.name}: {r}" for _, r in (classify_line(x) for x in lines[:-1]) if r)
+            seen[path.name] = len(lines) - 1
+        return done.is_set() and len(seen) >= 40
 
-    thread = threading.Thread(target=reader, daemon=True)
+    thread = threading.Thread(target=wait_for, args=(read_new_files, 30, "every file read", 0), daemon=True)
     thread.start()
     with Producer(tmp_path, batch_records=50, autoflush=False) as producer:
         for i in range(2000):

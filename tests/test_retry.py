@@ -55,6 +55,8 @@ def status(processed: pa.Table) -> dict[str, str]:
 
 
 def test_a_failed_record_holds_its_key_and_the_others_flow() -> None:
+    """A record whose row function fails is held for retry with its back-off, and so are the later records of its key
+    behind it; other keys are written."""
     processed = process([new("a1", "a", 1), new("a2", "a", 2), new("b1", "b", 1)], now=100.0, failing={"a1"})
     assert status(processed) == {"a1": HELD, "a2": HELD, "b1": WRITTEN}
     snapshot = snapshot_table(processed)
@@ -79,6 +81,7 @@ def test_the_retry_tick_follows_each_keys_first_record_not_an_older_time_behind_
 
 
 def test_next_due_is_the_earliest_over_keys() -> None:
+    """The store's next due time is the earliest over its keys, and a record not yet due keeps its due time."""
     rows = [new("a1", "a", 1), new("b1", "b", 1)]
     snapshot = snapshot_table(process(rows, now=0.0, failing={"a1"}))
     later = snapshot_table(process([*snapshot.to_pylist(), new("c1", "c", 1)], now=5.0, failing={"a1", "c1"}))
@@ -87,6 +90,8 @@ def test_next_due_is_the_earliest_over_keys() -> None:
 
 
 def test_the_last_attempt_dead_letters_and_the_key_moves_on() -> None:
+    """A record that fails its last attempt goes to the dead letter and the next record of its key is written: nothing
+    is left due."""
     policy = RetryPolicy(attempts=1)
     processed = process([new("a1", "a", 1), new("a2", "a", 2)], now=0.0, failing={"a1"}, policy=policy)
     assert status(processed) == {"a1": DEAD, "a2": WRITTEN}

@@ -31,7 +31,9 @@ from tenure.career.spark import (
 from tenure.career.spark._warmup import KEEP_WARM_GROUP
 from tenure.election import Elected, Election, Identity
 from tenure.errors import Fenced
+from tenure.service.local import wait_for
 from tenure.service.ops import VerifyReport, verify
+from tests._polling import stays_for
 
 # Spark's start-up (and, here, the warm-up) counts toward the first test: under a loaded CI machine it can
 # take minutes, more than the suite-wide 300 s default.
@@ -134,11 +136,14 @@ def leadership(client: KazooClient, group: str, replica: str) -> Iterator[tuple[
     events: queue.Queue[Any] = queue.Queue()
     election = Election(client, group=group, identity=Identity.local(replica), on_event=events.put)
     election.start()
-    deadline = time.monotonic() + 30
-    while True:
-        event = events.get(timeout=max(0.1, deadline - time.monotonic()))
-        if isinstance(event, Elected):
-            break
+
+    def elected() -> bool:
+        try:
+            return isinstance(events.get(timeout=0.1), Elected)
+        except queue.Empty:
+            return False
+
+    wait_for(elected, 30, f"{replica} to be elected", interval_s=0)
     fence = election.fence()
     ctx = CareerContext(epoch=fence.epoch, fence=fence, still_leading=election.is_leader, previous_handover=None)
     try:
@@ -176,16 +181,17 @@ def run_until(career: SparkCareer | list[SparkCareer], done: Callable[[], bool],
     """Call execute() as a runner would (on each career in turn, when given several) until ``done()``; fail past
     the deadline."""
     careers = career if isinstance(career, list) else [career]
-    deadline = time.monotonic() + timeout_s
-    next_check = 0.0
-    while time.monotonic() < deadline:
-        if not any([c.execute() for c in careers]):
-            time.sleep(0.05)
-        if time.monotonic() >= next_check:
-            next_check = time.monotonic() + 0.5
-            if done():
-                return
-    raise AssertionError(f"not done within {timeout_s} s")
+    next_check = [0.0]
+
+    def worked_until_done() -> bool:
+        for each in careers:
+            each.execute()
+        if time.monotonic() < next_check[0]:
+            return False
+        next_check[0] = time.monotonic() + 0.5
+        return done()
+
+    wait_for(worked_until_done, timeout_s, "the careers to be done")
 
 
 def drained(root: Path) -> Callable[[], bool]:
@@ -395,13 +401,12 @@ def test_suspension_defers_the_batch_and_the_query_resumes(
         q.standard(files=2)
         term = career._term  # white-box: watch the query die of the deferred batch
         assert term is not None
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+
+        def query_died() -> bool:
             assert career.execute() is False
-            if term.query is not None and not term.query.isActive:
-                break
-            time.sleep(0.05)
-        assert term.query is not None and not term.query.isActive, "the batch did not refuse to start"
+            return term.query is not None and not term.query.isActive
+
+        wait_for(query_died, 120, "the batch to refuse to start")
         assert career.execute() is False  # still suspended: no restart, no error
         assert not observer.commits and not list((root / "table").rglob("*.parquet"))
         leading["now"] = True
@@ -441,32 +446,29 @@ def test_a_warm_follower_runs_its_keep_warm_job_only_while_following(
         return len(tracker.getJobIdsForGroup(KEEP_WARM_GROUP))
 
     def wait_for_jobs(count: int) -> None:
-        deadline = time.monotonic() + 120
-        while jobs() < count:
-            assert time.monotonic() < deadline, f"{jobs()} keep-warm jobs, expected {count}"
-            time.sleep(0.1)
+        wait_for(lambda: jobs() >= count, 120, f"{count} keep-warm jobs", interval_s=0.1)
+
+    def lead_while(holds: Callable[[], bool], seconds: float, what: str) -> None:
+        def executed() -> bool:
+            career.execute()
+            return holds()
+
+        stays_for(executed, seconds, what)
 
     before = jobs()
     career.prepare()
     wait_for_jobs(before + 3)
     with leadership(zk_client, zk_group, "r1") as (_, ctx):
         career.inaugurate(ctx)
-        settled = time.monotonic() + 1.0  # a job begun just before inaugurate may still finish
-        while time.monotonic() < settled:
-            career.execute()
-            time.sleep(0.05)
+        lead_while(lambda: True, 1.0, "the term leading")  # a job begun just before inaugurate may still finish
         during = jobs()
-        until = time.monotonic() + 3.0  # ten intervals
-        while time.monotonic() < until:
-            career.execute()
-            time.sleep(0.05)
-        assert jobs() == during, "a keep-warm job ran while the career was leading"
+        lead_while(lambda: jobs() == during, 3.0, "no keep-warm job while the career leads")  # ten intervals
         career.hand_over(Outcome.CLEAN)
     wait_for_jobs(during + 2)
     career.close()
     after = jobs()
-    time.sleep(1.0)  # three intervals: a heartbeat still running would have started a job
-    assert jobs() == after
+    # three intervals: a heartbeat still running would have started a job
+    stays_for(lambda: jobs() == after, 1.0, "no keep-warm job after close")
 
 
 def test_a_failing_batch_raises_batch_failed_with_a_short_error_and_the_log_keeps_it_whole(

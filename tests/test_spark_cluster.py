@@ -31,9 +31,8 @@ from tenure.service.local import (
     wait_for,
 )
 from tenure.service.replica._cluster_master import StandaloneMaster
-from tests._replicas import descendants
+from tests._replicas import TENURE, descendants, process_running, tenure
 
-TENURE = [sys.executable, "-m", "tenure"]
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1"}
 
 #: A PySpark driver that runs one small job (JVM-only and Python-on-executors) per line read from stdin.
@@ -89,7 +88,7 @@ def _wait_none_under(directory: Path, timeout_s: float = 10.0) -> None:
 
     try:
         wait_for(none_left, timeout_s, f"no process under {directory}")
-    except AssertionError as exc:
+    except TimeoutError as exc:
         raise AssertionError(f"{exc}; left: {left}") from None
 
 
@@ -127,18 +126,25 @@ class _Driver:
             self._lines.put(line)
 
     def _expect(self, word: str, timeout_s: float) -> list[str]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        """The fields after ``word`` of the driver's next line that starts with it; fail naming the driver's log
+        tail when none comes within ``timeout_s`` or the driver exits first."""
+
+        def line() -> tuple[list[str]] | None:
             try:
                 fields = self._lines.get(timeout=0.5).split()
             except queue.Empty:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            if fields[:1] == [word]:
-                return fields[1:]
-        tail = self.log.read_text(errors="replace")[-3000:]
-        raise AssertionError(f"the driver printed no {word!r} line within {timeout_s:g} s; its log ends:\n{tail}")
+                assert self.proc.poll() is None, f"the driver exited: {self._tail()}"
+                return None
+            return (fields[1:],) if fields[:1] == [word] else None
+
+        try:
+            return wait_for(line, timeout_s, f"the driver to print a {word!r} line", interval_s=0)[0]
+        except TimeoutError:
+            raise AssertionError(f"the driver printed no {word!r} line within {timeout_s:g} s; "
+                                 f"its log ends:\n{self._tail()}") from None
+
+    def _tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
 
     def job(self, timeout_s: float = 120.0) -> tuple[int, int]:
         """Run one job; (rows counted, sum computed by Python on the executors)."""
@@ -271,14 +277,6 @@ def test_a_crashed_worker_is_reported_and_comes_back(cluster: SparkCluster, app:
     wait_for(lambda: _executors(worker), 60, "a new executor of the application on worker2")
 
 
-def _running(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie does not)."""
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
-
-
 def test_kill_worker_ends_its_executors_with_it(cluster: SparkCluster, app: _Driver) -> None:
     """`kill_worker` SIGKILLs a worker together with its executors, as a lost machine, and returns when they are
     gone; `dead()` leaves it out (killed on purpose); `start_worker` brings it back."""
@@ -287,7 +285,7 @@ def test_kill_worker_ends_its_executors_with_it(cluster: SparkCluster, app: _Dri
     assert executors
     cluster.kill_worker(1)
     assert not worker.running
-    assert not [pid for pid in executors if _running(pid)]
+    assert not [pid for pid in executors if process_running(pid)]
     wait_for(lambda: cluster.alive_workers() == ["worker2"], 30, "the master to drop worker1")
     assert cluster.dead() == []
     cluster.start_worker(1)
@@ -419,8 +417,7 @@ def test_cli_port_in_use_exits_2_with_one_line(tmp_path: Path) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", base + 1))
         holder.listen()
-        result = subprocess.run([*TENURE, "spark", "--port", str(base), "--dir", str(tmp_path)],
-                                capture_output=True, text=True, timeout=60, check=False)
+        result = tenure("spark", "--port", str(base), "--dir", str(tmp_path), timeout_s=60)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"tenure: error: port {base + 1} (for worker1) is already in use: stop "
                                           "what holds it or choose another --port"]
@@ -430,8 +427,7 @@ def test_cli_port_in_use_exits_2_with_one_line(tmp_path: Path) -> None:
 def test_cli_without_java_exits_2_with_one_line(tmp_path: Path) -> None:
     """`tenure spark` with no java on PATH and no JAVA_HOME prints the one-line fix and exits 2."""
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"} | {"PATH": str(tmp_path)}
-    result = subprocess.run([*TENURE, "spark", "--port", str(free_spark_port(2)), "--dir", str(tmp_path / "spark")],
-                            capture_output=True, text=True, timeout=60, env=env, check=False)
+    result = tenure("spark", "--port", str(free_spark_port(2)), "--dir", str(tmp_path / "spark"), timeout_s=60, env=env)
     assert result.returncode == 2
     assert result.stderr.splitlines() == ["tenure: error: java not found: install a Java 17+ runtime "
                                           "(e.g. openjdk-17-jre-headless) or set JAVA_HOME"]

@@ -106,6 +106,8 @@ def test_a_leader_paused_inside_inaugurate_cannot_destroy_its_successors_batch(
 
 
 def test_dead_staging_removal_spares_higher_epochs(tmp_path: Path) -> None:
+    """Removing dead staging at epoch 5 deletes the staging of lower epochs only: its own and a newer term's are kept.
+    """
     layout = Layout(tmp_path)
     for epoch in (3, 5, 7):
         layout.staging(layout.table, epoch, 0).mkdir(parents=True)
@@ -150,6 +152,8 @@ def test_a_partial_copy_counts_as_a_newer_term(tmp_path: Path) -> None:
 
 
 def test_a_flat_checkpoint_of_an_earlier_version_is_adopted(tmp_path: Path) -> None:
+    """A checkpoint of the release before per-term folders (offsets directly under ``checkpoint/``) is adopted as the
+    first term's copy."""
     layout = Layout(tmp_path)
     (layout.checkpoint / "offsets").mkdir(parents=True)
     (layout.checkpoint / "offsets" / "4").write_text("v1")

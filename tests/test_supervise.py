@@ -86,6 +86,8 @@ def test_a_replica_that_keeps_exiting_waits_longer_each_time_and_is_forgiven_aft
 
 
 def test_exit_meanings() -> None:
+    """The supervisor tells an operator what each exit code of a replica means: 4 a stall's fail-stop, 3 a handover that
+    overran, a signal with its number, any other non-zero a crash, 0 a clean stop."""
     assert [exit_meaning(c) for c in (4, 3, -15, 1, 0)] == [
         "gave its lock up: its work stopped progressing", "its graceful handover overran", "killed by signal 15",
         "crashed", "stopped"]

@@ -22,29 +22,31 @@ from tenure.career.lifecycle import HANDED_OVER
 from tenure.election import RELEASE_INCOMPLETE, GroupPaths
 from tenure.service.local import REPLICA_STOPPED, TOPOLOGY_STOPPED, Topology, free_port, wait_for
 from tenure.service.replica import ReplicaSpec
-from tests._prometheus import alerts, prometheus_binary, query, running_prometheus
-from tests._replicas import REPO, counter_replica_set, descendants
-
-ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
+from tests._prometheus import alerts, prometheus_binary, query, running_prometheus, scrape_config
+from tests._replicas import REPO, TENURE, counter_replica_set, descendants
 
 
 def test_up_elects_one_leader_and_stops_clean(tmp_path: Path) -> None:
     """`tenure up --career counter`: one leader, metrics on every replica; a replica that dies is restarted and
     the terminal says so; SIGTERM leaves no process behind."""
-    proc = subprocess.Popen([sys.executable, "-m", "tenure", "up", "--replicas", "3", "--dir", str(tmp_path),
+    proc = subprocess.Popen([*TENURE, "up", "--replicas", "3", "--dir", str(tmp_path),
                              "--career", "counter", "--session-timeout-s", "4", "--handover-timeout-s", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         assert proc.stdout is not None
-        first = proc.stdout.readline()
-        while "metrics:" not in first:
-            first = proc.stdout.readline()
-            assert first, "tenure up exited before printing its endpoints"
+        stdout = proc.stdout
+
+        def endpoints() -> str | None:
+            line = stdout.readline()
+            assert line, "tenure up exited before printing its endpoints"
+            return line if "metrics:" in line else None
+
+        first = wait_for(endpoints, 90, "tenure up to print its endpoints", interval_s=0)
         ports = [int(p.rsplit(":", 1)[1]) for p in first.split("metrics:")[1].strip().split(", ")]
         assert len(ports) == 3
         # A replica still importing answers no scrape yet and shows as down: wait until all three are up.
-        line = wait_for(lambda: next((ln for ln in iter(proc.stdout.readline, "")
+        line = wait_for(lambda: next((ln for ln in iter(stdout.readline, "")
                                       if "LEADER" in ln and "=down" not in ln), None),
                         90, "a status line naming the leader, every replica up")
         assert line.count("LEADER") == 1 and line.count("follower") == 2, line
@@ -52,12 +54,12 @@ def test_up_elects_one_leader_and_stops_clean(tmp_path: Path) -> None:
         replica_pid = next(pid for pid in descendants(proc.pid)
                            if f"--replica-id\0{follower}\0".encode() in Path(f"/proc/{pid}/cmdline").read_bytes())
         os.kill(replica_pid, signal.SIGKILL)
-        exited = wait_for(lambda: next((ln for ln in iter(proc.stdout.readline, "") if f"{follower} exited" in ln),
+        exited = wait_for(lambda: next((ln for ln in iter(stdout.readline, "") if f"{follower} exited" in ln),
                                        None), 30, f"up to report {follower}'s exit")
         assert "killed by signal 9" in exited and "restarting in 1 s" in exited
-        wait_for(lambda: next((ln for ln in iter(proc.stdout.readline, "") if f"{follower} restarted" in ln), None),
+        wait_for(lambda: next((ln for ln in iter(stdout.readline, "") if f"{follower} restarted" in ln), None),
                  30, f"up to restart {follower}")
-        wait_for(lambda: next((ln for ln in iter(proc.stdout.readline, "") if ln.count("follower") == 2), None),
+        wait_for(lambda: next((ln for ln in iter(stdout.readline, "") if ln.count("follower") == 2), None),
                  60, f"{follower} back in line")
         children = descendants(proc.pid)
         assert len(children) >= 6  # 3 ZooKeeper servers and 3 replicas
@@ -79,26 +81,30 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 def _read_pty(fd: int, out: bytearray, until: Callable[[str], bool], timeout_s: float) -> bool:
     """Append what the terminal shows to ``out`` until ``until(text)`` or EOF; False on the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def shown() -> bool:
         if select.select([fd], [], [], 0.2)[0]:
             try:
                 chunk = os.read(fd, 65536)
             except OSError:  # EIO: the child side closed
                 chunk = b""
             if not chunk:
-                return until(_ANSI.sub("", out.decode(errors="replace")))
+                return True  # EOF: nothing more will show
             out.extend(chunk)
-        if until(_ANSI.sub("", out.decode(errors="replace"))):
-            return True
-    return False
+        return until(_ANSI.sub("", out.decode(errors="replace")))
+
+    try:
+        wait_for(shown, timeout_s, "the terminal to show it", interval_s=0)
+    except TimeoutError:
+        return False
+    return until(_ANSI.sub("", out.decode(errors="replace")))
 
 
 def test_ctrl_c_at_a_terminal_stops_in_the_promised_order(tmp_path: Path) -> None:
     """Ctrl-C at a terminal sends SIGINT to the terminal's whole foreground process group. Only `tenure up` may
     take it: the followers, then the leader with a graceful handover, then ZooKeeper. Were the ZooKeeper servers in
     the group, they would die first and every replica's release would fail (exit 1)."""
-    argv = [sys.executable, "-m", "tenure", "up", "--replicas", "3", "--dir", str(tmp_path), "--career", "counter",
+    argv = [*TENURE, "up", "--replicas", "3", "--dir", str(tmp_path), "--career", "counter",
             "--session-timeout-s", "4", "--handover-timeout-s", "2"]
     pid, fd = pty.fork()
     if pid == 0:  # the child: a session leader with the pseudo-terminal as its controlling terminal
@@ -140,19 +146,7 @@ def test_prometheus_scrapes_the_topology_and_alerts_on_no_leader(tmp_path: Path)
                         spec=ReplicaSpec(career="counter", session_timeout_s=4, handover_timeout_s=2))
     topology.start()
     try:
-        targets = ", ".join(f'"127.0.0.1:{r.port}"' for r in topology.replicas)
-        config = f"""
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
-rule_files:
-  - {ALERTS}
-scrape_configs:
-  - job_name: tenure
-    static_configs:
-      - targets: [{targets}]
-"""
+        config = scrape_config([f"127.0.0.1:{r.port}" for r in topology.replicas])
         port = free_port()
         with running_prometheus(config, tmp_path / "prometheus", port):
             topology.wait_for_leader(60)

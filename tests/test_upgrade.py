@@ -82,6 +82,9 @@ def _commits(replica: ReplicaProcess) -> int:
 
 @pytest.mark.fleet
 def test_a_data_root_of_the_previous_release_is_carried_on(zk_hosts: str, zk_group: str, tmp_path: Path) -> None:
+    """A data root the previous release wrote (plain Parquet, Spark's file source offsets) is carried on by this one:
+    its files are adopted into the Delta table in one version without a rewrite, later batches follow as versions of
+    their own, and every record is written exactly once."""
     old_code = _previous_release(tmp_path / "previous")
     data, logs = tmp_path / "data", tmp_path / "logs"
     landing = data / "landing"

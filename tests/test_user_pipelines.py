@@ -71,6 +71,7 @@ def outlive_dedup_window(career: SparkCareer, q: Queue, root: Path, window_s: fl
 
 def test_transform_enriches_every_written_row(spark: Any, zk_client: KazooClient, zk_group: str,
                                               tmp_path: Path) -> None:
+    """A user transform's added column is in every written row, and the output stays exactly once."""
     root = tmp_path / "data"
     q = Queue(root)
     q.standard(files=3)
@@ -94,6 +95,8 @@ def test_transform_enriches_every_written_row(spark: Any, zk_client: KazooClient
 ])
 def test_transform_that_breaks_the_output_is_refused_at_prepare(spark: Any, tmp_path: Path, spec: str,
                                                                  message: str) -> None:
+    """A transform that drops a column the output needs, or returns no DataFrame, is refused at ``prepare`` naming what
+    it did, and the career is not ready."""
     career = SparkCareer(make_config(tmp_path, transform=spec), Recorder(), replica_id="r1")
     with pytest.raises(HookError, match=message):
         career.prepare()
@@ -106,6 +109,8 @@ def test_transform_that_breaks_the_output_is_refused_at_prepare(spark: Any, tmp_
     ("tests.pipelines:NOT_CALLABLE", "is a int, not a function"),
 ])
 def test_unloadable_hooks_are_refused_at_construction(tmp_path: Path, spec: str, message: str) -> None:
+    """A transform or row function that cannot be loaded (no module, no such name, not a function) is refused when the
+    career is built, naming why."""
     for setting in ("transform", "row_function"):
         with pytest.raises(HookError, match=message):
             SparkCareer(make_config(tmp_path, **{setting: spec}), Recorder(), replica_id="r1")

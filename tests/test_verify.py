@@ -497,13 +497,21 @@ def test_not_a_data_root_is_a_clear_error(tmp_path: Path, layout: str, queue: bo
 
 def test_a_data_root_with_only_a_table_or_a_queue_is_accepted(tmp_path: Path) -> None:
     """Each of landing/, archive/ and table/ alone makes a data root; a group's root with a queue dir too."""
+
+    def refusal(root: Path, queue: Path | None = None) -> str | None:
+        try:
+            check_data_root(root, queue)
+        except VerifyError as exc:
+            return str(exc)
+        return None
+
     for name in ("landing", "archive", "table"):
         (tmp_path / name).mkdir()
-        check_data_root(tmp_path)
+        assert refusal(tmp_path) is None, name
         (tmp_path / name).rmdir()
     (tmp_path / "queue" / "archive").mkdir(parents=True)
     (tmp_path / "group").mkdir()
-    check_data_root(tmp_path / "group", tmp_path / "queue")
+    assert refusal(tmp_path / "group", tmp_path / "queue") is None
 
 
 def test_an_audit_of_no_id_fails_unless_allowed(tmp_path: Path) -> None:
@@ -1046,6 +1054,7 @@ def _as_delta(root: Path, *, skip: tuple[int, ...] = (), epoch: int = 1, togethe
 
 
 def test_delta_outputs_are_audited_version_by_version(root: Path) -> None:
+    """Delta outputs are audited version by version: one version per batch in each table, and the report says so."""
     _as_delta(root)
     report = verify(root)
     assert report.ok, report.render()
@@ -1066,6 +1075,7 @@ def test_a_published_file_outside_every_delta_version_fails(root: Path) -> None:
 
 
 def test_a_delta_version_holding_two_batches_fails(root: Path) -> None:
+    """A Delta version that holds two batches' files fails the audit, naming the version."""
     _as_delta(root, together=(2, 3))
     report = verify(root)
     assert not report.ok and report.delta_versions_not_one_batch >= 1
@@ -1074,6 +1084,7 @@ def test_a_delta_version_holding_two_batches_fails(root: Path) -> None:
 
 
 def test_a_delta_version_naming_another_epoch_than_its_rows_fails(root: Path) -> None:
+    """A Delta version whose epoch is not the one its batch's rows carry fails the audit with that reason."""
     _as_delta(root, epoch=5)  # the rows carry epoch 1
     report = verify(root)
     assert not report.ok

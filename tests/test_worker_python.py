@@ -33,6 +33,8 @@ def _site(tmp_path: Path, *packages: str) -> Path:
 
 
 def test_drops_the_archives_of_an_installed_pyspark_and_keeps_everything_else(tmp_path: Path) -> None:
+    """Spark's archives of PySpark and py4j are dropped from the workers' path when both packages are installed in a
+    site this interpreter imports from; every other entry stays, in order."""
     site = _site(tmp_path, "py4j")
     lib = site / "pyspark" / "python" / "lib"
     given = os.pathsep.join([f"{lib}/pyspark.zip", f"{lib}/py4j-0.10.9.9-src.zip", "/repo", "",
@@ -42,6 +44,7 @@ def test_drops_the_archives_of_an_installed_pyspark_and_keeps_everything_else(tm
 
 
 def test_keeps_an_archive_whose_package_is_not_installed_beside_it(tmp_path: Path) -> None:
+    """An archive whose package is not installed beside PySpark (py4j only in Spark's archive) stays on the path."""
     site = _site(tmp_path)  # no py4j package: only Spark's archive has it
     lib = site / "pyspark" / "python" / "lib"
     given = os.pathsep.join([f"{lib}/pyspark.zip", f"{lib}/py4j-0.10.9.9-src.zip"])
@@ -49,6 +52,7 @@ def test_keeps_an_archive_whose_package_is_not_installed_beside_it(tmp_path: Pat
 
 
 def test_keeps_the_archives_of_a_site_this_interpreter_does_not_import_from(tmp_path: Path) -> None:
+    """Archives of a PySpark installed in a site this interpreter does not import from stay on the path."""
     site = _site(tmp_path, "py4j")
     lib = site / "pyspark" / "python" / "lib"
     given = os.pathsep.join([f"{lib}/pyspark.zip", f"{lib}/py4j-0.10.9.9-src.zip"])

@@ -25,17 +25,13 @@ from tenure.career._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from tenure.career.spark._batch import BATCH_COMMITTED, BATCH_FAILED, BATCH_FENCED, ROW_FUNCTION_TIMED_OUT
-    from tenure.career.spark._career import (
-        QUERY_STARTED,
-        STANDBY_EXECUTORS_HELD,
-        STANDBY_WITHOUT_EXECUTORS,
-        SparkCareer,
-    )
+    from tenure.career.spark._career import QUERY_STARTED, SparkCareer
     from tenure.career.spark._config import SparkCareerConfig
     from tenure.career.spark._errors import HandingOverError, SparkCareerError
     from tenure.career.spark._hooks import HookError
     from tenure.career.spark._progress import BATCH_PROGRESS
     from tenure.career.spark._session import SPARK_SESSION_READY, build_session
+    from tenure.career.spark._standby import STANDBY_EXECUTORS_HELD, STANDBY_WITHOUT_EXECUTORS
     from tenure.career.spark._storage import DELTA_VERSION_ADDED
     from tenure.career.spark._worker_python import worker_python
 
@@ -61,13 +57,13 @@ __all__ = [
 
 _HOMES = {
     **dict.fromkeys(["BATCH_COMMITTED", "BATCH_FAILED", "BATCH_FENCED", "ROW_FUNCTION_TIMED_OUT"], "_batch"),
-    **dict.fromkeys(["QUERY_STARTED", "STANDBY_EXECUTORS_HELD", "STANDBY_WITHOUT_EXECUTORS", "SparkCareer"],
-                    "_career"),
+    **dict.fromkeys(["QUERY_STARTED", "SparkCareer"], "_career"),
     "SparkCareerConfig": "_config",
     **dict.fromkeys(["HandingOverError", "SparkCareerError"], "_errors"),
     "HookError": "_hooks",
     "BATCH_PROGRESS": "_progress",
     **dict.fromkeys(["SPARK_SESSION_READY", "build_session"], "_session"),
+    **dict.fromkeys(["STANDBY_EXECUTORS_HELD", "STANDBY_WITHOUT_EXECUTORS"], "_standby"),
     "DELTA_VERSION_ADDED": "_storage",
     "worker_python": "_worker_python",
 }

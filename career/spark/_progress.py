@@ -3,7 +3,7 @@
 Spark reports a ``StreamingQueryProgress`` after it commits a batch to the checkpoint, so after the batch's
 ``foreachBatch`` (and its ``batch_committed`` event) has returned. A :class:`ProgressInbox` is a
 ``StreamingQueryListener``: Spark's listener thread calls it once per progress, and it only posts the progress
-(of the one query run it was told to watch) for the control thread, which logs each batch's as
+(of each query run it was told to watch, apart) for the control thread, which logs each batch's as
 ``batch_progress`` and counts rows dropped by watermark.
 
 Why a listener and not ``query.recentProgress``: that property converts every retained progress (up to 100) over
@@ -77,16 +77,16 @@ class _JsonProgressListener(JStreamingQueryListener):
 
 
 class ProgressInbox(StreamingQueryListener):
-    """Receives every query's progress on Spark's listener thread; keeps only the watched run's.
+    """Receives every query's progress on Spark's listener thread; keeps each watched run's apart.
 
-    The control thread calls :meth:`watch` with a query's ``runId`` when it starts the query and :meth:`drain`
-    from then on; nothing here changes career state.
+    One inbox listens on a session for every query on it (``SparkStandby.progress``): the control thread that
+    starts a query calls :meth:`watch` with its ``runId``, :meth:`drain` from then on and :meth:`forget` once the
+    run has stopped; the progress of a run no one watches is dropped. Nothing here changes career state.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._run_id: str | None = None
-        self._waiting: collections.deque[Any] = collections.deque(maxlen=_KEPT)
+        self._waiting: dict[str, collections.deque[Any]] = {}
         self._jvm_listener: Any = None
 
     @property
@@ -99,17 +99,25 @@ class ProgressInbox(StreamingQueryListener):
             self._jvm_listener = wrapper(_JsonProgressListener(self))
         return self._jvm_listener
 
-    def watch(self, run_id: str | None) -> None:
-        """Keep the progress of query run ``run_id`` from now on (None: keep none); drops what was waiting."""
+    def watch(self, run_id: str) -> None:
+        """Keep the progress of query run ``run_id`` from now on."""
         with self._lock:
-            self._run_id = run_id
-            self._waiting.clear()
+            self._waiting[run_id] = collections.deque(maxlen=_KEPT)
 
-    def drain(self) -> list[Any]:
-        """The watched run's progresses posted since the last call, oldest first."""
+    def forget(self, run_id: str | None) -> None:
+        """Keep no more of run ``run_id``'s progress (None: nothing to forget); drops what was waiting."""
         with self._lock:
-            taken = list(self._waiting)
-            self._waiting.clear()
+            self._waiting.pop(run_id or "", None)
+
+    def drain(self, run_id: str | None) -> list[Any]:
+        """Run ``run_id``'s progresses posted since the last call, oldest first (None, or a run not watched:
+        none)."""
+        with self._lock:
+            waiting = self._waiting.get(run_id or "")
+            if waiting is None:
+                return []
+            taken = list(waiting)
+            waiting.clear()
         return taken
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's name)
@@ -118,8 +126,9 @@ class ProgressInbox(StreamingQueryListener):
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802 (Spark's name)
         progress = event.progress
         with self._lock:
-            if self._run_id is not None and str(progress.runId) == self._run_id:
-                self._waiting.append(progress)
+            waiting = self._waiting.get(str(progress.runId))
+            if waiting is not None:
+                waiting.append(progress)
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802 (Spark's name)
         pass

@@ -1,5 +1,9 @@
 """The failover scenarios (issue 8's table, and issue 26's stuck leaders): one fault each, injected for real on a
-fresh drill topology; ``expand`` turns names, ``all`` and groups (``stuck-leader``) into the scenarios to run."""
+fresh drill topology; ``expand`` turns names, ``all`` and groups (``stuck-leader``) into the scenarios to run.
+
+Longer than the other modules because it is a catalogue: one function per scenario, each read alone, beside the
+table (``SCENARIOS``) that names them all; the drill's machinery is in ``_context``, ``_monitor`` and ``_run``.
+"""
 
 from __future__ import annotations
 

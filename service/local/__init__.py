@@ -14,6 +14,7 @@ from tenure.service.local._ensemble import (
 )
 from tenure.service.local._free_port import free_port
 from tenure.service.local._netns import NetNamespace, NetnsError, netns_unavailable
+from tenure.service.local._replica_process import ReplicaLaunch, ReplicaProcess, ReplicaStatus
 from tenure.service.local._spark_cluster import (
     SPARK_PROCESS_DIED,
     SparkCluster,
@@ -21,15 +22,7 @@ from tenure.service.local._spark_cluster import (
     SparkDaemon,
     SparkWorker,
 )
-from tenure.service.local._topology import (
-    LOCAL_SPEC,
-    REPLICA_STOPPED,
-    TOPOLOGY_STOPPED,
-    ReplicaLaunch,
-    ReplicaProcess,
-    ReplicaStatus,
-    Topology,
-)
+from tenure.service.local._topology import LOCAL_SPEC, REPLICA_STOPPED, TOPOLOGY_STOPPED, Topology
 from tenure.service.local._up import run_up
 from tenure.service.local._wait import wait_for
 

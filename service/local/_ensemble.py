@@ -1,4 +1,8 @@
-"""A real ZooKeeper ensemble launched from the jars inside the PySpark wheel (the embedded default)."""
+"""A real ZooKeeper ensemble launched from the jars inside the PySpark wheel (the embedded default).
+
+Longer than the other modules: it is the one place that knows the servers' ports, folders and process handling,
+which starting the ensemble, stopping and restarting one server and waiting until it serves share.
+"""
 
 from __future__ import annotations
 

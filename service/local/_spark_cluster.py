@@ -1,4 +1,8 @@
-"""A real Spark standalone cluster (a master and its workers) launched from the jars inside the PySpark wheel."""
+"""A real Spark standalone cluster (a master and its workers) launched from the jars inside the PySpark wheel.
+
+Longer than the other modules: it is the one place that knows the daemons' ports, folders and process handling,
+which starting the cluster, recovering its master, restarting one daemon and stopping them all share.
+"""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tenure.career.lifecycle import STALLED
-from tenure.service.local._topology import ReplicaProcess, Topology
+from tenure.service.local._replica_process import ReplicaProcess
+from tenure.service.local._topology import Topology
 from tenure.service.replica import EXIT_STALLED
 
 __all__ = ["Supervisor", "exit_meaning"]

@@ -12,8 +12,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from tenure.service.local._replica_process import ReplicaStatus
 from tenure.service.local._supervise import Supervisor
-from tenure.service.local._topology import ReplicaStatus, Topology
+from tenure.service.local._topology import Topology
 
 __all__ = ["render_status", "run_up"]
 
