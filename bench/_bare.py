@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tenure.career.spark._storage import Layout
+from tenure.career.spark._layout import Layout
 
 __all__ = ["main"]
 

@@ -23,7 +23,7 @@ from typing import Any
 from bench._common import BenchContext, Result, Target
 from bench._plots import add_plot, pyplot, save
 from tenure.career.queue import QueueLayout
-from tenure.career.spark._storage import Layout
+from tenure.career.spark._layout import Layout
 
 __all__ = ["main", "run_dedup_state"]
 

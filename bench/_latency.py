@@ -24,7 +24,7 @@ from bench._common import BenchContext, Result, Target, percentiles
 from bench._plots import add_plot, latency_plot
 from tenure.career.queue import QueueLayout
 from tenure.career.spark import QUERY_STARTED
-from tenure.career.spark._storage import Layout
+from tenure.career.spark._layout import Layout
 from tenure.service.ops import produce
 
 __all__ = ["run_latency"]

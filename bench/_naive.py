@@ -22,7 +22,7 @@ from types import FrameType
 
 from kazoo.client import KazooClient
 
-from tenure.career.spark._storage import Layout
+from tenure.career.spark._layout import Layout
 from tenure.election import ELECTED, GroupPaths
 
 __all__ = ["main"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["fsync", "sync_dirs"]
+__all__ = ["fsync", "sync_dirs", "sync_tree"]
 
 
 def fsync(path: Path, *, directory: bool = False) -> None:
@@ -29,3 +29,14 @@ def sync_dirs(folder: Path) -> None:
         if current.parent == current:
             return
         current = current.parent
+
+
+def sync_tree(path: Path) -> None:
+    """Make every file under ``path``, and the folders holding them, durable (no-op if ``path`` is absent)."""
+    if not path.exists():
+        return
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            fsync(Path(folder) / name)
+        fsync(Path(folder), directory=True)
+    sync_dirs(path.parent)

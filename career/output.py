@@ -84,7 +84,7 @@ TABLE, QUARANTINE, DEAD_LETTER = "table", "quarantine", "dead-letter"
 """The data root's output folders that are Delta tables (:data:`DELTA_OUTPUTS`)."""
 RETRY, ORDER, SET_ASIDE, CHECKPOINT = "retry", "order", "set-aside", "checkpoint"
 """The data root's other folders: the retry store's snapshots, the per-key high-water marks, poison batches set
-aside, and the terms' Spark checkpoints (``tenure.career.spark._storage.Layout`` builds the paths)."""
+aside, and the terms' Spark checkpoints (``tenure.career.spark._layout.Layout`` builds the paths)."""
 DELTA_OUTPUTS: tuple[str, ...] = (TABLE, QUARANTINE, DEAD_LETTER)
 
 APP_ID = "tenure"

@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 from tenure.career import Outcome
 from tenure.career.spark import SparkCareer, _housekeeping
 from tenure.career.spark._archive import sweep_archive
-from tenure.career.spark._storage import Layout
+from tenure.career.spark._layout import Layout
 from tenure.service.local import wait_for
 from tests.test_spark_career import Queue, Recorder, drained, leadership, make_config, run_until
 

@@ -23,8 +23,8 @@ from tenure.career import Outcome
 from tenure.career.spark import SparkCareer
 from tenure.career.spark._archive import archive_files, sweep_archive
 from tenure.career.spark._intake import batch_offset
+from tenure.career.spark._layout import Layout
 from tenure.career.spark._query import checkpoint_watermark_ms
-from tenure.career.spark._storage import Layout
 from tenure.career.spark._term import TermClock
 from tests.test_spark_career import (
     Queue,

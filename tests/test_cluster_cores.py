@@ -27,8 +27,8 @@ from tenure.career.spark._cluster import (
     record_application,
 )
 from tenure.career.spark._hooks import Hooks
+from tenure.career.spark._layout import Layout
 from tenure.career.spark._standby import SparkStandby
-from tenure.career.spark._storage import Layout
 from tenure.service.replica._cluster_master import StandaloneMaster, master_webuis
 from tests.test_spark_career import make_config
 

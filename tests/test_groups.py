@@ -19,8 +19,8 @@ from kazoo.security import make_digest_acl
 
 from tenure.career import Outcome
 from tenure.career.spark import SparkCareer
+from tenure.career.spark._layout import Layout
 from tenure.career.spark._marks import ConsumptionMarks
-from tenure.career.spark._storage import Layout
 from tenure.election import DigestCredential, QueuePaths, connected, list_groups, register_group, registered_groups
 from tenure.errors import ConfigError, ElectionError
 from tenure.service.local import free_port, wait_for

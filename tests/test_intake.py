@@ -28,10 +28,10 @@ from tenure.career.spark import SparkCareer
 from tenure.career.spark._archive import archive_files
 from tenure.career.spark._intake import admit, batch_files, batch_offset
 from tenure.career.spark._landing import QueueEntry, waiting
+from tenure.career.spark._layout import Layout
 from tenure.career.spark._marks import ConsumptionMarks
 from tenure.career.spark._query import source_stream
 from tenure.career.spark._session import use_driver_python
-from tenure.career.spark._storage import Layout
 from tenure.service.local import ReplicaLaunch, Topology
 from tenure.service.ops import verify
 from tenure.service.replica import ReplicaSpec

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tenure.career.spark._storage import fsync
+from tenure.career._durable import fsync
 from tenure.service.ops._produce._atomic import fsync_dir
 from tests import _powerloss
 from tests._powerloss import PowerLossFS, PowerLossUnavailable, powerloss_fs

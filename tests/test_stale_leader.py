@@ -17,13 +17,9 @@ from kazoo.client import KazooClient
 
 from tenure.career import Outcome
 from tenure.career.spark import SparkCareer
-from tenure.career.spark._storage import (
-    Layout,
-    StaleTermError,
-    adopt_checkpoint,
-    newer_term_started,
-    remove_dead_staging,
-)
+from tenure.career.spark._checkpoints import StaleTermError, adopt_checkpoint, newer_term_started
+from tenure.career.spark._layout import Layout
+from tenure.career.spark._publish import remove_dead_staging
 from tenure.errors import Fenced, NotLeader
 from tests.test_spark_career import (
     Crash,

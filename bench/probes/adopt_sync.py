@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tenure.career._durable import fsync
-from tenure.career.spark._storage import _link_tree, sync_tree
+from tenure.career._durable import fsync, sync_tree
+from tenure.career.spark._checkpoints import _link_tree
 
 
 def _datasync_tree(path: Path) -> None:

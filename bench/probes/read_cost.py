@@ -42,9 +42,9 @@ def _run_one(way: str, work: Path, source: Path) -> dict[str, Any]:
 
     from tenure.career.spark import SparkCareerConfig, build_session
     from tenure.career.spark._batch import BatchWriter
+    from tenure.career.spark._layout import Layout
     from tenure.career.spark._pipeline import KIND_FILE, classified_stream
     from tenure.career.spark._query import source_stream
-    from tenure.career.spark._storage import Layout
 
     landing = work / "landing"
     landing.mkdir(parents=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench.probes import results_folder
 from tenure.career.spark._archive import sweep_archive
-from tenure.career.spark._storage import Layout
+from tenure.career.spark._layout import Layout
 
 _HERE = results_folder("archive-sweep")
 _SIZES = (10_000, 100_000, 300_000)

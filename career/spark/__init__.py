@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from tenure.career.spark._errors import HandingOverError, SparkCareerError
     from tenure.career.spark._hooks import HookError
     from tenure.career.spark._progress import BATCH_PROGRESS
+    from tenure.career.spark._publish import DELTA_VERSION_ADDED
     from tenure.career.spark._session import SPARK_SESSION_READY, build_session
     from tenure.career.spark._standby import STANDBY_EXECUTORS_HELD, STANDBY_WITHOUT_EXECUTORS
-    from tenure.career.spark._storage import DELTA_VERSION_ADDED
     from tenure.career.spark._worker_python import worker_python
 
 __all__ = [
@@ -64,7 +64,7 @@ _HOMES = {
     "BATCH_PROGRESS": "_progress",
     **dict.fromkeys(["SPARK_SESSION_READY", "build_session"], "_session"),
     **dict.fromkeys(["STANDBY_EXECUTORS_HELD", "STANDBY_WITHOUT_EXECUTORS"], "_standby"),
-    "DELTA_VERSION_ADDED": "_storage",
+    "DELTA_VERSION_ADDED": "_publish",
     "worker_python": "_worker_python",
 }
 

@@ -14,6 +14,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 
+from tenure.career._durable import sync_tree
 from tenure.career._protocol import CareerObserver
 from tenure.career.output import check_batch_schema
 from tenure.career.queue import printable_name
@@ -21,6 +22,7 @@ from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._errors import HandingOverError, SparkCareerError
 from tenure.career.spark._hooks import Hooks
 from tenure.career.spark._intake import batch_files, batch_offset, file_name
+from tenure.career.spark._layout import Layout, published_name
 from tenure.career.spark._order import HighWaterMarks, arrow_maxima, maxima, split_late
 from tenure.career.spark._pipeline import (
     CHANGED,
@@ -33,6 +35,7 @@ from tenure.career.spark._pipeline import (
     records,
     with_batch,
 )
+from tenure.career.spark._publish import finish_publish, is_published, staged_parts
 from tenure.career.spark._record import check_record, check_size
 from tenure.career.spark._retry import (
     WRITTEN,
@@ -49,14 +52,6 @@ from tenure.career.spark._retry import (
     write_parquet,
 )
 from tenure.career.spark._set_aside import stage_set_aside
-from tenure.career.spark._storage import (
-    Layout,
-    finish_publish,
-    is_published,
-    published_name,
-    staged_parts,
-    sync_tree,
-)
 from tenure.career.spark._term import Term, committed_batch, mark_consumed
 from tenure.errors import Fenced, NotLeader
 

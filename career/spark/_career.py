@@ -19,27 +19,20 @@ from tenure.career._health import StorageHealth
 from tenure.career._protocol import BatchFailed, CareerContext, CareerObserver, Outcome
 from tenure.career.lifecycle import HANDED_OVER, INAUGURATED
 from tenure.career.spark._batch import BatchWriter
+from tenure.career.spark._checkpoints import StaleTermError, adopt_checkpoint, spark_committed
 from tenure.career.spark._cluster import ClusterMaster
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._errors import CommitRecordError, SparkCareerError
 from tenure.career.spark._hooks import Hooks, check_transform, load_hook
 from tenure.career.spark._housekeeping import Housekeeper
+from tenure.career.spark._layout import Layout
 from tenure.career.spark._marks import ConsumptionMarks
 from tenure.career.spark._progress import BATCH_PROGRESS, progress_figures
+from tenure.career.spark._publish import adopt_outputs, finish_publish, is_published, remove_dead_staging
 from tenure.career.spark._query import query_name, start_query
 from tenure.career.spark._record import check_record
 from tenure.career.spark._recovery import repair_checkpoint, repair_delta_log
 from tenure.career.spark._standby import SparkStandby
-from tenure.career.spark._storage import (
-    Layout,
-    StaleTermError,
-    adopt_checkpoint,
-    adopt_outputs,
-    finish_publish,
-    is_published,
-    remove_dead_staging,
-    spark_committed,
-)
 from tenure.career.spark._term import Term, TermClock, committed_batch, no_fault
 from tenure.errors import CommitOutcomeUnknown, ElectionError, Fenced, NotLeader, Unresponsive
 

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from tenure.career._protocol import CareerObserver
 from tenure.career.queue import TICK_SUFFIX, FileIdentity
 from tenure.career.spark._archive import sweep_archive
+from tenure.career.spark._checkpoints import spark_committed
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._intake import admitted_entries
 from tenure.career.spark._landing import MarkReader, QueueEntry, scan_landing, waiting
-from tenure.career.spark._storage import Layout, spark_committed
+from tenure.career.spark._layout import Layout
 from tenure.career.spark._term import Term, committed_batch, mark_consumed
 
 __all__ = ["Housekeeper"]

@@ -31,7 +31,7 @@ from tenure.career._durable import sync_dirs
 from tenure.career.queue import FileIdentity, is_hidden, mark_bytes, mark_covers, read_mark
 from tenure.career.spark._archive import archive_files
 from tenure.career.spark._landing import MarkReader, QueueEntry, describe
-from tenure.career.spark._storage import Layout
+from tenure.career.spark._layout import Layout
 
 __all__ = ["ConsumptionMarks"]
 

@@ -16,8 +16,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._intake import QUEUE_SOURCE, QueueSource, clock_options
+from tenure.career.spark._layout import Layout
 from tenure.career.spark._pipeline import classified_stream
-from tenure.career.spark._storage import Layout
 from tenure.career.spark._term import TermClock
 
 __all__ = ["checkpoint_watermark_ms", "query_name", "source_stream", "start_query"]

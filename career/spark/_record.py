@@ -26,7 +26,7 @@ from typing import Any
 
 from tenure.career.queue import is_hidden
 from tenure.career.spark._errors import CommitRecordError, SparkCareerError
-from tenure.career.spark._storage import Layout, published_name
+from tenure.career.spark._layout import Layout, published_name
 
 __all__ = ["MAX_RECORD_BYTES", "check_record", "check_size"]
 

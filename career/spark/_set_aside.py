@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from tenure.career._protocol import FailedBatch
+from tenure.career.spark._layout import Layout
 from tenure.career.spark._read import CHUNK_BYTES, error_text
-from tenure.career.spark._storage import Layout
 
 __all__ = ["MANIFEST", "stage_set_aside"]
 

@@ -36,9 +36,9 @@ from tenure.career.spark._cluster import (
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._executors import StandbyExecutors, standby_conf
 from tenure.career.spark._hooks import Hooks
+from tenure.career.spark._layout import Layout
 from tenure.career.spark._progress import ProgressInbox
 from tenure.career.spark._session import build_session, use_driver_python
-from tenure.career.spark._storage import Layout
 from tenure.career.spark._term import Term
 from tenure.career.spark._warmup import KeepWarm, warm_up
 from tenure.errors import Unresponsive

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from tenure.career._protocol import CareerContext
+from tenure.career.spark._checkpoints import CheckpointSync, newer_term_started
 from tenure.career.spark._intake import admitted_entries
+from tenure.career.spark._layout import Layout
 from tenure.career.spark._marks import ConsumptionMarks
 from tenure.career.spark._order import HighWaterMarks
-from tenure.career.spark._storage import CheckpointSync, Layout, newer_term_started
 
 __all__ = ["Term", "TermClock", "committed_batch", "mark_consumed", "no_fault"]
 

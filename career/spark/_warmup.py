@@ -23,10 +23,10 @@ from tenure.career._protocol import CareerContext
 from tenure.career.spark._batch import BatchWriter
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._hooks import Hooks
+from tenure.career.spark._layout import Layout
 from tenure.career.spark._marks import ConsumptionMarks
 from tenure.career.spark._query import source_stream
 from tenure.career.spark._retry import identity_row
-from tenure.career.spark._storage import Layout
 from tenure.career.spark._term import Term, TermClock, no_fault
 from tenure.errors import Fenced
 
