@@ -249,7 +249,8 @@ class Runner:
         self._log.info(RUNNER_STATE, old=self._state.value, new=new.value, epoch=self._epoch)
         old, self._state = self._state, new
         leading = new is RunnerState.LEADING
-        self._progress.working(leading, new_term=leading and old is RunnerState.FOLLOWING)
+        self._progress.working(leading, new_term=leading and old is RunnerState.FOLLOWING,
+                               paused=new is RunnerState.PAUSED)
         self._observer.role_changed(leading, self._epoch)
 
     def _handle(self, event: RunnerEvent) -> None:
