@@ -169,7 +169,7 @@ def test_a_hung_leader_whose_zookeeper_link_flaps_still_gives_its_lock_up(zk_hos
     connection loss: the term is suspended, then resumed on the same session), still gives its lock up: the
     pauses stop the stall clock but do not restart it, so after 4 s of work without progress it stalls
     (no_progress), closes its session and exits 4."""
-    host, _, port = zk_hosts.split(",")[0].rpartition(":")
+    host, _, port = zk_hosts.split(",", maxsplit=1)[0].rpartition(":")
     with flaky_link((host, int(port))) as link:
         replicas = counter_replica_set(f"127.0.0.1:{link.port}", zk_group, tmp_path, session_timeout_s=6.0)
         try:

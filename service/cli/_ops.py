@@ -84,12 +84,14 @@ def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, allow_e
                               allow_waiting=allow_waiting, max_retry_age_s=max_retry_age_s)
     try:
         ops.check_data_root(data_root, queue_dir)
+        ops.queue_key(queue_dir or data_root)  # a topic of several queues is refused before the audit
         if target is None:
             report = audit()
         elif group is None:
             raise TenureError("--zk needs --group: name the group whose committed batch verify should check")
         else:
             with target.connected(read_only=True) as client:
+                ops.check_group_data(client, group, data_root, queue_dir)  # the group's data, not another's
                 ops.read_committed_batch(client, group)  # a wrong group fails now, not after the audit
                 # Read again once the output is read: a batch published during the audit is then covered.
                 report = audit(committed_batch=lambda: ops.read_committed_batch(client, group))
@@ -214,7 +216,7 @@ def groups_list(target: ZkTarget, queue_dir: Path, as_json: bool) -> None:
     """List the groups on the queue with their data roots and lag (landing files not yet consumed)."""
     try:
         with target.connected() as client:
-            report = ops.queue_report(client, queue_dir)
+            report = ops.queue_report(client, ops.queue_key(queue_dir))
     except TenureError as exc:
         fail(exc)
     click.echo(json.dumps(report, indent=2, sort_keys=True) if as_json else ops.format_groups(report), nl=as_json)

@@ -6,7 +6,15 @@ queue's contract (layout, names, record) from :mod:`tenure.career.queue`.
 """
 
 from tenure.service.ops._drain import DrainError, drain, undrain, wait_in_election
-from tenure.service.ops._groups import GroupError, format_groups, queue_lag, queue_report, remove_group
+from tenure.service.ops._groups import (
+    GroupError,
+    check_group_data,
+    format_groups,
+    queue_key,
+    queue_lag,
+    queue_report,
+    remove_group,
+)
 from tenure.service.ops._handover import HandoverDone, HandoverError, request_handover, wait_handover
 from tenure.service.ops._history import format_history, show_history
 from tenure.service.ops._produce import Producer, ProducerError, produce, write_lines
@@ -32,12 +40,14 @@ __all__ = [
     "ProducerError",
     "VerifyReport",
     "check_data_root",
+    "check_group_data",
     "drain",
     "fetch_status",
     "format_groups",
     "format_history",
     "format_status_table",
     "produce",
+    "queue_key",
     "queue_lag",
     "queue_report",
     "read_committed_batch",
