@@ -25,9 +25,11 @@ from tenure.career.spark._marks import ConsumptionMarks
 from tenure.career.spark._storage import Layout
 from tenure.election import (
     DigestCredential,
+    GroupIdentity,
     QueueKey,
     QueuePaths,
     RegisteredGroup,
+    bind_group,
     connected,
     list_groups,
     register_group,
@@ -222,6 +224,28 @@ def test_one_queue_folder_reached_by_two_paths_is_one_queue_to_the_registry(
         for replica in replicas:
             replica.reap()
         subprocess.run(["umount", str(mounted)], check=False)
+
+
+def test_produce_writes_the_topic_and_verify_audits_only_the_groups_data(zk_hosts: str, zk_client: KazooClient,
+                                                                          zk_group: str, tmp_path: Path) -> None:
+    """`tenure produce` writes the queue's `_topic.json` once (a later run keeps its id); `tenure verify --zk
+    --group` refuses, in one line naming both, a data root the group is not bound to; a topic of several queues
+    is refused by produce and verify alike, naming the file."""
+    root = tmp_path / "data"
+    topics = []
+    for _ in range(2):
+        assert tenure("produce", "--data-root", str(root), "--records", "3", "--keys", "2").returncode == 0
+        topics.append(json.loads((root / "_topic.json").read_text()))
+    topic = topics[0]
+    assert topic["queues"] == 1 and topics[1] == topic
+    bind_group(zk_client, zk_group, GroupIdentity(data_root_id="elsewhere-id", data_root="/srv/elsewhere",
+                                                  topic_id=topic["topic_id"], queue_dir=str(root)))
+    line = one_error(tenure("verify", "--data-root", str(root), "--zk", zk_hosts, "--group", zk_group))
+    assert "bound to data root elsewhere-id (/srv/elsewhere)" in line, line
+    assert f"works on data root (none: no _data_root.json) ({root.resolve()})" in line, line
+    (root / "_topic.json").write_text(json.dumps({"topic_id": topic["topic_id"], "queues": 2}))
+    for args in (("produce", "--data-root", str(root), "--records", "1"), ("verify", "--data-root", str(root))):
+        assert f"{root / '_topic.json'} says the topic has queues=2" in one_error(tenure(*args))
 
 
 # --------------------------------------------------------------------------------------------- marks
