@@ -122,7 +122,8 @@ class Runner:
         self._health = HealthGate(career, clock)
         self._canary = CanarySchedule(settings.canary_handover_every_s, clock)
         self._handovers = HandoverRequests(requests, settings.replica_id, clock)
-        self._attempts = BatchAttempts(settings.replica_id, settings.max_batch_attempts)
+        self._attempts = BatchAttempts(settings.replica_id, settings.max_batch_attempts, settings.set_aside_after_s,
+                                       clock)
         self._inauguration = Inauguration(self._election, career, self._attempts, self._handovers, self._log)
         self._backoff = FailureBackoff(settings.failure_backoff_s, settings.failure_backoff_max_s, clock)
         self._fail_stop = FailStop(self._election, self._attempts, terms, process, observer, self._log,

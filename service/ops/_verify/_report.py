@@ -52,9 +52,12 @@ class VerifyReport:
     retry_oldest_age_s: float | None = None
     """Seconds since the oldest record held for retry first failed (None: none has failed yet)."""
     ids_set_aside: int = 0
-    """Ids only in set-aside batches: poison batches committed without running (``set-aside/``), not in the
-    table until an operator replays their files."""
+    """Ids only in set-aside batches (``set-aside/``: a split poison batch's failing records, or a whole batch that
+    could not be split), not in the table until an operator replays them (``tenure replay``)."""
     set_aside_batches: int = 0
+    ids_replayed: int = 0
+    """Ids of set-aside batches replayed since: audited as the output's (each in the table once, or set aside
+    again), out of their keys' order by design; every other row's order is checked without them."""
     ids_late: int = 0
     late_rows: int = 0
     late_repeats: int = 0
@@ -171,6 +174,8 @@ class VerifyReport:
         if self.set_aside_batches:
             retry += (f"{self.ids_set_aside} set aside in {self.set_aside_batches} poison batch"
                       f"{'es' if self.set_aside_batches != 1 else ''} (set-aside/: not in the table until replayed), ")
+        if self.ids_replayed:
+            retry += f"{self.ids_replayed} replayed from set-aside/, "
         return (
             f"verify: {verdict} — {self.ids_in} ids in, {self.ids_written} written, {late}{retry}{self.lost} lost, "
             f"{unread}{self.duplicated} duplicated, {self.inversions} inversions{extra}; "
@@ -192,7 +197,8 @@ class VerifyReport:
             ("ids written / rows", f"{self.ids_written} / {self.rows_written}"),
             ("ids late / rows / also written", f"{self.ids_late} / {self.late_rows} / {self.late_repeats}"),
             ("ids dead-lettered / held for retry", f"{self.ids_dead_lettered} / {self.ids_waiting}"),
-            ("ids set aside / batches", f"{self.ids_set_aside} / {self.set_aside_batches}"),
+            ("ids set aside / batches / replayed", f"{self.ids_set_aside} / {self.set_aside_batches} / "
+                                                   f"{self.ids_replayed}"),
             ("retry snapshot batch / oldest", f"{'—' if self.retry_batch is None else self.retry_batch} / {age}"),
             ("bad lines in", str(self.bad_lines_in)),
             ("quarantined / rows", f"{self.quarantined} / {self.quarantine_rows}"),
