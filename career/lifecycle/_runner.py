@@ -381,7 +381,8 @@ class Runner:
         if batch_id is not None and self._zk_connected:
             failed = self._attempts.failed(batch_id, f"{type(exc).__name__}: {exc}")
             self._log.warning(BATCH_ATTEMPT_FAILED, batch=batch_id, attempts=failed.attempts,
-                              max_attempts=self._settings.max_batch_attempts, epoch=self._epoch)
+                              max_attempts=self._settings.max_batch_attempts, failing_s=round(failed.failing_s, 3),
+                              set_aside_after_s=self._settings.set_aside_after_s, epoch=self._epoch)
             self._term_end.record(self._epoch, clean=False, last_batch=last_batch,
                                   reason=f"{ended} on batch {batch_id}")
         self._term_end.release(self._epoch)
