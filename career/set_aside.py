@@ -5,9 +5,9 @@ and ``tenure verify`` (which audits both). Pure Python, so operator tools import
 
 For a batch ``B`` set aside (each name prefixed ``batch-<B, 12 digits>-``, as every published file is):
 
-- ``<name>`` — the records set aside from the queue file ``<name>``, as its lines: the whole file when the batch
-  was set aside whole, only the lines that failed when it was split (the manifest's ``lines`` maps them to the
-  queue file's line numbers); a re-run of a replay that failed again names the set-aside file it came from.
+- ``<name>`` — the records set aside from the queue file ``<name>``: the whole file when the batch was set aside
+  whole; when it was split, the records that failed, one JSON line each (the manifest's ``lines`` names the lines
+  of the source they came from); a replayed record that failed again is under the set-aside file it came from.
 - ``manifest.json`` — the batch, the epoch, the files, the record count, the attempts and the last error,
   ``split`` and ``lines``.
 - ``replay.json`` — an operator's request to replay the batch (``tenure replay``), until a batch commits it.

@@ -10,7 +10,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import pyarrow.compute as pc
@@ -98,11 +97,12 @@ class _Replay:
 
 @dataclass(frozen=True)
 class _Failing:
-    """What a split sets aside: the failing records' lines by file, their positions (source, line) and their keys'
-    highest ``seq``, how many came from the queue (not from a replay), and the split's trials."""
+    """What a split sets aside: the failing records by source (each a JSON line, with the line it came from), their
+    positions (source, line) and their keys' highest ``seq``, how many came from the queue (not from a replay), and
+    the split's trials."""
 
     poison: FailedBatch
-    lines: dict[str, list[int]]
+    records: dict[str, list[tuple[int, bytes]]]
     positions: frozenset[tuple[str, int]]
     highest: dict[str, int]
     from_queue: int
@@ -481,7 +481,7 @@ class BatchWriter:
         done = self._stage(df.where(~in_units(blamed)), batch_id, record, kept, failing)
         term.log.warning("batch_split", batch=batch_id, epoch=term.epoch, set_aside=failing.count, trials=trials,
                          seconds=round(time.monotonic() - started, 3),
-                         files=sorted(failing.lines), written=done.counts["written"])
+                         files=sorted(failing.records), written=done.counts["written"])
         return done
 
     def _trial_fails(self, rows: DataFrame, batch_id: int) -> bool:
@@ -512,21 +512,25 @@ class BatchWriter:
         return False
 
     def _failing(self, rows: DataFrame, poison: FailedBatch, trials: int, replayed: int) -> _Failing:
-        """What a split sets aside: the blamed records' lines by file (a queue file's name, or a set-aside file's
-        for a replayed record) and their keys' highest ``seq``."""
-        table = rows.select("source_file", "line", "key", "seq").toArrow()
-        lines: dict[str, list[int]] = defaultdict(list)
+        """What a split sets aside: the blamed records by source (a queue file's name, a set-aside file's for a
+        replayed record, or another source's), each as one JSON line with the line it came from, and their keys'
+        highest ``seq``."""
+        table = rows.select("source_file", "line", *_RECORD_COLUMNS).toArrow()
+        kept: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
         positions: set[tuple[str, int]] = set()
         highest: dict[str, int] = {}
         from_queue = 0
-        for source, line, key, seq in zip(*(table.column(c).to_pylist() for c in ("source_file", "line", "key",
-                                                                                   "seq")), strict=True):
+        for row in table.to_pylist():
+            source, line, key, seq = row["source_file"], int(row["line"]), row["key"], int(row["seq"])
+            record = {name: row[name] for name in _RECORD_COLUMNS}
+            record["payload"] = json.loads(record["payload"]) if record["payload"] is not None else None
             replayed_from = source.startswith(str(self._layout.set_aside))
-            lines[Path(source).name if replayed_from else file_name(source)].append(int(line))
-            positions.add((source, int(line)))
-            highest[key] = max(int(seq), highest.get(key, int(seq)))
+            kept[file_name(source)].append((line, json.dumps(record, separators=(",", ":"),
+                                                              ensure_ascii=False).encode()))
+            positions.add((source, line))
+            highest[key] = max(seq, highest.get(key, seq))
             from_queue += not replayed_from
-        return _Failing(poison, dict(lines), frozenset(positions), highest, from_queue, trials, replayed)
+        return _Failing(poison, dict(kept), frozenset(positions), highest, from_queue, trials, replayed)
 
     def _stage_failing(self, failing: _Failing, counts: dict[str, int], staged: dict[str, str],
                        batch_id: int) -> dict[str, Any] | None:
@@ -537,7 +541,7 @@ class BatchWriter:
         term, layout = self._term, self._layout
         staging = layout.staging(layout.set_aside, term.epoch, batch_id)
         counts["set_aside"] = stage_set_aside(layout, staging, batch_id=batch_id, epoch=term.epoch, files=[],
-                                              failed=failing.poison, lines=failing.lines)
+                                              failed=failing.poison, records=failing.records)
         # The file markers still count the lines set aside as valid: they are not repeats.
         counts["duplicate"] = max(counts["duplicate"] - failing.from_queue, 0)
         staged["set_aside"] = layout.relative(staging)

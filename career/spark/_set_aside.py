@@ -26,52 +26,45 @@ __all__ = ["stage_set_aside"]
 
 
 def _source(layout: Layout, name: str) -> Path | None:
-    """Where the queue file (or set-aside file, for a replay set aside again) ``name`` is now."""
-    return next((folder / name for folder in (layout.landing, layout.archive, layout.set_aside)
-                 if (folder / name).exists()), None)
-
-
-def _lines(data: bytes) -> list[bytes]:
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    return lines
+    """Where the queue file ``name`` is now."""
+    return next((folder / name for folder in (layout.landing, layout.archive) if (folder / name).exists()), None)
 
 
 def stage_set_aside(layout: Layout, staging: Path, *, batch_id: int, epoch: int, files: Sequence[str],
-                    failed: FailedBatch, lines: Mapping[str, Sequence[int]] | None = None) -> int:
+                    failed: FailedBatch, records: Mapping[str, Sequence[tuple[int, bytes]]] | None = None) -> int:
     """Stage what a batch sets aside in ``staging`` with a manifest; returns the number of lines staged.
 
-    Without ``lines``, the whole of each queue file in ``files``, hard-linked, not copied: the queue files stay
+    Without ``records``, the whole of each queue file in ``files``, hard-linked, not copied: the queue files stay
     where consumption and archiving expect them, and the set-aside copy shares their bytes (a copy across file
-    systems). With ``lines`` (a split batch), each file in it holds only those of its lines (1-based), which the
-    manifest maps to the source's line numbers.
+    systems). With ``records`` (a split batch), one file per source named in it (a queue file, a set-aside file
+    being replayed, or any other source's name) holding its records set aside, one JSON line each, whatever the
+    source (``(line, record)``: the line the record came from, which the manifest keeps, and the record).
     """
     staging.mkdir(parents=True, exist_ok=True)
     count = 0
     kept: list[str] = []
-    for name in (files if lines is None else sorted(lines)):
-        source = _source(layout, name)
-        if source is None:
-            continue
+    for name in (files if records is None else sorted(records)):
         target = staging / name
-        if lines is not None:
-            chosen = _lines(source.read_bytes())
-            target.write_bytes(b"".join(chosen[number - 1] + b"\n" for number in sorted(lines[name])))
+        if records is not None:
+            target.write_bytes(b"".join(line + b"\n" for _number, line in sorted(records[name])))
         elif not target.exists():
+            source = _source(layout, name)
+            if source is None:
+                continue
             try:
                 os.link(source, target)
             except OSError:
                 target.write_bytes(source.read_bytes())
-        count += len(_lines(target.read_bytes()))
+        data = target.read_bytes()
+        count += data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
         kept.append(name)
     manifest: dict[str, Any] = {
         "batch_id": batch_id,
         "epoch": epoch,
         "files": kept,
         "records": count,
-        "split": lines is not None,
-        "lines": None if lines is None else {name: sorted(lines[name]) for name in kept},
+        "split": records is not None,
+        "lines": None if records is None else {name: sorted(n for n, _ in records[name]) for name in kept},
         "attempts": failed.attempts,
         "failing_s": round(failed.failing_s, 3),
         "error": failed.error,
