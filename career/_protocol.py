@@ -29,8 +29,8 @@ class Outcome(enum.Enum):
 
 class BatchFailed(TenureError):
     """One batch failed, for a reason of its own (not storage, Spark or ZooKeeper being down): ``execute``
-    raises it so the term's end can count the attempt against ``batch_id`` (a poison batch is set aside after
-    ``--max-batch-attempts`` consecutive failed terms)."""
+    raises it so the term's end can count the attempt against ``batch_id`` (a poison batch is split after
+    ``--max-batch-attempts`` consecutive failed terms and ``--set-aside-after-s`` of failing)."""
 
     def __init__(self, batch_id: int, message: str) -> None:
         super().__init__(message)
@@ -60,9 +60,10 @@ class CareerObserver(Protocol):
     """Where a career reports what it did; ``service`` turns these into Prometheus metrics.
 
     Batch outcomes: ``committed``, ``skipped`` (already committed: a re-run), ``set_aside`` (a poison batch,
-    committed without its records), ``fenced``, ``failed``. Record outcomes: ``written``, ``duplicate``,
-    ``quarantined``, and with a row function ``retried`` (an attempt failed; the record waits in the retry
-    store) and ``dead_lettered``; rows Spark dropped by watermark come through ``records_dropped``.
+    committed with the records that fail in it set aside, or all of them), ``fenced``, ``failed``. Record
+    outcomes: ``written``, ``duplicate``, ``quarantined``, ``set_aside``, and with a row function ``retried`` (an
+    attempt failed; the record waits in the retry store) and ``dead_lettered``; rows Spark dropped by watermark
+    come through ``records_dropped``.
 
     The service's progress watchdog reads the same calls: a batch started and not finished, input waiting
     (``backlog``) and no batch finishing is a stalled leader.
@@ -91,9 +92,10 @@ class CareerObserver(Protocol):
 class CareerContext:
     """What a career gets at inauguration: its fencing token, a leadership check, the fence.
 
-    ``set_aside`` is a batch that failed ``--max-batch-attempts`` terms in a row: when this term reaches it, it
-    commits the batch without running it and keeps its input where an operator finds it, so one poison batch
-    cannot stop the group.
+    ``set_aside`` is a batch that failed ``--max-batch-attempts`` terms in a row for ``--set-aside-after-s``: when
+    this term reaches it, it runs it once more and, if it fails, splits it, setting aside only the records that
+    fail (the whole batch, without running it, when a split failed before: ``FailedBatch.split_failed``), where an
+    operator finds them, so one poison batch cannot stop the group.
     """
 
     epoch: int

@@ -7,6 +7,7 @@ replica's row function hang, or one batch fail on every leader, while the others
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -27,7 +28,8 @@ dependency called without a timeout: ``--row-timeout-s`` interrupts it), ``nativ
 first (a call into C that ignores signals: only the progress watchdog helps), anything else sleeps."""
 
 POISON_PILL = "poison_pill"
-"""A payload field: a batch holding a record whose payload has it true fails in :func:`fail_on_poison_pill`."""
+"""A payload field: a batch holding a record whose payload has it true fails in :func:`fail_on_poison_pill`; one
+whose payload has it naming a file fails while that file exists (a cause a test or an operator can fix)."""
 
 
 def hang_when_told(record: dict[str, Any]) -> None:
@@ -55,12 +57,16 @@ def hang_when_told(record: dict[str, Any]) -> None:
 
 
 def _swallow_poison(payload: str | None) -> str | None:
-    if payload is not None and f'"{POISON_PILL}":true' in payload.replace(" ", ""):
+    if payload is None or POISON_PILL not in payload:
+        return payload
+    pill = json.loads(payload).get(POISON_PILL) if payload.lstrip().startswith("{") else None
+    if pill is True or (isinstance(pill, str) and os.path.exists(pill)):
         raise ValueError(f"a record's payload holds {POISON_PILL}: this batch fails on every leader")
     return payload
 
 
 def fail_on_poison_pill(records: DataFrame) -> DataFrame:
     """A transform that passes every record through, but fails the whole batch when one holds the poison pill
-    (a UDF raising on the executors, as a bad record would in real code)."""
+    (a UDF raising on the executors, as a bad record would in real code): always when the pill is true, while
+    the file it names exists when it is a path."""
     return records.withColumn("payload", F.udf(_swallow_poison, StringType())(F.col("payload")))

@@ -68,12 +68,14 @@ from tenure.election._events import (
 )
 from tenure.election._fence import COMMIT_FENCED, Fence
 from tenure.election._four_letter import four_letter_word
+from tenure.election._group_identity import GroupIdentity, bind_group, read_group_identity
 from tenure.election._handover import FailedBatch, HandoverRecord, read_handover
 from tenure.election._history import HISTORY_LIMIT, TERM_ENDINGS, TermHistory, TermRecord, read_history
 from tenure.election._identity import Identity
 from tenure.election._layout import QUEUES, GroupPaths, QueuePaths
 from tenure.election._line import JOINED, RELEASE_INCOMPLETE, RELEASED
 from tenure.election._registry import (
+    QueueKey,
     RegisteredGroup,
     group_queues,
     list_groups,
@@ -110,6 +112,7 @@ __all__ = [
     "FailedBatch",
     "Fence",
     "Following",
+    "GroupIdentity",
     "GroupPaths",
     "GroupStatus",
     "HandoverRecord",
@@ -118,6 +121,7 @@ __all__ = [
     "IllegalTransitionError",
     "LeadershipState",
     "OperatorRequests",
+    "QueueKey",
     "QueuePaths",
     "RegisteredGroup",
     "Resumed",
@@ -126,6 +130,7 @@ __all__ = [
     "TermHistory",
     "TermRecord",
     "ZooKeeperClient",
+    "bind_group",
     "check_transition",
     "connect",
     "connected",
@@ -137,6 +142,7 @@ __all__ = [
     "list_groups",
     "read_commit",
     "read_contenders",
+    "read_group_identity",
     "read_handover",
     "read_history",
     "register_group",

@@ -27,24 +27,34 @@ class FailedBatch:
     """A batch that ended consecutive terms without committing, carried from term to term in the handover record.
 
     ``attempts`` counts terms in a row that tried ``batch_id`` and failed (or stalled) on it; a term that
-    commits it ends the count. ``error`` is the last attempt's error, cut short.
+    commits it ends the count. ``error`` is the last attempt's error, cut short. ``failing_s`` is how long the
+    batch has been failing, at least: from its first failure to the last time a replica wrote or read this count,
+    each stretch measured on one replica's monotonic clock, never a wall clock (``BatchAttempts``).
+    ``split_failed`` says that a term that split the batch (set aside only what fails in it) failed on it too.
     """
 
     batch_id: int
     attempts: int
     error: str
+    failing_s: float = 0.0
+    split_failed: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"batch_id": self.batch_id, "attempts": self.attempts, "error": self.error}
+        return {"batch_id": self.batch_id, "attempts": self.attempts, "error": self.error,
+                "failing_s": round(self.failing_s, 3), "split_failed": self.split_failed}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FailedBatch:
-        return cls(batch_id=int(data["batch_id"]), attempts=int(data["attempts"]), error=str(data.get("error", "")))
+        return cls(batch_id=int(data["batch_id"]), attempts=int(data["attempts"]), error=str(data.get("error", "")),
+                   failing_s=float(data.get("failing_s") or 0.0), split_failed=bool(data.get("split_failed")))
 
-    def again(self, batch_id: int, error: str) -> FailedBatch:
-        """The count after another term failed on ``batch_id``: one more if it is this batch, else a new count."""
-        attempts = self.attempts + 1 if batch_id == self.batch_id else 1
-        return FailedBatch(batch_id, attempts, error[:500])
+    def again(self, batch_id: int, error: str, failing_s: float, *, split_failed: bool = False) -> FailedBatch:
+        """The count after another term failed on ``batch_id``, ``failing_s`` after the batch first failed: one more
+        if it is this batch, else a new count (which has failed for no time yet)."""
+        if batch_id != self.batch_id:
+            return FailedBatch(batch_id, 1, error[:500], 0.0, split_failed)
+        return FailedBatch(batch_id, self.attempts + 1, error[:500], max(failing_s, self.failing_s),
+                           split_failed or self.split_failed)
 
 
 @dataclass(frozen=True)

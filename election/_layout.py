@@ -68,37 +68,46 @@ class GroupPaths:
         """The last terms, for operators (``election/_history.py``)."""
         return f"{self.root}/history"
 
+    @property
+    def identity(self) -> str:
+        """What the group is bound to: its data root's and its queue's ids (``election/_group_identity.py``)."""
+        return f"{self.root}/identity"
+
     def node(self, name: str) -> str:
         return f"{self.election}/{name}"
 
 
 @dataclass(frozen=True)
 class QueuePaths:
-    """``/tenure/_queues/<queue key>/<group>``: the groups registered on one queue folder.
+    """``/tenure/_queues/<queue key>/<group>``: the groups registered on one queue.
 
-    The key is the queue's absolute path URL-quoted into one znode name (``/srv/q`` → ``%2Fsrv%2Fq``), so every
-    replica must see the queue at the same path.
+    The key is the queue's topic id (its ``_topic.json``), so a queue folder reached by two paths (a symlink, a
+    bind mount, another host's mount point) is one queue. Before issue 50 the key was the queue's absolute path
+    URL-quoted into one znode name (``/srv/q`` → ``%2Fsrv%2Fq``: :meth:`of_path`); a replica moves its group's
+    entry from such a key to its topic's.
 
     Example::
 
-        QueuePaths.of("/srv/q").group("orders")   # '/tenure/_queues/%2Fsrv%2Fq/orders'
+        QueuePaths("9e2d4c1e-…").group("orders")   # '/tenure/_queues/9e2d4c1e-…/orders'
+        QueuePaths.of_path("/srv/q").root         # '/tenure/_queues/%2Fsrv%2Fq' (a legacy key)
     """
 
-    queue_dir: str  # absolute
+    key: str
 
     @classmethod
-    def of(cls, queue_dir: str | os.PathLike[str]) -> QueuePaths:
-        """The paths of the queue at ``queue_dir``, made absolute (``~`` expanded, links resolved)."""
-        return cls(str(Path(queue_dir).expanduser().resolve()))
+    def of_path(cls, queue_dir: str | os.PathLike[str]) -> QueuePaths:
+        """The legacy key of the queue at ``queue_dir``: its absolute path (``~`` expanded, links resolved)."""
+        return cls(quote(str(Path(queue_dir).expanduser().resolve()), safe=""))
 
-    @classmethod
-    def from_key(cls, key: str) -> QueuePaths:
-        """The paths of the queue a child of ``/tenure/_queues`` names."""
-        return cls(unquote(key))
+    @property
+    def legacy_dir(self) -> str | None:
+        """The queue's path, when the key is a legacy one (a quoted absolute path); None for a topic id."""
+        path = unquote(self.key)
+        return path if path.startswith("/") else None
 
     @property
     def root(self) -> str:
-        return f"{QUEUES}/{quote(self.queue_dir, safe='')}"
+        return f"{QUEUES}/{self.key}"
 
     def group(self, group: str) -> str:
         """The registry entry of ``group`` on this queue."""

@@ -76,3 +76,27 @@ class _StuckInClose(CounterCareer):
 def stuck_in_close(config: Any, observer: CareerObserver) -> CounterCareer:
     """A career whose ``close`` never returns while its child process lives (see ``_StuckInClose``)."""
     return _StuckInClose(config, observer)
+
+
+class _HungBatch(CounterCareer):
+    """A counter whose first batch never finishes while a queue file waits: it tells the observer the batch began
+    and input waits, then does no more work (as a Spark batch hung in user code does, on a thread of its own),
+    while its control loop comes round as usual."""
+
+    def __init__(self, config: Any, observer: CareerObserver) -> None:
+        super().__init__(config.data_root / "counter.log", interval_s=config.counter.counter_interval_s,
+                         observer=observer)
+        self._reporter = observer
+        self._began = False
+
+    def execute(self) -> bool:
+        if not self._began:
+            self._began = True
+            self._reporter.backlog(1)
+            self._reporter.batch_started(1)
+        return False
+
+
+def hangs_in_a_batch(config: Any, observer: CareerObserver) -> CounterCareer:
+    """A career whose batch hangs from its first term on, input waiting (see ``_HungBatch``)."""
+    return _HungBatch(config, observer)

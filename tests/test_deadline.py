@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tenure.career import FailedBatch, HandoverRecord, Probe, StorageHealth, call_within
+from tenure.career.lifecycle._attempts import BatchAttempts
 from tenure.errors import Unresponsive
 from tenure.service.local import wait_for
 from tenure.service.replica import Metrics
@@ -72,11 +73,12 @@ def test_storage_health_reports_a_hung_probe(tmp_path: Path, monkeypatch: pytest
 def test_the_handover_record_carries_the_failing_batch_count() -> None:
     """The count of terms a batch failed in a row survives the record's JSON round trip, grows on the same
     batch, starts over on another, and keeps the error short."""
-    first = FailedBatch(7, 0, "").again(7, "ValueError: bad")
+    first = FailedBatch(7, 0, "").again(7, "ValueError: bad", 0.0)
     assert first == FailedBatch(7, 1, "ValueError: bad")
-    assert first.again(7, "x" * 900).attempts == 2 and len(first.again(7, "x" * 900).error) == 500
-    assert first.again(8, "other").attempts == 1
-    record = HandoverRecord(5, 6, False, 1.0, "r1", reason="stalled: …", failed_batch=first.again(7, "again"))
+    assert first.again(7, "x" * 900, 3.0).attempts == 2 and len(first.again(7, "x" * 900, 3.0).error) == 500
+    assert first.again(8, "other", 3.0) == FailedBatch(8, 1, "other", 0.0)
+    record = HandoverRecord(5, 6, False, 1.0, "r1", reason="stalled: …",
+                            failed_batch=first.again(7, "again", 12.5, split_failed=True))
     assert HandoverRecord.from_json(record.to_json()) == record
     old = {"epoch": 3, "last_batch": None, "clean": True, "at": 2.0, "replica_id": "r2"}  # written by older code
     assert HandoverRecord.from_json(old).failed_batch is None
@@ -88,6 +90,40 @@ class _Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def test_a_batch_is_set_aside_after_its_attempts_and_its_span_measured_without_wall_clocks() -> None:
+    """Two replicas fail one batch in turn, each term failing after 2 s and the next beginning 15 s later: the
+    attempts reach 3 by the third term, but the batch is set aside only once it has failed for 60 s, as measured
+    by the replicas' own monotonic clocks (far apart here: no clock is compared with another), carried in the
+    handover record; a term told to set it aside that fails on it too marks it ``split_failed``."""
+    clocks = [_Clock(), _Clock()]
+    clocks[1].now = 5.0  # another host's monotonic clock: unrelated to the first's
+    replicas = [BatchAttempts(f"r{i}", max_attempts=3, min_failing_s=60.0, clock=clock)
+                for i, clock in enumerate(clocks)]
+    record: HandoverRecord | None = None
+    spans: list[float] = []
+    for term in range(12):
+        attempts = replicas[term % 2]
+        attempts.began(record)
+        poison = attempts.poison()
+        if poison is not None:
+            break
+        for clock in clocks:
+            clock.now += 2.0  # the term fails after 2 s
+        failed = attempts.failed(7, "lookup timed out")
+        spans.append(failed.failing_s)
+        record = attempts.record(term, clean=False, last_batch=None, reason="failed")
+        for clock in clocks:
+            clock.now += 15.0  # until the next term
+    # The batch first failed 2 s in; term 4 begins at 68 s, 66 s later: the first to see 60 s of failing (term 3
+    # began 49 s after the first failure, with 3 attempts behind it: too early).
+    assert term == 4 and poison is not None and 60.0 <= poison.failing_s <= 66.0, spans
+    assert poison.attempts == 4 and not poison.split_failed
+    assert all(span <= 17.0 * i for i, span in enumerate(spans)), "never more than the real time"
+    failed = attempts.failed(7, "still failing")
+    assert failed.split_failed and failed.attempts == 5
+    assert attempts.record(99, clean=False, last_batch=7, reason=None).failed_batch is None, "committed past it"
 
 
 def _progress(clock: _Clock) -> ProgressClock:

@@ -19,12 +19,15 @@ from tenure.election import (
     DigestCredential,
     DrainRequest,
     Election,
+    GroupIdentity,
     GroupPaths,
     HandoverRecord,
     HandoverRequest,
     Identity,
     OperatorRequests,
+    QueueKey,
     TermHistory,
+    bind_group,
     connect,
     disconnect,
     group_queues,
@@ -33,6 +36,7 @@ from tenure.election import (
     list_groups,
     read_commit,
     read_contenders,
+    read_group_identity,
     read_handover,
     read_history,
     register_group,
@@ -63,7 +67,10 @@ def test_every_public_call_raises_zookeeper_unavailable_once_the_ensemble_is_gon
         fence = election.fence()
         history = TermHistory(client, group, timeout_s=_OP_S)
         requests = OperatorRequests(client, group, timeout_s=_OP_S)
-        register_group(client, tmp_path / "queue", group, tmp_path / "root")
+        queue = QueueKey("boundary-topic", str(tmp_path / "queue"))
+        register_group(client, queue, group, tmp_path / "root", "boundary-root")
+        wanted = GroupIdentity(data_root_id="boundary-root", data_root=str(tmp_path / "root"))
+        bind_group(client, group, wanted)
         request = HandoverRequest(fence.epoch, None, time.time(), time.time() + 60)
         record = HandoverRecord(fence.epoch, None, False, time.time(), "r1")
 
@@ -93,12 +100,14 @@ def test_every_public_call_raises_zookeeper_unavailable_once_the_ensemble_is_gon
             "OperatorRequests.handover": requests.handover,
             "OperatorRequests.put_handover": lambda: requests.put_handover(request),
             "OperatorRequests.remove_handover": lambda: requests.remove_handover(request),
-            "list_groups": lambda: list_groups(client, tmp_path / "queue", timeout_s=_OP_S),
-            "registered_groups": lambda: registered_groups(client, tmp_path / "queue", timeout_s=_OP_S),
+            "list_groups": lambda: list_groups(client, queue, timeout_s=_OP_S),
+            "registered_groups": lambda: registered_groups(client, queue, timeout_s=_OP_S),
             "group_queues": lambda: group_queues(client, group, timeout_s=_OP_S),
-            "register_group": lambda: register_group(client, tmp_path / "queue", group, tmp_path / "root",
+            "register_group": lambda: register_group(client, queue, group, tmp_path / "root", "boundary-root",
                                                      timeout_s=_OP_S),
-            "unregister_group": lambda: unregister_group(client, tmp_path / "queue", group, timeout_s=_OP_S),
+            "unregister_group": lambda: unregister_group(client, queue, group, timeout_s=_OP_S),
+            "bind_group": lambda: bind_group(client, group, wanted, timeout_s=_OP_S),
+            "read_group_identity": lambda: read_group_identity(client, group, timeout_s=_OP_S),
         }
         wrong: dict[str, str] = {}
         for name, call in calls.items():

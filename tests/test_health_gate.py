@@ -22,7 +22,8 @@ from tests._replicas import ReplicaSet, election_line
 
 @pytest.fixture()
 def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSet]:
-    """Counter replicas, each on a data root of its own here: the fault breaks one replica's storage only."""
+    """Counter replicas of one data root, each reaching it by a path of its own (``mount``): the fault breaks one
+    replica's path only, as an unmounted volume breaks one host's."""
     spec = ReplicaSpec(group=zk_group, career="counter", session_timeout_s=3, handover_timeout_s=2,
                        counter_interval_s=0.05)
     replica_set = ReplicaSet(zk_hosts, spec, tmp_path)
@@ -30,15 +31,24 @@ def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSe
     replica_set.reap_all()
 
 
+def mount(tmp_path: Path, replica_id: str) -> Path:
+    """``<replica id>-data``: the group's one data root as ``replica_id`` reaches it (a symlink, its mount point)."""
+    shared = tmp_path / "data"
+    shared.mkdir(exist_ok=True)
+    path = tmp_path / f"{replica_id}-data"
+    path.symlink_to(shared)
+    return path
+
+
 def test_a_leader_whose_data_root_breaks_hands_over_and_rejoins_when_healed(
         replicas: ReplicaSet, zk_client: KazooClient, zk_group: str, tmp_path: Path) -> None:
     """A leader whose data root becomes unwritable leaves the election as unhealthy (no back-off, no career failure
     counted), stays alive reporting why, and a follower leads; once the data root is back it rejoins the line and is
     ready again."""
-    root = tmp_path / "r1-data"
+    root = mount(tmp_path, "r1")
     first = replicas.start("r1", data_root=root)
     wait_for(first.is_leader, 30, "r1 to lead")
-    second = replicas.start("r2", data_root=tmp_path / "r2-data")
+    second = replicas.start("r2", data_root=mount(tmp_path, "r2"))
     wait_for(lambda: second.get("/readyz")[0] == 200, 30, "r2 ready")
 
     # The volume goes away under the leader: its data root is now a plain file (an unmounted, replaced path).
@@ -77,12 +87,12 @@ def test_the_storage_check_names_the_problem(tmp_path: Path) -> None:
 def test_a_follower_whose_data_root_breaks_leaves_the_line_until_healed(
         replicas: ReplicaSet, zk_client: KazooClient, zk_group: str, tmp_path: Path) -> None:
     """No batch runs on a follower: only the periodic check can notice, and it does."""
-    leader = replicas.start("r1", data_root=tmp_path / "r1-data")
+    leader = replicas.start("r1", data_root=mount(tmp_path, "r1"))
     wait_for(leader.is_leader, 30, "r1 to lead")
-    root = tmp_path / "r2-data"
+    root = mount(tmp_path, "r2")
     follower = replicas.start("r2", data_root=root)
     wait_for(lambda: election_line(zk_client, zk_group) == ["r1", "r2"], 30, "r2 in line")
-    shutil.rmtree(root)
+    root.unlink()
     root.write_text("not a folder\n")
     wait_for(lambda: election_line(zk_client, zk_group) == ["r1"], 20, "r2 out of the line")
     # The node goes first, the event is logged after it: on a busy machine the log may lag the line.
@@ -90,7 +100,7 @@ def test_a_follower_whose_data_root_breaks_leaves_the_line_until_healed(
              "r2's left_election event")
     assert follower.get("/readyz")[0] == 503 and leader.is_leader()
     root.unlink()
-    root.mkdir()
+    root.symlink_to(tmp_path / "data")
     wait_for(lambda: election_line(zk_client, zk_group) == ["r1", "r2"], 20, "r2 back in line")
 
 

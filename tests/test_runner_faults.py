@@ -163,12 +163,13 @@ class _Harness:
 
 @pytest.fixture()
 def harness(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[Callable[..., _Harness]]:
-    """Builds and starts one in-process runner (gate open or closed); stops it and its client afterwards."""
+    """Builds and starts one in-process runner (gate open or closed); stops it and its client afterwards. Its
+    batches are set aside on their count alone unless ``set_aside_after_s`` is given."""
     made: list[_Harness] = []
     clients: list[KazooClient] = []
 
     def make(*, gate_open: bool = True, read_faults: tuple[BaseException, ...] = (),
-             write_faults: tuple[BaseException, ...] = ()) -> _Harness:
+             write_faults: tuple[BaseException, ...] = (), set_aside_after_s: float = 0.0) -> _Harness:
         client = KazooClient(hosts=zk_hosts, timeout=SESSION_S)
         client.start(timeout=15)
         clients.append(client)
@@ -190,7 +191,8 @@ def harness(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[Callable[.
         career = _RecordingCounter(counter_log, progress)
         runner, _control = build_runner(election_factory, career, metrics,
                                         RunnerSettings(replica_id="r1", handover_timeout_s=2.0, idle_backoff_s=0.02,
-                                                       failure_backoff_s=0.5, tick_s=0.05),
+                                                       failure_backoff_s=0.5, tick_s=0.05,
+                                                       set_aside_after_s=set_aside_after_s),
                                         watchdog=WatchdogSettings(), progress=progress,
                                         requests=OperatorRequests(client, zk_group, timeout_s=SESSION_S / 2),
                                         history=TermHistory(client, zk_group, timeout_s=SESSION_S / 2))
@@ -320,6 +322,22 @@ def test_a_batch_failing_term_after_term_is_counted_and_handed_to_the_term_that_
     last = h.career.contexts[3].set_aside
     assert last is not None and (last.batch_id, last.attempts) == (7, 3) and "poison pill" in last.error
     assert [e["attempts"] for e in h.events(BATCH_ATTEMPT_FAILED)][:3] == [1, 2, 3]
+    assert h.stop() == 0
+
+
+def test_a_batch_failing_for_less_than_its_span_is_not_set_aside(
+        harness: Callable[..., _Harness], zk_client: KazooClient, zk_group: str) -> None:
+    """With ``set_aside_after_s`` at 600 s, a batch that fails four terms in a few seconds — more than
+    ``max_batch_attempts`` (3) — names nothing to set aside: an outage of seconds is not poison. The handover
+    record carries how long it has been failing, which grows term by term with the failure back-off."""
+    h = harness(set_aside_after_s=600.0)
+    wait_for(h.leading, 20, "the runner to lead")
+    h.career.poison = BatchFailed(7, "batch 7 failed: TimeoutError: the lookup did not answer")
+    wait_for(lambda: len(h.career.contexts) >= 5, 30, "four failed terms and a fifth")
+    h.career.poison = None
+    assert all(ctx.set_aside is None for ctx in h.career.contexts)
+    spans = [e["failing_s"] for e in h.events(BATCH_ATTEMPT_FAILED)][:4]
+    assert spans[0] == 0.0 and spans == sorted(spans) and 0.5 + 1.0 + 2.0 <= spans[3] < 60.0, spans
     assert h.stop() == 0
 
 

@@ -17,15 +17,18 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
+from prometheus_client import CollectorRegistry
 
-from tenure.career.lifecycle import HANDING_OVER, LEFT_ELECTION, STALLED, StallReason
+from tenure.career.lifecycle import HANDING_OVER, LEADERSHIP_SUSPENDED, LEFT_ELECTION, STALLED, StallReason
 from tenure.election import GroupPaths, read_history
 from tenure.service.local import wait_for
 from tenure.service.ops._status import fetch_status, format_status_table
 from tenure.service.replica import ReplicaSpec
 from tenure.service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
-from tenure.service.replica._progress import ProgressView
+from tenure.service.replica._metrics import Metrics
+from tenure.service.replica._progress import ProgressClock, ProgressView
 from tenure.service.replica._watchdog import WatchdogSettings, find_stall, loop_live
+from tests._flaky_link import flaky_link
 from tests._replicas import (
     REPO,
     Replica,
@@ -42,7 +45,8 @@ LIMITS = WatchdogSettings(liveness_timeout_s=30.0, stall_timeout_s=120.0, first_
 
 def _view(**changes: object) -> ProgressView:
     """A healthy leader at t=1000 that finished a batch a second ago with work waiting; ``changes`` on top."""
-    values: dict[str, object] = dict(now=1000.0, last_tick=999.0, inaugurating_since=None, working_since=800.0,
+    values: dict[str, object] = dict(now=1000.0, last_tick=999.0, inaugurating_since=None, worked=1000.0,
+                                     working_since=800.0,
                                      first_batch_done=True, waiting_since=950.0, last_progress=999.0, in_flight=7,
                                      backlog_files=3)
     values.update(changes)
@@ -70,7 +74,11 @@ def _view(**changes: object) -> ProgressView:
     pytest.param(_view(working_since=815.0, waiting_since=0.0, last_progress=0.0, first_batch_done=False),
                  StallReason.NO_PROGRESS, id="first batch past stall timeout plus allowance"),
     pytest.param(_view(working_since=990.0, waiting_since=0.0, last_progress=0.0), None,
-                 id="resumed from a pause 10 s ago"),
+                 id="a term begun 10 s of work ago"),
+    pytest.param(_view(worked=880.0, waiting_since=870.0, last_progress=870.0), None,
+                 id="input waited 130 s, 120 of them paused"),
+    pytest.param(_view(now=5000.0, last_tick=4999.0, worked=1000.0, waiting_since=870.0, last_progress=870.0),
+                 StallReason.NO_PROGRESS, id="130 s of work owed, however long the pauses between"),
 ])
 def test_find_stall(view: ProgressView, expected: StallReason | None) -> None:
     """The watchdog's rules: the loop past its deadline (the liveness timeout, an inauguration's allowance), or a
@@ -87,6 +95,29 @@ def test_livez_counts_the_liveness_timeout_only() -> None:
     assert loop_live(_view(now=1028.0), LIMITS)
     assert not loop_live(_view(now=1029.0), LIMITS)
     assert not loop_live(_view(now=1029.0, inaugurating_since=1000.0), LIMITS)
+
+
+def test_the_progress_owed_stands_still_while_paused_and_goes_on_after() -> None:
+    """The progress clock across suspensions: a pause neither counts towards the progress owed nor restarts it;
+    a finished batch does, and a term's end closes the account (a follower owes nothing)."""
+    now = [100.0]
+    progress = ProgressClock(Metrics(CollectorRegistry(), replica_id="r1", group="g"), clock=lambda: now[0])
+    progress.working(True, new_term=True)
+    progress.backlog(1)
+    progress.batch_started(1)
+    for i in range(10):  # 10 × (3 s working, 5 s paused)
+        now[0] += 3.0
+        progress.working(False, paused=True)
+        now[0] += 5.0
+        assert progress.view().stalled_for() == pytest.approx(3.0 * (i + 1))
+        progress.working(True)
+    assert progress.view().stalled_for() == pytest.approx(30.0)
+    now[0] += 1.0
+    progress.batch_finished("committed", 1.0, {})
+    now[0] += 2.0
+    assert progress.view().stalled_for() == pytest.approx(2.0)
+    progress.working(False)
+    assert progress.view().stalled_for() == 0.0
 
 
 #: Short watchdog limits for the counter replicas here.
@@ -130,6 +161,32 @@ def test_a_hung_control_loop_gives_the_lock_up_and_exits(counter_replicas: Repli
     assert f"epoch {ended.epoch} stalled: the control loop" in shown, shown
     record = _handover_record(zk_client, zk_group)
     assert record["replica_id"] == "r2" or "stalled" in str(record.get("reason")), record
+
+
+def test_a_hung_leader_whose_zookeeper_link_flaps_still_gives_its_lock_up(zk_hosts: str, zk_client: KazooClient,
+                                                                          zk_group: str, tmp_path: Path) -> None:
+    """A leader whose batch hangs while input waits, and whose ZooKeeper link is cut every 1.5 s (each cut a real
+    connection loss: the term is suspended, then resumed on the same session), still gives its lock up: the
+    pauses stop the stall clock but do not restart it, so after 4 s of work without progress it stalls
+    (no_progress), closes its session and exits 4."""
+    host, _, port = zk_hosts.split(",", maxsplit=1)[0].rpartition(":")
+    with flaky_link((host, int(port))) as link:
+        replicas = counter_replica_set(f"127.0.0.1:{link.port}", zk_group, tmp_path, session_timeout_s=6.0)
+        try:
+            r1 = replicas.start("r1", career="tests.careers:hangs_in_a_batch", stall_timeout_s=4.0,
+                                first_batch_allowance_s=0.0, liveness_timeout_s=4.0, probe_timeout_s=1.0)
+            wait_for(r1.is_leader, 30, "r1 to lead")
+            link.flap(every_s=1.5, down_s=0.3)
+            assert r1.wait(timeout_s=60) == EXIT_STALLED
+            cuts = link.cuts
+        finally:
+            replicas.reap_all()
+    events = r1.log_events()
+    suspended = [e for e in events if e.get("event") == LEADERSHIP_SUSPENDED]
+    stalled = [e for e in events if e.get("event") == STALLED]
+    assert cuts >= 3 and len(suspended) >= 2, (cuts, len(suspended))
+    assert stalled and stalled[0]["reason"] == StallReason.NO_PROGRESS.value, stalled
+    assert not zk_client.get_children(GroupPaths(zk_group).election), "the node should have gone with the session"
 
 
 def test_a_full_event_queue_is_a_fail_stop(zk_hosts: str, zk_client: KazooClient, zk_group: str,

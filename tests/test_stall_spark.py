@@ -11,6 +11,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -176,38 +178,71 @@ def test_a_row_function_that_hangs_in_one_replica_moves_the_lock(tmp_path: Path)
     assert drained_s < bound_s, f"drained {drained_s:.0f} s after the files landed (bound {bound_s:.0f} s)"
 
 
+SPAN_S = 30.0  # --set-aside-after-s here: a batch failing for less is not set aside, whatever its attempts
+
+
+def _files(topology: Topology, first: int, pill: Path) -> None:
+    """Three queue files of 5 records (keys k0–k4, seq 10·i + j), one batch each; the middle one's record 3 holds
+    the poison pill naming ``pill``: its batch fails while that file exists."""
+    for i in range(first, first + 3):
+        lines: list[dict[str, object]] = [{"id": f"{i}-{j}", "key": f"k{j}", "seq": i * 10 + j, "ts": 0,
+                                           "payload": {"n": j}} for j in range(5)]
+        if i == first + 1:
+            lines[3]["payload"] = {POISON_PILL: str(pill)}
+        _land(topology, f"part-{i}.jsonl", lines, order=i)
+
+
+def _failed_terms(topology: Topology) -> int:
+    with connected(topology.ensemble.connect_string) as client:
+        return [t.ended for t in read_history(client, topology.group)].count("failed")
+
+
 @pytest.mark.fleet
 @pytest.mark.timeout(900)
-def test_a_poison_batch_is_set_aside_after_max_attempts(tmp_path: Path) -> None:
-    """A batch that fails on every leader (the transform raises on a record's poison pill) fails two terms in a
-    row, on both replicas; the third term commits it without running it: its file and a manifest go to
-    set-aside/, the queue moves on, and verify accounts for the set-aside ids and passes."""
-    topology = Topology(tmp_path, replicas=2,
+def test_an_outage_sets_nothing_aside_and_a_poison_record_is_split_out_and_replayed(tmp_path: Path) -> None:
+    """One Spark replica whose transform fails a batch while a flag file exists. (1) A failure that lasts three
+    terms — more than --max-batch-attempts 2, less than --set-aside-after-s — sets nothing aside: once the flag goes
+    the batch is written whole. (2) One that lasts is split once it has failed 2 terms for 30 s: only the failing
+    record is set aside, the rest of its batch and the later batches are written. (3) The cause fixed, `tenure
+    replay` has the next batch write the record, past its key's order: verify is clean."""
+    outage, poison = tmp_path / "outage", tmp_path / "poison"
+    topology = Topology(tmp_path, replicas=1,
                         spec=FAST | ReplicaSpec(transform="tenure.career.drills:fail_on_poison_pill",
-                                                max_batch_attempts=2, max_files_per_trigger=1))
+                                                max_batch_attempts=2, set_aside_after_s=SPAN_S,
+                                                max_files_per_trigger=1))
     topology.start()
     try:
         topology.wait_for_leader(300)
-        topology.wait_for(lambda: len(line_of(topology)) == 2, 300, "both replicas in line")
-        for i in range(6):
-            lines: list[dict[str, object]] = [{"id": f"{i}-{j}", "key": f"k{j}", "seq": i * 10 + j, "ts": 0,
-                                               "payload": {"n": j}} for j in range(5)]
-            if i == 2:
-                lines[3]["payload"] = {POISON_PILL: True}
-            _land(topology, f"part-{i}.jsonl", lines, order=i)  # one file per batch, in this order
+        outage.touch()
+        _files(topology, 0, outage)
+        topology.wait_for(lambda: _failed_terms(topology) >= 3, 120, "three failed terms", interval_s=0.5)
+        outage.unlink()
+        topology.wait_for(lambda: verify(topology.data_root).ids_written == 15, 120, "the first files written")
+        assert not (topology.data_root / "set-aside").exists(), "an outage of three terms set a batch aside"
+        failed_before = _failed_terms(topology)
+
+        poison.touch()
+        _files(topology, 3, poison)
         topology.wait_for(lambda: list((topology.data_root / "set-aside").glob("batch-*-manifest.json")), 240,
-                          "the poison batch to be set aside", interval_s=1.0)
-        topology.wait_for(lambda: verify(topology.data_root).ids_written == 25, 120, "the other batches")
+                          "the poison batch to be split", interval_s=1.0)
+        topology.wait_for(lambda: verify(topology.data_root).ids_written == 29, 120, "the rest written")
+        split = verify(topology.data_root)
         set_aside = sum(r.metrics().get(sample_key(f"{BATCHES}_total", outcome="set_aside"), 0.0)
                         for r in topology.replicas)
-        assert set_aside == 1.0
-        with connected(topology.ensemble.connect_string) as client:
-            ended = [t.ended for t in read_history(client, topology.group)]
+        poison.unlink()
+        manifest = json.loads(next((topology.data_root / "set-aside").glob("batch-*-manifest.json")).read_text())
+        replayed = subprocess.run([sys.executable, "-m", "tenure", "replay", "--data-root", str(topology.data_root),
+                                   "--batch", str(manifest["batch_id"])],
+                                  capture_output=True, text=True, timeout=60, check=False)
+        assert replayed.returncode == 0, replayed.stderr
+        topology.wait_for(lambda: verify(topology.data_root).ids_replayed == 1, 120, "the replay written")
+        failed_after = _failed_terms(topology)
     finally:
         topology.stop()
-    manifest = json.loads(next((topology.data_root / "set-aside").glob("batch-*-manifest.json")).read_text())
-    assert manifest["files"] == ["part-2.jsonl"] and manifest["attempts"] == 2 and manifest["records"] == 5
-    assert POISON_PILL in manifest["error"]
+    assert manifest["split"] and manifest["files"] == ["part-4.jsonl"] and manifest["lines"] == {"part-4.jsonl": [4]}
+    assert manifest["records"] == 1 and manifest["failing_s"] >= SPAN_S and POISON_PILL in manifest["error"]
+    assert split.ok and split.ids_set_aside == 1 and split.set_aside_batches == 1, split.render()
+    assert set_aside == 1.0 and failed_before >= 3 and failed_after > failed_before
     report = verify(topology.data_root)
-    assert report.ok and report.ids_set_aside == 5 and report.set_aside_batches == 1, report.render()
-    assert ended.count("failed") == 2, ended
+    assert report.ok and report.ids_written == report.ids_in == 30, report.render()
+    assert report.ids_replayed == 1 and report.ids_set_aside == 0 and report.inversions == 0, report.render()

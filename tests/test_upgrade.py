@@ -20,9 +20,12 @@ from io import BytesIO
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
+from tenure.career.identity import DATA_ROOT_FILE, TOPIC_FILE, read_data_root_id, read_topic
 from tenure.career.output import batch_of, batch_versions, snapshot_files
 from tenure.career.spark import BATCH_COMMITTED
+from tenure.election import GroupPaths, QueuePaths, read_group_identity
 from tenure.service.local import ReplicaProcess, free_port, wait_for
 from tenure.service.ops import verify
 from tenure.service.replica import ReplicaSpec
@@ -81,10 +84,11 @@ def _commits(replica: ReplicaProcess) -> int:
 
 
 @pytest.mark.fleet
-def test_a_data_root_of_the_previous_release_is_carried_on(zk_hosts: str, zk_group: str, tmp_path: Path) -> None:
-    """A data root the previous release wrote (plain Parquet, Spark's file source offsets) is carried on by this one:
-    its files are adopted into the Delta table in one version without a rewrite, later batches follow as versions of
-    their own, and every record is written exactly once."""
+def test_a_data_root_of_the_previous_release_is_carried_on(zk_hosts: str, zk_client: KazooClient, zk_group: str,
+                                                           tmp_path: Path) -> None:
+    """The previous release's data root, queue registry entry (keyed by the queue's path) and group (bound to
+    nothing) are carried on in place: the new release's first replica writes the folders' identity files, binds
+    the group to them, moves the registry entry to the topic's key, and consumes every later file once."""
     old_code = _previous_release(tmp_path / "previous")
     data, logs = tmp_path / "data", tmp_path / "logs"
     landing = data / "landing"
@@ -107,6 +111,9 @@ def test_a_data_root_of_the_previous_release_is_carried_on(zk_hosts: str, zk_gro
     assert offsets and all("logOffset" in p.read_text() for p in offsets), "Spark's file source wrote the offsets"
     before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in table.glob("batch-*.parquet")}
     assert before
+    legacy = QueuePaths.of_path(data)
+    assert zk_client.exists(legacy.group(zk_group)) and not zk_client.exists(GroupPaths(zk_group).identity)
+    assert not (data / DATA_ROOT_FILE).exists() and not (data / TOPIC_FILE).exists()
     new = _start("new", REPO, zk_hosts, zk_group, data, logs)
     try:
         _put(landing, 8, 4)
@@ -117,6 +124,11 @@ def test_a_data_root_of_the_previous_release_is_carried_on(zk_hosts: str, zk_gro
     report = verify(data)
     assert report.ok, report.render()
     assert report.ids_in == report.ids_written == 12 * PER_FILE, report.render()
+    bound = read_group_identity(zk_client, zk_group)
+    topic = read_topic(data)
+    assert bound is not None and topic is not None and bound.data_root_id == read_data_root_id(data)
+    assert bound.topic_id == topic.topic_id and not zk_client.exists(legacy.root), "bound, and the entry moved"
+    assert zk_client.exists(QueuePaths(topic.topic_id).group(zk_group))
     assert report.delta_tables >= 1 and report.delta_problems == 0
     adopted, *later = batch_versions(table)
     assert adopted.version == 0 and adopted.adopted

@@ -136,9 +136,11 @@ class Inauguration:
         return Begun(Start.LEAD, granted=granted, ctx=ctx, fence=fence)
 
     def _poison(self, epoch: int) -> FailedBatch | None:
-        """The batch this term must set aside (``BatchAttempts.poison``), logged."""
+        """The batch this term must split, or set aside whole if its split failed (``BatchAttempts.poison``),
+        logged."""
         failed = self._attempts.poison()
         if failed is not None:
-            self._log.warning("setting_aside", batch=failed.batch_id, attempts=failed.attempts, error=failed.error,
+            self._log.warning("setting_aside", batch=failed.batch_id, attempts=failed.attempts,
+                              failing_s=round(failed.failing_s, 1), whole=failed.split_failed, error=failed.error,
                               epoch=epoch)
         return failed

@@ -122,8 +122,9 @@ class LoopProgress(Protocol):
     def inaugurating(self) -> contextlib.AbstractContextManager[None]:
         """The loop is inside an inauguration, which the watchdog allows longer than the liveness timeout."""
 
-    def working(self, leading: bool, *, new_term: bool = False) -> None:
-        """The runner began (or resumed) leading, or stopped."""
+    def working(self, leading: bool, *, new_term: bool = False, paused: bool = False) -> None:
+        """The runner began a term (``new_term``) or resumed leading, was paused (``paused``: the term goes on, but
+        it cannot work, so its progress owed stands still rather than restarting), or stopped leading."""
 
     def batch_in_flight(self) -> int | None:
         """The batch running now, if any."""

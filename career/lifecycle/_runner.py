@@ -122,7 +122,8 @@ class Runner:
         self._health = HealthGate(career, clock)
         self._canary = CanarySchedule(settings.canary_handover_every_s, clock)
         self._handovers = HandoverRequests(requests, settings.replica_id, clock)
-        self._attempts = BatchAttempts(settings.replica_id, settings.max_batch_attempts)
+        self._attempts = BatchAttempts(settings.replica_id, settings.max_batch_attempts, settings.set_aside_after_s,
+                                       clock)
         self._inauguration = Inauguration(self._election, career, self._attempts, self._handovers, self._log)
         self._backoff = FailureBackoff(settings.failure_backoff_s, settings.failure_backoff_max_s, clock)
         self._fail_stop = FailStop(self._election, self._attempts, terms, process, observer, self._log,
@@ -249,7 +250,8 @@ class Runner:
         self._log.info(RUNNER_STATE, old=self._state.value, new=new.value, epoch=self._epoch)
         old, self._state = self._state, new
         leading = new is RunnerState.LEADING
-        self._progress.working(leading, new_term=leading and old is RunnerState.FOLLOWING)
+        self._progress.working(leading, new_term=leading and old is RunnerState.FOLLOWING,
+                               paused=new is RunnerState.PAUSED)
         self._observer.role_changed(leading, self._epoch)
 
     def _handle(self, event: RunnerEvent) -> None:
@@ -379,7 +381,8 @@ class Runner:
         if batch_id is not None and self._zk_connected:
             failed = self._attempts.failed(batch_id, f"{type(exc).__name__}: {exc}")
             self._log.warning(BATCH_ATTEMPT_FAILED, batch=batch_id, attempts=failed.attempts,
-                              max_attempts=self._settings.max_batch_attempts, epoch=self._epoch)
+                              max_attempts=self._settings.max_batch_attempts, failing_s=round(failed.failing_s, 3),
+                              set_aside_after_s=self._settings.set_aside_after_s, epoch=self._epoch)
             self._term_end.record(self._epoch, clean=False, last_batch=last_batch,
                                   reason=f"{ended} on batch {batch_id}")
         self._term_end.release(self._epoch)

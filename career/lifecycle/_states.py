@@ -74,9 +74,19 @@ class RunnerSettings:
         60.0, unit="s", help="Cap of the failure back-off; a term longer than this forgives earlier failures.")
     max_batch_attempts: int = setting(
         3, unit="terms", help="A batch that failed or stalled this many terms in a row, whichever replicas led "
-        "them, is set aside under set-aside/ with its files and error, and the queue moves on; failures while "
-        "storage, Spark or ZooKeeper is down do not count.",
-        hazard="At 1 a batch that failed once on a flaky executor is set aside at once.")
+        "them, and for at least set_aside_after_s, is split: what still fails in it is set aside under set-aside/ "
+        "with its error, the rest is written, and the queue moves on; failures while storage, Spark or ZooKeeper "
+        "is down do not count.",
+        hazard="At 1 a batch that failed once on a flaky executor is split at once (once set_aside_after_s has "
+        "passed).")
+    set_aside_after_s: float = setting(
+        600.0, unit="s", help="A failing batch is set aside only once it has been failing this long as well as "
+        "max_batch_attempts terms, so a dependency outage shorter than this (a lookup that times out, a starved "
+        "worker, a full spark.local.dir) sets nothing aside: its terms fail, with the failure back-off growing, "
+        "until it heals. Measured from the batch's first failure on each replica's monotonic clock, carried in "
+        "the handover record (no wall clock): time in which no replica that saw the count ran is not counted.",
+        hazard="Meanwhile a batch that really is poison holds the queue back, and the group's output waits, this "
+        "long; at 0 the count alone decides, and an outage of a few terms sets healthy records aside.")
     canary_handover_every_s: float | None = setting(
         None, unit="s", default_text="never", help="A leader hands over to the next ready follower after this "
         "long, so a broken standby shows before a real failure needs it.",
@@ -85,6 +95,8 @@ class RunnerSettings:
     def __post_init__(self) -> None:
         if self.max_batch_attempts < 1:
             raise ConfigError(f"max_batch_attempts={self.max_batch_attempts} is below 1: raise it to at least 1")
+        if self.set_aside_after_s < 0:
+            raise ConfigError(f"set_aside_after_s={self.set_aside_after_s:g} is negative: use 0 for the count alone")
         for name in ("handover_timeout_s", "idle_backoff_s", "failure_backoff_s", "failure_backoff_max_s", "tick_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be a positive number of seconds")

@@ -5,19 +5,23 @@ The numbered steps, and why each is safe for a stale term, are in :class:`BatchW
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow.compute as pc
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 
 from tenure.career._durable import sync_tree
-from tenure.career._protocol import CareerObserver
+from tenure.career._protocol import CareerObserver, FailedBatch
 from tenure.career.output import check_batch_schema
 from tenure.career.queue import printable_name
+from tenure.career.set_aside import ReplayRecord, mark_replayed, pending_replays, replay_records
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._errors import HandingOverError, SparkCareerError
 from tenure.career.spark._hooks import Hooks
@@ -52,6 +56,7 @@ from tenure.career.spark._retry import (
     write_parquet,
 )
 from tenure.career.spark._set_aside import stage_set_aside
+from tenure.career.spark._split import Unit, bisect, in_units
 from tenure.career.spark._term import Term, committed_batch, mark_consumed
 from tenure.errors import Fenced, NotLeader
 
@@ -64,8 +69,12 @@ BATCH_FAILED: Final = "batch_failed"
 ROW_FUNCTION_TIMED_OUT: Final = "row_function_timed_out"
 
 
-#: Fields of a commit record that a batch which writes no table carries over from the one before it.
-_CARRIED = ("order", "retry", "retry_waiting", "retry_next_due")
+#: Fields of a commit record that a batch set aside whole carries over from the one before it (its marks it stages).
+_CARRIED = ("retry", "retry_waiting", "retry_next_due")
+_RECORD_COLUMNS = ("id", "key", "seq", "ts", "payload")
+_REPLAY_COLUMNS = ("kind", "source_file", "line", *_RECORD_COLUMNS)
+_REPLAY_SCHEMA = ("kind STRING, source_file STRING, line BIGINT, id STRING, key STRING, seq BIGINT, ts BIGINT, "
+                  "payload STRING")
 _SHORT_ERROR = 300
 _LOGGED_ERROR = 1 << 20  # the whole error, bar a runaway one
 
@@ -74,6 +83,56 @@ _CACHED = StorageLevel.MEMORY_AND_DISK_DESER
 """How a batch is cached while its steps read it: in memory as Spark's columnar batches, spilled to disk when
 memory runs short (DataFrame.persist's default). PySpark's ``MEMORY_AND_DISK`` would serialize every cached
 batch again, CPU spent on each read of the cache."""
+
+
+@dataclass(frozen=True)
+class _Replay:
+    """The set-aside batches a batch replays, and their records."""
+
+    batches: tuple[int, ...] = ()
+    records: tuple[ReplayRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Failing:
+    """What a split sets aside: the failing records by source (each a JSON line, with the line it came from), their
+    positions (source, line) and their keys' highest ``seq``, how many came from the queue (not from a replay), and
+    the split's trials."""
+
+    poison: FailedBatch
+    records: dict[str, list[tuple[int, bytes]]]
+    positions: frozenset[tuple[str, int]]
+    highest: dict[str, int]
+    from_queue: int
+    trials: int
+    replayed: int
+
+    @property
+    def count(self) -> int:
+        return len(self.positions)
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """What step 3 staged: the commit record's fields, and what the term keeps of them."""
+
+    counts: dict[str, int]
+    files: list[str]
+    staged: dict[str, str]
+    order: dict[str, str]
+    retry: dict[str, Any]
+    marks: HighWaterMarks
+    row_state: bool | None
+    read_s: float
+    set_aside: dict[str, Any] | None
+
+
+def _highest(found: Sequence[ReplayRecord]) -> dict[str, int]:
+    """The highest ``seq`` per key of replayed records."""
+    highest: dict[str, int] = {}
+    for r in found:
+        highest[r.record["key"]] = max(int(r.record["seq"]), highest.get(r.record["key"], int(r.record["seq"])))
+    return highest
 
 
 class BatchWriter:
@@ -88,14 +147,19 @@ class BatchWriter:
        failover), finish its publish if unfinished, run the batch through the ``noop`` sink (Spark requires the
        batch's state stores to commit), and return: ``skipped``. Otherwise the last committed batch is in this
        term's checkpoint (Spark only starts ``B`` after committing ``B-1``), so its queue files are marked
-       consumed by this group now (and archived once every group on the queue has consumed them). If ``B`` is
-       the poison batch this term was told to set aside (``CareerContext.set_aside``), steps 3–5 stage, commit
-       and publish its queue files and a manifest under ``set-aside/`` instead of running it (``_set_aside``).
-    3. Classify, deduplicate, set late records aside (``_order``), order (through the row function and retry
-       store, when there is one; then the transform); write staged Parquet under ``_staging/epoch=<e>/batch=<B>/``
-       of each output, with the advanced per-key marks; fsync it all.
+       consumed by this group now (and archived once every group on the queue has consumed them). The set-aside
+       batches an operator asked to replay are read (``tenure.career.set_aside``). If ``B`` is the poison batch
+       this term was told to set aside (``CareerContext.set_aside``) and a split of it failed before, steps 3–5
+       stage, commit and publish its queue files and a manifest under ``set-aside/`` instead of running it
+       (``_set_aside``).
+    3. Classify, deduplicate, set late records aside (``_order``), add the replayed records (past the late check),
+       order (through the row function and retry store, when there is one; then the transform); write staged
+       Parquet under ``_staging/epoch=<e>/batch=<B>/`` of each output, with the advanced per-key marks; fsync it
+       all. The poison batch to set aside runs too: if it fails, it is split (``_split``) and step 3 is done again
+       without the records that fail, which are staged under ``set-aside/``.
     4. Fenced commit of a record naming the staged folders, the part files each Delta output gains (``parts``),
-       the files read and the marks, at the version read in 2.
+       the files read, the marks and the replayed batches, at the version read in 2: so a replay is written once
+       (the next batch, reading this record, records it done).
     5. Publish: hard-link the staged part files into ``table/``, ``quarantine/``, ``retry/``, ``dead-letter/``
        and ``order/`` (idempotent), and fsync the folders; then add the batch's files in ``table/``,
        ``quarantine/`` and ``dead-letter/`` to each one's Delta table as one version that carries the batch as
@@ -224,57 +288,29 @@ class BatchWriter:
         if config.file_source and (reused := batch_offset(term.checkpoint, batch_id).get("reused")):
             term.log.warning("queue_name_reused", batch=batch_id, files=[printable_name(n) for n in reused],
                              effect="a file under a name this group consumed before is read as a new file")
-        if ctx.set_aside is not None and ctx.set_aside.batch_id == batch_id:
-            return self._set_aside(df, batch_id, record, version)
-        # 3. Classify, deduplicate, hold back late records, order, run the user's code; stage every output.
+        replay = self._replays(record)
+        poison = ctx.set_aside if ctx.set_aside is not None and ctx.set_aside.batch_id == batch_id else None
+        if poison is not None and poison.split_failed:
+            return self._set_aside(df, batch_id, record, version, poison)
+        # 3. Classify, deduplicate, hold back late records, order, run the user's code; stage every output. The
+        #    poison batch this term was told to set aside runs once more, and is split if it fails (``_split``).
         phase = time.monotonic()
         df.persist(_CACHED)
         try:
-            counts, files, spans, outcomes = self._stats(df)
-            read_s = time.monotonic() - phase
-            self._log_outcomes(batch_id, outcomes)
-            marks = self._marks_at(record)
-            staged: dict[str, str] = {}
-            fresh, late = records(df), None
-            late_keys = marks.late_keys(spans)
-            if late_keys:
-                fresh, late = split_late(df, late_keys, df.sparkSession, epoch=term.epoch, batch_id=batch_id)
-                counts["late"] = late.count()
-                counts["written"] -= counts["late"]
-            partitions = output_partitions(counts["written"], config.shuffle_partitions)
-            retry: dict[str, Any] = {}
-            dead_max: dict[str, int] = {}
-            row_state: bool | None = None
-            processed: DataFrame | None = None
-            held = read_snapshot(layout.resolve(record["retry"])) if record and record.get("retry") else None
-            row_function = self._hooks.row_function or (identity_row if held is not None and held.num_rows else None)
-            if row_function is not None:
-                processed, rows, retry, dead_max, row_state = self._retry(fresh, held, row_function, counts,
-                                                                          staged, batch_id)
-                written_max = maxima(rows) if counts["written"] else {}
-            else:
-                rows = ordered(fresh, partitions=partitions)
-                written_max = {key: high for key, (_low, high) in spans.items()}
             try:
-                if counts["written"]:
-                    self._stage_table(rows, staged, batch_id, partitions)
-            finally:
-                if processed is not None:
-                    processed.unpersist()
-            if counts["quarantined"] or late is not None:
-                path = layout.staging(layout.quarantine, term.epoch, batch_id)
-                bad = quarantine_rows(df, epoch=term.epoch, batch_id=batch_id)
-                (bad if late is None else bad.unionByName(late)).coalesce(1) \
-                    .write.mode("overwrite").parquet(str(path))
-                staged["quarantine"] = layout.relative(path)
+                done = self._stage(df, batch_id, record, replay)
+            except (Fenced, NotLeader, HandingOverError):
+                raise
+            except Exception as exc:
+                if poison is None:
+                    raise
+                done = self._split(df, batch_id, record, replay, poison, exc)
         finally:
             df.unpersist()
-        # A dead-lettered record moves its key past it too: a repeat of it is late, not a second chance.
-        new_marks = marks.advanced(written_max).advanced(dead_max)
-        order = self._stage_marks(new_marks, marks, record, staged, batch_id)
+        counts, staged = done.counts, done.staged
         for stored in staged.values():
             sync_tree(layout.resolve(stored))  # durable before the commit says the batch exists
-        stage_s = time.monotonic() - phase - read_s
+        stage_s = time.monotonic() - phase - done.read_s
         self._fault("after_stage")
         # 4. The fenced commit: the only step that makes the batch count.
         committed_at = time.time()
@@ -288,9 +324,11 @@ class BatchWriter:
             "staged": staged,
             "parts": staged_parts(layout, staged, batch_id),
             "counts": counts,
-            "files": files,
-            **order,
-            **retry,
+            "files": done.files,
+            **done.order,
+            **done.retry,
+            **({"replayed": list(replay.batches)} if replay.batches else {}),
+            **({"set_aside": done.set_aside} if done.set_aside is not None else {}),
         }
         check_size(new_record)
         commit_started = time.monotonic()
@@ -300,25 +338,86 @@ class BatchWriter:
         with term.lock:
             term.last_committed = batch_id
             term.last_record = new_record
-            term.order = (order["order"], new_marks)
+            term.order = (done.order["order"], done.marks)
         self._fault("after_commit")
         # 5. Publish (a new leader's inaugurate, or a re-run of this batch, finishes it after a crash).
         publish_started = time.monotonic()
         published = finish_publish(layout, new_record, self._fault)
         publish_s = time.monotonic() - publish_started - published.delta_s
-        if retry:
-            self._observer.retry_waiting(int(retry["retry_waiting"]))
+        self._replayed(new_record)
+        if done.retry:
+            self._observer.retry_waiting(int(done.retry["retry_waiting"]))
         term.log.info(BATCH_COMMITTED, batch=batch_id, epoch=term.epoch, written=counts["written"],
-                      durable_s=round(durable_s, 4), read_s=round(read_s, 3), stage_s=round(stage_s, 3),
+                      durable_s=round(durable_s, 4), read_s=round(done.read_s, 3), stage_s=round(stage_s, 3),
                       commit_s=round(commit_s, 3), publish_s=round(publish_s, 3),
                       delta_s=round(published.delta_s, 4),
                       batch_s=round(time.monotonic() - started, 3),
-                      duplicate=counts["duplicate"], quarantined=counts["quarantined"], files=len(files),
-                      **({"late": counts["late"]} if counts.get("late") else {}),
+                      duplicate=counts["duplicate"], quarantined=counts["quarantined"], files=len(done.files),
+                      **{name: counts[name] for name in ("late", "replayed", "set_aside") if counts.get(name)},
                       **({"retried": counts["retried"], "dead_lettered": counts["dead_lettered"],
-                          "waiting": retry["retry_waiting"]} if retry else {}))
+                          "waiting": done.retry["retry_waiting"]} if done.retry else {}))
         self._fault("after_publish")
-        return "committed", counts, self._row_function_moved(row_state)
+        outcome = "set_aside" if counts.get("set_aside") else "committed"
+        return outcome, counts, self._row_function_moved(done.row_state)
+
+    def _stage(self, df: DataFrame, batch_id: int, record: dict[str, Any] | None, replay: _Replay,
+               failing: _Failing | None = None) -> _Staged:
+        """Step 3 for the (cached) batch ``df``: classify, deduplicate, hold back late records, add the replayed
+        records (past the late check: their keys' order is re-opened for them), order, run the user's code, and
+        stage every output, the advanced per-key marks and, for a split batch, what ``failing`` sets aside."""
+        term, layout, config = self._term, self._layout, self._config
+        phase = time.monotonic()
+        counts, files, spans, outcomes = self._stats(df)
+        read_s = time.monotonic() - phase
+        if failing is None:  # a split stages the batch again: its entries were reported the first time
+            self._log_outcomes(batch_id, outcomes)
+        marks = self._marks_at(record)
+        staged: dict[str, str] = {}
+        fresh, late = records(df), None
+        late_keys = marks.late_keys(spans)
+        if late_keys:
+            fresh, late = split_late(df, late_keys, df.sparkSession, epoch=term.epoch, batch_id=batch_id)
+            counts["late"] = late.count()
+            counts["written"] -= counts["late"]
+        if replay.records:
+            fresh = fresh.unionByName(self._frame(df.sparkSession, replay.records).select(*_RECORD_COLUMNS))
+            counts["written"] += len(replay.records)
+            counts["replayed"] = len(replay.records)
+        partitions = output_partitions(counts["written"], config.shuffle_partitions)
+        retry: dict[str, Any] = {}
+        dead_max: dict[str, int] = {}
+        row_state: bool | None = None
+        processed: DataFrame | None = None
+        held = read_snapshot(layout.resolve(record["retry"])) if record and record.get("retry") else None
+        row_function = self._hooks.row_function or (identity_row if held is not None and held.num_rows else None)
+        if row_function is not None:
+            processed, rows, retry, dead_max, row_state = self._retry(fresh, held, row_function, counts,
+                                                                      staged, batch_id)
+            written_max = maxima(rows) if counts["written"] else {}
+        else:
+            rows = ordered(fresh, partitions=partitions)
+            written_max = {key: high for key, (_low, high) in spans.items()}
+        try:
+            if counts["written"]:
+                self._stage_table(rows, staged, batch_id, partitions)
+        finally:
+            if processed is not None:
+                processed.unpersist()
+        if counts["quarantined"] or late is not None:
+            path = layout.staging(layout.quarantine, term.epoch, batch_id)
+            bad = quarantine_rows(df, epoch=term.epoch, batch_id=batch_id)
+            (bad if late is None else bad.unionByName(late)).coalesce(1) \
+                .write.mode("overwrite").parquet(str(path))
+            staged["quarantine"] = layout.relative(path)
+        set_aside = None
+        if failing is not None:
+            set_aside = self._stage_failing(failing, counts, staged, batch_id)
+        # A dead-lettered record moves its key past it too, as does a record set aside: a repeat of it is late,
+        # not a second chance (a replay is how it comes back). A replayed record moves it as a written one does.
+        new_marks = (marks.advanced(written_max).advanced(dead_max).advanced(_highest(replay.records))
+                     .advanced(failing.highest if failing is not None else {}))
+        order = self._stage_marks(new_marks, marks, record, staged, batch_id)
+        return _Staged(counts, files, staged, order, retry, new_marks, row_state, read_s, set_aside)
 
     def _row_function_moved(self, stuck: bool | None) -> bool:
         """Whether the batch counts as progress: not while the row function is stuck, that is from a batch whose
@@ -331,22 +430,147 @@ class BatchWriter:
             term.row_stuck_since = None
         return term.row_stuck_since is None
 
-    def _set_aside(self, df: DataFrame, batch_id: int, record: dict[str, Any] | None,
-                   version: int) -> tuple[str, dict[str, int], bool]:
-        """Commit batch ``batch_id`` without running the user's code: its queue files and a manifest go to
-        ``set-aside/``; the per-key marks and the retry store carry over unchanged (steps 3–5 otherwise as a batch).
+    # -- poison batches and replays --------------------------------------------------------------------------
 
-        The batch still runs through the ``noop`` sink first (Spark requires its state stores to commit): if even
-        that fails, the classification itself is what fails, and the batch cannot be set aside.
+    def _replays(self, record: dict[str, Any] | None) -> _Replay:
+        """The set-aside batches an operator asked to replay that no committed batch has replayed, with their
+        records; a replay the last committed batch names is recorded done first (a crash between that batch's
+        commit and the record)."""
+        self._replayed(record)
+        folder = self._layout.set_aside
+        pending = pending_replays(folder)
+        found = [r for batch in pending for r in replay_records(folder, batch, self._config.max_line_bytes)]
+        return _Replay(tuple(pending), tuple(found))
+
+    def _replayed(self, record: dict[str, Any] | None) -> None:
+        """Record done the replays the committed ``record`` names (idempotent)."""
+        for batch in (record or {}).get("replayed") or []:
+            mark_replayed(self._layout.set_aside, int(batch), in_batch=int((record or {})["batch_id"]),
+                          records=int(((record or {}).get("counts") or {}).get("replayed", 0)))
+
+    @staticmethod
+    def _frame(session: SparkSession, found: Sequence[ReplayRecord]) -> DataFrame:
+        """Replayed records as record rows (``kind``, ``source_file``, ``line`` and the record's fields)."""
+        rows = [(KIND_ROW, r.source, r.line, r.record["id"], r.record["key"], r.record["seq"], r.record["ts"],
+                 json.dumps(r.record["payload"], separators=(",", ":"), ensure_ascii=False)) for r in found]
+        return session.createDataFrame(rows, _REPLAY_SCHEMA)
+
+    def _split(self, df: DataFrame, batch_id: int, record: dict[str, Any] | None, replay: _Replay,
+               poison: FailedBatch, error: Exception) -> _Staged:
+        """The poison batch failed once more: bisect its records (and those it replays) down to the ones that fail
+        (``_split.bisect``), then stage the rest as the batch, and what fails under ``set-aside/``."""
+        term = self._term
+        started = time.monotonic()
+        term.log.warning("batch_splitting", batch=batch_id, epoch=term.epoch, attempts=poison.attempts,
+                         failing_s=round(poison.failing_s, 1), error=f"{type(error).__name__}: {error}"[:_SHORT_ERROR])
+        universe = df.where(F.col("kind") == KIND_ROW).select(*_REPLAY_COLUMNS)
+        if replay.records:
+            universe = universe.unionByName(self._frame(df.sparkSession, replay.records))
+        positions: dict[str, list[int]] = defaultdict(list)
+        located = universe.select("source_file", "line").toArrow()
+        for source, line in zip(located.column("source_file").to_pylist(), located.column("line").to_pylist(),
+                                strict=True):
+            positions[source].append(int(line))
+        trials = 0
+
+        def fails(units: list[Unit]) -> bool:
+            nonlocal trials
+            trials += 1
+            return self._trial_fails(universe.where(in_units(units)), batch_id)
+
+        blamed = bisect([Unit(source, tuple(sorted(lines))) for source, lines in sorted(positions.items())], fails,
+                        self._config.split_max_trials)
+        failing = self._failing(universe.where(in_units(blamed)), poison, trials, len(replay.records))
+        kept = _Replay(replay.batches, tuple(r for r in replay.records if (r.source, r.line) not in failing.positions))
+        done = self._stage(df.where(~in_units(blamed)), batch_id, record, kept, failing)
+        term.log.warning("batch_split", batch=batch_id, epoch=term.epoch, set_aside=failing.count, trials=trials,
+                         seconds=round(time.monotonic() - started, 3),
+                         files=sorted(failing.records), written=done.counts["written"])
+        return done
+
+    def _trial_fails(self, rows: DataFrame, batch_id: int) -> bool:
+        """Whether the user's code fails on ``rows`` (record rows) as the batch runs it: the row function (its
+        failures go to the retry store; only a failure of the batch counts) and the transform, into Spark's
+        ``noop`` sink, unordered (the batch's own steps around them are not on trial). A term that is handing over
+        or no longer leads stops splitting (raises)."""
+        term = self._term
+        if term.stop.is_set():
+            raise HandingOverError(f"batch {batch_id} not split: epoch {term.epoch} is handing over")
+        if not term.ctx.still_leading():
+            raise NotLeader(f"batch {batch_id} not split: epoch {term.epoch} is not leading now")
+        out = rows.select(*_RECORD_COLUMNS)
+        started = time.monotonic()
+        try:
+            if self._hooks.row_function is not None:
+                out = process_records(out, None, row_function=self._hooks.row_function, policy=self._hooks.policy,
+                                      now=term.clock.now(), partitions=self._config.shuffle_partitions) \
+                    .where(F.col("status") == WRITTEN).select(*_RECORD_COLUMNS)
+            if self._hooks.transform is not None:
+                out = self._hooks.transform(out)
+            out.write.format("noop").mode("overwrite").save()  # no ordering: it runs none of the user's code
+        except Exception as exc:
+            term.log.debug("split_trial", batch=batch_id, failed=True, seconds=round(time.monotonic() - started, 3),
+                           error=f"{type(exc).__name__}: {exc}"[:_SHORT_ERROR])
+            return True
+        term.log.debug("split_trial", batch=batch_id, failed=False, seconds=round(time.monotonic() - started, 3))
+        return False
+
+    def _failing(self, rows: DataFrame, poison: FailedBatch, trials: int, replayed: int) -> _Failing:
+        """What a split sets aside: the blamed records by source (a queue file's name, a set-aside file's for a
+        replayed record, or another source's), each as one JSON line with the line it came from, and their keys'
+        highest ``seq``."""
+        table = rows.select("source_file", "line", *_RECORD_COLUMNS).toArrow()
+        kept: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
+        positions: set[tuple[str, int]] = set()
+        highest: dict[str, int] = {}
+        from_queue = 0
+        for row in table.to_pylist():
+            source, line, key, seq = row["source_file"], int(row["line"]), row["key"], int(row["seq"])
+            record = {name: row[name] for name in _RECORD_COLUMNS}
+            record["payload"] = json.loads(record["payload"]) if record["payload"] is not None else None
+            replayed_from = source.startswith(str(self._layout.set_aside))
+            kept[file_name(source)].append((line, json.dumps(record, separators=(",", ":"),
+                                                              ensure_ascii=False).encode()))
+            positions.add((source, line))
+            highest[key] = max(seq, highest.get(key, seq))
+            from_queue += not replayed_from
+        return _Failing(poison, dict(kept), frozenset(positions), highest, from_queue, trials, replayed)
+
+    def _stage_failing(self, failing: _Failing, counts: dict[str, int], staged: dict[str, str],
+                       batch_id: int) -> dict[str, Any] | None:
+        """Stage a split batch's failing records under ``set-aside/`` and count them; returns the commit record's
+        ``set_aside`` field (None when nothing fails any more)."""
+        if not failing.count:
+            return None
+        term, layout = self._term, self._layout
+        staging = layout.staging(layout.set_aside, term.epoch, batch_id)
+        counts["set_aside"] = stage_set_aside(layout, staging, batch_id=batch_id, epoch=term.epoch, files=[],
+                                              failed=failing.poison, records=failing.records)
+        # The file markers still count the lines set aside as valid: they are not repeats.
+        counts["duplicate"] = max(counts["duplicate"] - failing.from_queue, 0)
+        staged["set_aside"] = layout.relative(staging)
+        return {**failing.poison.to_json(), "split": True, "records": failing.count, "trials": failing.trials}
+
+    def _set_aside(self, df: DataFrame, batch_id: int, record: dict[str, Any] | None, version: int,
+                   failed: FailedBatch) -> tuple[str, dict[str, int], bool]:
+        """Commit batch ``batch_id`` without running the user's code, its split having failed too: its queue files
+        and a manifest go to ``set-aside/``; the per-key marks move past its records (as a split's do), the retry
+        store carries over unchanged (steps 3–5 otherwise as a batch).
+
+        The batch's records are still classified and read (``_stats``: Spark requires its state stores to
+        commit): if even that fails, the classification itself is what fails, and the batch cannot be set aside.
         """
         term, layout = self._term, self._layout
-        failed = term.ctx.set_aside
-        assert failed is not None
         files = batch_files(term.checkpoint, batch_id)
-        df.write.format("noop").mode("overwrite").save()
+        _counts, _read, spans, _outcomes = self._stats(df)
+        marks = self._marks_at(record)
+        new_marks = marks.advanced({key: high for key, (_low, high) in spans.items()})
         staging = layout.staging(layout.set_aside, term.epoch, batch_id)
         lines = stage_set_aside(layout, staging, batch_id=batch_id, epoch=term.epoch, files=files, failed=failed)
-        sync_tree(staging)
+        staged = {"set_aside": layout.relative(staging)}
+        order = self._stage_marks(new_marks, marks, record, staged, batch_id)
+        for stored in staged.values():
+            sync_tree(layout.resolve(stored))
         self._fault("after_stage")
         counts = {"set_aside": lines}
         new_record: dict[str, Any] = {
@@ -356,16 +580,18 @@ class BatchWriter:
             "replica_id": self._replica_id,
             "committed_at": time.time(),
             "clock": term.clock.now(),
-            "staged": {"set_aside": layout.relative(staging)},
+            "staged": staged,
             "counts": counts,
             "files": files,
-            "set_aside": failed.to_json(),
+            **order,
+            "set_aside": {**failed.to_json(), "split": False, "records": lines},
         }
         check_size(new_record)
         term.ctx.fence.commit(new_record, version)
         with term.lock:
             term.last_committed = batch_id
             term.last_record = new_record
+            term.order = (order["order"], new_marks)
         self._fault("after_commit")
         finish_publish(layout, new_record, self._fault)
         term.log.warning("batch_set_aside", batch=batch_id, epoch=term.epoch, files=len(files), records=lines,

@@ -138,6 +138,14 @@ class SparkCareerConfig:
         hazard="A call stuck in native code that ignores signals cannot be interrupted: its batch stalls until the "
         "watchdog moves the lock. Keep retry_attempts × row_timeout_s above stall_timeout_s, so that a replica "
         "whose row function hangs gives the lock up before its records are dead-lettered.")
+    split_max_trials: int = setting(
+        48, unit="trials", help="A poison batch (failed max_batch_attempts terms for set_aside_after_s) that "
+        "fails once more is split: its records are bisected, by file then by line, each half tried with the user's "
+        "code, so that only the records that fail are set aside and the rest is written; this caps the trials "
+        "(one record among 1 000 lines of 5 files costs 26). Once spent, the parts still failing are set aside "
+        "whole.", hazard="Each trial is a Spark job within the batch: a split that outlasts the stall timeout is a "
+        "stall, and the next term sets the batch aside whole; low, healthy records beside a failing one are set "
+        "aside with it.")
     handover_spark_share: float = setting(
         0.8, unit="share of handover_timeout_s", help="The Spark career's part of the handover budget: waiting "
         "for the batch in flight, stopping the query and, on a cluster, the application; the rest is for the "
@@ -169,7 +177,7 @@ class SparkCareerConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{name}={value} is below 1: raise it to at least 1")
-        for name in ("max_line_bytes", "shuffle_partitions", "retry_attempts"):
+        for name in ("max_line_bytes", "shuffle_partitions", "retry_attempts", "split_max_trials"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} is below 1; raise it to at least 1")
         for name in ("trigger_interval_s", "handover_budget_s", "archive_retention_s", "warmup_timeout_s",

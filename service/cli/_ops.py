@@ -17,7 +17,8 @@ from tenure.errors import TenureError
 from tenure.service import ops
 from tenure.service.cli._root import ZkTarget, fail, zk_target
 
-__all__ = ["drain_command", "groups", "handover", "history", "produce", "status", "undrain_command", "verify"]
+__all__ = ["drain_command", "groups", "handover", "history", "produce", "replay", "status", "undrain_command",
+           "verify"]
 
 
 @click.command()
@@ -84,12 +85,14 @@ def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, allow_e
                               allow_waiting=allow_waiting, max_retry_age_s=max_retry_age_s)
     try:
         ops.check_data_root(data_root, queue_dir)
+        ops.queue_key(queue_dir or data_root)  # a topic of several queues is refused before the audit
         if target is None:
             report = audit()
         elif group is None:
             raise TenureError("--zk needs --group: name the group whose committed batch verify should check")
         else:
             with target.connected(read_only=True) as client:
+                ops.check_group_data(client, group, data_root, queue_dir)  # the group's data, not another's
                 ops.read_committed_batch(client, group)  # a wrong group fails now, not after the audit
                 # Read again once the output is read: a batch published during the audit is then covered.
                 report = audit(committed_batch=lambda: ops.read_committed_batch(client, group))
@@ -97,6 +100,23 @@ def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, allow_e
         fail(exc)
     click.echo(report.to_json() if as_json else report.render())
     sys.exit(0 if report.ok else 1)
+
+
+@click.command()
+@click.option("--data-root", type=click.Path(path_type=Path, file_okay=False, exists=True), required=True,
+              envvar="TENURE_DATA_ROOT")
+@click.option("--queue-dir", type=click.Path(path_type=Path, file_okay=False), default=None, envvar="TENURE_QUEUE_DIR",
+              help="The shared queue the group reads, if not the data root (the leader's wake-up goes there).")
+@click.option("--batch", "batches", type=click.IntRange(min=0), multiple=True, required=True,
+              help="A set-aside batch to replay (repeatable): its number in set-aside/batch-<B>-manifest.json.")
+def replay(data_root: Path, queue_dir: Path | None, batches: tuple[int, ...]) -> None:
+    """Write set-aside records into the output: the leader's next batch adds them, past their keys' order marks,
+    once (fix what made them fail first)."""
+    try:
+        requested = ops.request_replay(data_root, list(batches), queue_dir=queue_dir)
+    except TenureError as exc:
+        fail(exc)
+    click.echo(requested.render())
 
 
 @click.command()
@@ -214,7 +234,7 @@ def groups_list(target: ZkTarget, queue_dir: Path, as_json: bool) -> None:
     """List the groups on the queue with their data roots and lag (landing files not yet consumed)."""
     try:
         with target.connected() as client:
-            report = ops.queue_report(client, queue_dir)
+            report = ops.queue_report(client, ops.queue_key(queue_dir))
     except TenureError as exc:
         fail(exc)
     click.echo(json.dumps(report, indent=2, sort_keys=True) if as_json else ops.format_groups(report), nl=as_json)

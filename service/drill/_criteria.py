@@ -191,20 +191,24 @@ def _frozen_next_in_line_criteria(m: Measurements, s: DrillSettings) -> list[Cri
 
 
 def _poison_batch_criteria(m: Measurements, s: DrillSettings) -> list[Criterion]:
-    """The poison batch is set aside after at least one and at most ``max_batch_attempts`` failed terms, it is the
-    only one, the queue moves on, and the replicas that failed it backed off without exiting."""
+    """The poison batch is split after at least ``max_batch_attempts`` failed terms (and ``set_aside_after_s`` of
+    failing, which may take more terms), only its failing record is set aside, it is the only batch with any, the
+    queue moves on, and the replicas that failed it backed off without exiting."""
     attempts, failed = s.max_batch_attempts, m.failed_terms
     if m.set_aside_epoch is None:
         where = "never set aside"
     else:
         later = "" if m.fault_to_commit_s is None else f", committed {m.fault_to_commit_s:.2f} s after it"
         when = "" if m.set_aside_s is None else f" {m.set_aside_s:.2f} s after the landing{later}"
-        where = f"batch {m.set_aside_batch} set aside by epoch {m.set_aside_epoch}{when}"
+        where = f"batch {m.set_aside_batch} split by epoch {m.set_aside_epoch}{when}"
     down = ", ".join(m.replicas_down) or "none"
     return [
-        Criterion(f"the poison batch is set aside within {attempts} failed terms (--max-batch-attempts)",
-                  m.set_aside_epoch is not None and failed is not None and 1 <= failed <= attempts,
+        Criterion(f"the poison batch is split after at least {attempts} failed terms and {s.set_aside_after_s:g} s "
+                  "(--max-batch-attempts, --set-aside-after-s)",
+                  m.set_aside_epoch is not None and failed is not None and failed >= attempts,
                   f"{where}; failed terms before it: {'not read' if failed is None else failed}"),
+        Criterion("only the poison record is set aside, the rest of its batch written (audit)",
+                  m.ids_set_aside == 1, f"{m.ids_set_aside} ids set aside"),
         Criterion("exactly one batch set aside, its ids accounted for (audit)",
                   m.set_aside_batches == 1 and (m.ids_set_aside or 0) > 0,
                   f"{m.set_aside_batches} batch(es), {m.ids_set_aside} ids set aside"),

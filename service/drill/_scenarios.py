@@ -595,8 +595,9 @@ def _frozen_next_in_line(d: Drill) -> None:
 def _poison_batch(d: Drill) -> None:
     """Land one queue file holding a record with the poison pill while the producer runs: the transform fails
     its whole batch on every leader. Each failing replica must release and back off, not exit; the term that
-    reaches the batch after ``max_batch_attempts`` failed terms sets it aside (its files and a manifest under
-    ``set-aside/``) and the queue moves on. The term history tells how many terms failed before."""
+    reaches the batch after ``max_batch_attempts`` failed terms and ``set_aside_after_s`` of failing splits it: the
+    pill's record is set aside (its line and a manifest under ``set-aside/``), the rest of its batch is written,
+    and the queue moves on. The term history tells how many terms failed before."""
     d.leader()
     s = d.settings
     now_ms = int(time.time() * 1000)
@@ -610,7 +611,8 @@ def _poison_batch(d: Drill) -> None:
         found[:] = sorted((d.topology.data_root / SET_ASIDE).glob("batch-*-manifest.json"))
         return bool(found)
 
-    d.wait(set_aside, (s.max_batch_attempts + 1) * s.work_timeout_s, "the poison batch to be set aside")
+    d.wait(set_aside, (s.max_batch_attempts + 1) * s.work_timeout_s + s.set_aside_after_s,
+           "the poison batch to be split")
     manifest = json.loads(found[0].read_text())
     d.m.set_aside_epoch, d.m.set_aside_batch = int(manifest["epoch"]), int(manifest["batch_id"])
     d.m.set_aside_s = float(manifest["set_aside_at"]) - at

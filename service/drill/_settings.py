@@ -106,6 +106,9 @@ class DrillSettings:
     probe_timeout_s: float = setting_named("probe_timeout_s").default
     row_timeout_s: float = setting_named("row_timeout_s").default
     max_batch_attempts: int = setting_named("max_batch_attempts").default
+    #: The poison-batch drill's --set-aside-after-s, on both timelines: far below the replica's default (10
+    #: minutes, which an outage must outlast), so the drill splits its poison batch within a minute or two.
+    set_aside_after_s: float = 30.0
 
     @classmethod
     def make(cls, *, career: str, records: int | None, short: bool, spark_workers: int = 0) -> DrillSettings:
@@ -147,7 +150,8 @@ class DrillSettings:
         other drills pause whole replicas past the short timeline's liveness timeout on purpose)."""
         return ReplicaSpec(stall_timeout_s=self.stall_timeout_s, first_batch_allowance_s=self.first_batch_allowance_s,
                            liveness_timeout_s=self.liveness_timeout_s, probe_timeout_s=self.probe_timeout_s,
-                           row_timeout_s=self.row_timeout_s, max_batch_attempts=self.max_batch_attempts)
+                           row_timeout_s=self.row_timeout_s, max_batch_attempts=self.max_batch_attempts,
+                           set_aside_after_s=self.set_aside_after_s)
 
 
 def worker_loss_budget_s(workers: int, interval_s: float) -> float:

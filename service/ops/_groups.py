@@ -16,13 +16,25 @@ from typing import Any
 
 import structlog
 
+from tenure.career.identity import read_data_root_id, read_topic
 from tenure.career.queue import QueueLayout, is_queue_file
-from tenure.election import QueuePaths, RegisteredGroup, ZooKeeperClient, list_groups, read_contenders, unregister_group
+from tenure.election import (
+    GroupIdentity,
+    QueueKey,
+    RegisteredGroup,
+    ZooKeeperClient,
+    list_groups,
+    read_contenders,
+    read_group_identity,
+    unregister_group,
+)
 from tenure.errors import TenureError
 
 __all__ = [
     "GroupError",
+    "check_group_data",
     "format_groups",
+    "queue_key",
     "queue_lag",
     "queue_report",
     "remove_group",
@@ -51,6 +63,39 @@ def queue_lag(queue_dir: str | os.PathLike[str], group: str) -> int | None:
     return len(waiting - consumed)
 
 
+def queue_key(queue_dir: str | os.PathLike[str]) -> QueueKey:
+    """The queue at ``queue_dir`` as the registry knows it: by its topic id (``_topic.json``), and by its path for
+    the entries of an earlier release.
+
+    Raises:
+        ConfigError: ``_topic.json`` is unreadable or names a topic of several queues.
+    """
+    topic = read_topic(Path(queue_dir))
+    return QueueKey(None if topic is None else topic.topic_id, str(queue_dir))
+
+
+def check_group_data(client: ZooKeeperClient, group: str, data_root: str | os.PathLike[str],
+                     queue_dir: str | os.PathLike[str] | None = None) -> None:
+    """Refuse to audit ``data_root`` (and its queue) against ``group`` when the group is bound to other data (its
+    ``/tenure/<group>/identity``); a group no replica of this release has started yet is bound to nothing.
+
+    Raises:
+        GroupError: one line naming the group's data and this data root's (ids and paths).
+        ConfigError: an identity file is unreadable, or the topic has several queues.
+    """
+    bound = read_group_identity(client, group)
+    if bound is None:
+        return
+    root = Path(data_root)
+    topic = read_topic(Path(queue_dir) if queue_dir is not None else root)
+    here = GroupIdentity(data_root_id=read_data_root_id(root) or "(none: no _data_root.json)",
+                         data_root=str(root.resolve()), topic_id=None if topic is None else topic.topic_id,
+                         queue_dir=str(Path(queue_dir or root).resolve()))
+    problem = bound.mismatch(group, here, "this audit")
+    if problem is not None:
+        raise GroupError(problem)
+
+
 def remove_group(client: ZooKeeperClient, queue_dir: str | os.PathLike[str], group: str, *,
                  force: bool = False) -> tuple[RegisteredGroup, int]:
     """Unregister ``group`` from ``queue_dir`` and delete its consumption marks; returns (entry, marks deleted).
@@ -61,8 +106,9 @@ def remove_group(client: ZooKeeperClient, queue_dir: str | os.PathLike[str], gro
         GroupError: the group is not registered on the queue, or it still has live election contenders
             (its replicas run) and ``force`` is not set.
     """
-    queue = QueuePaths.of(queue_dir).queue_dir
-    known = list_groups(client, queue_dir)
+    key = queue_key(queue_dir)
+    queue = key.queue_dir
+    known = list_groups(client, key)
     entry = next((g for g in known if g.group == group), None)
     if entry is None:
         raise GroupError(f"group {group!r} is not registered on queue {queue} (registered: "
@@ -71,7 +117,7 @@ def remove_group(client: ZooKeeperClient, queue_dir: str | os.PathLike[str], gro
     if contenders and not force:
         raise GroupError(f"group {group!r} still has {len(contenders)} live election contender(s): stop its "
                          "replicas first (a running leader would keep consuming), or pass --force")
-    unregister_group(client, queue_dir, group)
+    unregister_group(client, key, group)
     marks = QueueLayout(Path(queue_dir)).marks(group)
     deleted = len(os.listdir(marks)) if marks.is_dir() else 0
     shutil.rmtree(marks, ignore_errors=True)
@@ -80,11 +126,12 @@ def remove_group(client: ZooKeeperClient, queue_dir: str | os.PathLike[str], gro
     return entry, deleted
 
 
-def queue_report(client: ZooKeeperClient, queue_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """One queue's groups with their lag, as JSON: ``{"queue_dir", "groups": [{"group", "data_root",
-    "registered_at", "lag"}]}`` (``lag`` is None when the queue is not readable on this machine)."""
-    groups = [{**g.to_json(), "lag": queue_lag(queue_dir, g.group)} for g in list_groups(client, queue_dir)]
-    return {"queue_dir": QueuePaths.of(queue_dir).queue_dir, "groups": groups}
+def queue_report(client: ZooKeeperClient, queue: QueueKey) -> dict[str, Any]:
+    """One queue's groups with their lag, as JSON: ``{"queue_dir", "topic_id", "groups": [{"group", "data_root",
+    "data_root_id", "queue_dir", "registered_at", "lag"}]}`` (``lag`` is None when the queue is not readable on
+    this machine)."""
+    groups = [{**g.to_json(), "lag": queue_lag(queue.queue_dir, g.group)} for g in list_groups(client, queue)]
+    return {"queue_dir": queue.queue_dir, "topic_id": queue.topic_id, "groups": groups}
 
 
 def _when(at: float) -> str:

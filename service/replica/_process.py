@@ -13,13 +13,17 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from tenure.career import Career, CareerObserver, CounterCareer
+from tenure.career.identity import ensure_data_root_id, ensure_topic
 from tenure.election import (
     Election,
     ElectionEvent,
+    GroupIdentity,
     Identity,
     OperatorRequests,
+    QueueKey,
     TermHistory,
     ZooKeeperClient,
+    bind_group,
     connect,
     disconnect,
     four_letter_word,
@@ -72,22 +76,43 @@ def _connect(config: ReplicaConfig) -> ZooKeeperClient:
                           f"{config.connect_timeout_s:g}: check --zk and that the ensemble is serving") from exc
 
 
-def _queue_groups(config: ReplicaConfig, client: ZooKeeperClient) -> Callable[[], Collection[str]]:
+def _queue_groups(config: ReplicaConfig, client: ZooKeeperClient,
+                  queue: QueueKey) -> Callable[[], Collection[str]]:
     """The registry read the Spark career's archiving waits on: the groups registered on its queue."""
-    queue_dir = config.queue_dir or config.data_root
     timeout_s = config.election.op_timeout_s  # a ZooKeeper read on the control thread, bounded as the election's
-    return lambda: registered_groups(client, queue_dir, timeout_s=timeout_s)
+    return lambda: registered_groups(client, queue, timeout_s=timeout_s)
 
 
-def _register_group(config: ReplicaConfig, client: ZooKeeperClient) -> None:
-    """Register the group as a consumer of its queue (idempotent)."""
+def _queue(config: ReplicaConfig) -> QueueKey:
+    """The Spark career's queue, its ``_topic.json`` written first if it has none (this replica is its first)."""
     queue_dir = config.queue_dir or config.data_root
     queue_dir.mkdir(parents=True, exist_ok=True)
+    return QueueKey(ensure_topic(queue_dir).topic_id, str(queue_dir))
+
+
+def _bind_group(config: ReplicaConfig, client: ZooKeeperClient, queue: QueueKey | None) -> str:
+    """Tie the group to this replica's data root (its ``_data_root.json``, written first if it has none) and queue,
+    or refuse to start when the group is tied to other data; returns the data root's id."""
+    data_root_id = ensure_data_root_id(config.data_root)
+    wanted = GroupIdentity(data_root_id=data_root_id, data_root=str(config.data_root.resolve()),
+                           topic_id=None if queue is None else queue.topic_id,
+                           queue_dir=None if queue is None else queue.queue_dir)
     try:
-        register_group(client, queue_dir, config.group, config.data_root, credential=config.credential,
+        bind_group(client, config.group, wanted, credential=config.credential,
+                   timeout_s=config.election.session_timeout_s)
+    except ElectionError as exc:
+        raise ConfigError(f"group={config.group!r} cannot be bound to its data in ZooKeeper ({exc}): check --zk-auth "
+                          f"and the ACLs of /tenure/{config.group}") from exc
+    return data_root_id
+
+
+def _register_group(config: ReplicaConfig, client: ZooKeeperClient, queue: QueueKey, data_root_id: str) -> None:
+    """Register the group as a consumer of its queue (idempotent)."""
+    try:
+        register_group(client, queue, config.group, config.data_root, data_root_id, credential=config.credential,
                        timeout_s=config.election.session_timeout_s)
     except ElectionError as exc:
-        raise ConfigError(f"group={config.group!r} cannot be registered on queue_dir={str(queue_dir)!r} in "
+        raise ConfigError(f"group={config.group!r} cannot be registered on queue_dir={queue.queue_dir!r} in "
                           f"ZooKeeper ({exc}): check --zk-auth and the ACLs of /tenure/_queues") from exc
 
 
@@ -149,10 +174,11 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
     try:
         # The Spark career reads a queue other groups may share: archiving waits for every registered group.
         # Its settings are checked first, so a bad value registers nothing.
-        spark = config.career == "spark"
-        career = _make_career(config, progress, _queue_groups(config, client) if spark else None)
-        if spark:
-            _register_group(config, client)
+        queue = _queue(config) if config.career == "spark" else None
+        career = _make_career(config, progress, _queue_groups(config, client, queue) if queue else None)
+        data_root_id = _bind_group(config, client, queue)
+        if queue is not None:
+            _register_group(config, client, queue, data_root_id)
     except BaseException:
         server.stop()
         disconnect(client)

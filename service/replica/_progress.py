@@ -1,7 +1,10 @@
 """The monotonic times that tell a leader's progress, published by the control loop and the career's batches.
 
 The progress watchdog (``_watchdog``) and the ``/metrics`` scrape read them from threads of their own, so a
-control loop or a batch that hangs cannot hide its own hang (STYLE habit 17).
+control loop or a batch that hangs cannot hide its own hang (STYLE habit 17). Progress owed is measured on a work
+clock that runs only while the replica leads and is not paused: a suspension pauses it rather than resetting it, so
+a leader whose ZooKeeper link flaps faster than the stall timeout still owes its progress, and a paused leader is
+never declared stalled for time it could not work.
 """
 
 from __future__ import annotations
@@ -21,15 +24,22 @@ __all__ = ["ProgressClock", "ProgressView"]
 class ProgressView:
     """One consistent reading of :class:`ProgressClock`, at ``now`` (monotonic seconds).
 
+    The control loop's times (``now``, ``last_tick``, ``inaugurating_since``) are monotonic seconds. The times of
+    the leader's progress are on the work clock (``worked``): seconds this replica has led without being paused,
+    which stands still while the term is suspended, so that a pause neither restarts the progress owed nor counts
+    towards it.
+
     Attributes:
         now: when it was read.
         last_tick: when the control loop last came round.
         inaugurating_since: when the inauguration the control loop is inside began (it may outlast the liveness
             timeout by the watchdog's allowance); None outside one.
-        working_since: when the current stretch of leading (LEADING, not paused) began; None when not leading.
+        worked: the work clock when it was read.
+        working_since: the work clock when the current term began; None when no term is open (a paused term is
+            open).
         first_batch_done: whether a batch has finished in this term.
-        waiting_since: since when input has been waiting (queue files or due retries); None when none waits.
-        last_progress: when a batch last finished and moved records on.
+        waiting_since: the work clock when input began to wait (queue files or due retries); None when none waits.
+        last_progress: the work clock when a batch last finished and moved records on.
         in_flight: the batch running now, if any.
         backlog_files: queue files not yet consumed, as last reported.
     """
@@ -37,6 +47,7 @@ class ProgressView:
     now: float
     last_tick: float
     inaugurating_since: float | None
+    worked: float
     working_since: float | None
     first_batch_done: bool
     waiting_since: float | None
@@ -45,10 +56,11 @@ class ProgressView:
     backlog_files: int
 
     def stalled_for(self) -> float:
-        """Seconds the leader has owed progress: input waiting, leading, and no batch finished since; 0 if none."""
+        """Seconds of work the leader has owed progress: input waiting, leading (pauses not counted), and no batch
+        finished since; 0 if none."""
         if self.working_since is None or self.waiting_since is None:
             return 0.0
-        return max(0.0, self.now - max(self.working_since, self.waiting_since, self.last_progress))
+        return max(0.0, self.worked - max(self.working_since, self.waiting_since, self.last_progress))
 
 
 class ProgressClock:
@@ -67,15 +79,18 @@ class ProgressClock:
         self._metrics = metrics
         self._clock = clock
         self._lock = threading.Lock()
-        now = clock()
-        self._tick = now
+        self._tick = clock()
         self._inaugurating_since: float | None = None
-        self._working_since: float | None = None
+        # The work clock: seconds led without a pause, ``_worked`` up to the stretch running since
+        # ``_stretch_since`` (monotonic; None while not leading or paused).
+        self._worked = 0.0
+        self._stretch_since: float | None = None
+        self._working_since: float | None = None  # on the work clock, like the two below
         self._first_batch_done = False
         self._input_waiting = False
         self._stuck = False  # the last batch made no progress although it ran (the row function is stuck)
         self._waiting_since: float | None = None
-        self._last_progress = now
+        self._last_progress = 0.0
         self._in_flight: int | None = None
         self._backlog_files = 0
         metrics.control_loop_age.set_function(lambda: self._clock() - self._tick)
@@ -101,21 +116,34 @@ class ProgressClock:
                 self._tick = self._clock()
                 self._inaugurating_since = None
 
-    def working(self, leading: bool, *, new_term: bool = False) -> None:
-        """The runner began (or resumed) leading, or stopped; a new term's first batch gets its own allowance."""
+    def working(self, leading: bool, *, new_term: bool = False, paused: bool = False) -> None:
+        """The runner began a term (``new_term``), resumed leading, was paused (``paused``: the term goes on, its
+        work clock stands still), or stopped leading (the term is over); a new term's first batch gets its own
+        allowance."""
         with self._lock:
-            self._working_since = self._clock() if leading else None
+            now = self._clock()
+            if self._stretch_since is not None:
+                self._worked += now - self._stretch_since
+            self._stretch_since = now if leading else None
             if new_term:
+                self._working_since = self._worked
                 self._first_batch_done = False
                 self._in_flight = None
+            elif not leading and not paused:
+                self._working_since = None
+
+    def _work_clock(self) -> float:
+        """The work clock now. Called under the lock."""
+        running = self._clock() - self._stretch_since if self._stretch_since is not None else 0.0
+        return self._worked + running
 
     def view(self) -> ProgressView:
         with self._lock:
             return ProgressView(
                 now=self._clock(), last_tick=self._tick, inaugurating_since=self._inaugurating_since,
-                working_since=self._working_since, first_batch_done=self._first_batch_done,
-                waiting_since=self._waiting_since, last_progress=self._last_progress, in_flight=self._in_flight,
-                backlog_files=self._backlog_files)
+                worked=self._work_clock(), working_since=self._working_since,
+                first_batch_done=self._first_batch_done, waiting_since=self._waiting_since,
+                last_progress=self._last_progress, in_flight=self._in_flight, backlog_files=self._backlog_files)
 
     def batch_in_flight(self) -> int | None:
         """The batch running now, if any."""
@@ -136,7 +164,7 @@ class ProgressClock:
                 self._first_batch_done = True
                 self._stuck = not progressed
                 if progressed:
-                    self._last_progress = self._clock()
+                    self._last_progress = self._work_clock()
                 self._update_waiting()
         self._metrics.batch_finished(outcome, duration_s, records, progressed=progressed)
 
@@ -156,7 +184,7 @@ class ProgressClock:
         if not (self._input_waiting or self._stuck):
             self._waiting_since = None
         elif self._waiting_since is None:
-            self._waiting_since = self._clock()
+            self._waiting_since = self._work_clock()
 
     def retry_waiting(self, records: int) -> None:
         self._metrics.retry_waiting(records)

@@ -16,6 +16,7 @@ from typing import TextIO
 
 import structlog
 
+from tenure.career.identity import ensure_topic
 from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
 from tenure.service.ops._produce._bad_lines import BAD_CLASSES, bad_line
 from tenure.service.ops._produce._progress import ProgressDisplay
@@ -117,7 +118,8 @@ def produce(
     summary says ``interrupted``.
 
     Args:
-        data_root: files go to ``<data_root>/landing/``.
+        data_root: the queue folder: files go to ``<data_root>/landing/``; its ``_topic.json`` is written first if
+            it has none (``tenure.career.identity``).
         records: distinct good records to write (>= 0); duplicates and bad lines come on top.
         keys: number of distinct keys (>= 1).
         rate: at most this many lines per second (records, duplicates and bad lines), on ``clock``; None is
@@ -142,6 +144,7 @@ def produce(
 
     Raises:
         ValueError: an argument is out of range (the message names it).
+        ConfigError: the queue's ``_topic.json`` is unreadable or names a topic of several queues.
         ProducerError: a batch could not be written after every retry.
     """
     if records < 0:
@@ -153,6 +156,7 @@ def produce(
     for name, value in (("duplicates", duplicates), ("bad", bad)):
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"{name}={value} must be a probability between 0 and 1")
+    ensure_topic(Path(data_root))  # the queue's identity: the first producer (or replica) to find none writes it
     if seed is None:
         seed = random.SystemRandom().randrange(1 << 32)
     rng = random.Random(seed)

@@ -69,12 +69,13 @@ def verify(
 
     Every valid id is accounted for in exactly one of: written (``table/``), dead-lettered (``dead-letter/``),
     waiting for a retry (the newest snapshot in ``retry/``) — never none, never two (duplicated) — or
-    set aside (a poison batch's files under ``set-aside/``, reported apart; a set-aside id may be written too,
-    by a copy of it in another batch), or refused (in a queue entry the consumer refused as a whole, named by a
-    quarantine row at line 0 with its reason: reported apart, as set-aside ids are), or
-    late (quarantined with reason ``late``: its key had published or dead-lettered a seq at least its own in an
-    earlier batch, which is checked; a late id may also be written or dead-lettered, when a repeat came after the
-    dedup window). Each row of
+    set aside (a poison batch's records under ``set-aside/``, reported apart; a set-aside id may be written too,
+    by a copy of it in another batch; once its batch is replayed, it is the output's again: written once, or set
+    aside again, and its row is left out of the order check), or refused (in a queue entry the consumer refused as
+    a whole, named by a quarantine row at line 0 with its reason: reported apart, as set-aside ids are), or
+    late (quarantined with reason ``late``: its key had published, dead-lettered or set aside a seq at least its
+    own in an earlier batch, which is checked; a late id may also be written or dead-lettered, when a repeat came
+    after the dedup window). Each row of
     ``table/``, and each late record, must hold its queue line's ``content_fields`` (the payload compared as a
     JSON value); when the queue holds an id several times with different content, any of them will do.
 
@@ -122,14 +123,15 @@ def verify(
     queue = scan_queue(queue_root, max_line_bytes, content, consumption)
     quarantine = scan_quarantine(root / QUARANTINE)
     late_keys = {r.record["key"] for r in quarantine.late if r.record}
-    table = scan_table(root / TABLE, content, late_keys)
+    set_aside = scan_set_aside(root / SET_ASIDE, max_line_bytes)
+    table = scan_table(root / TABLE, content, late_keys, set_aside.replayed)
     retry = scan_retry_store(root, time.time() if now is None else now, late_keys, max_retry_age_s)
     committed = committed_batch() if callable(committed_batch) else committed_batch
     row_epochs = {TABLE: table.batch_epochs, QUARANTINE: quarantine.batch_epochs, DEAD_LETTER: retry.batch_epochs}
     two_epochs, above = _check_commits(row_epochs, committed)
     delta = audit_delta(root, row_epochs)
-    late = check_late(quarantine.late, PublishedSeqs(table.late_seqs + retry.dead_seqs), content, table.content)
-    set_aside = scan_set_aside(root / SET_ASIDE, max_line_bytes)
+    late = check_late(quarantine.late, PublishedSeqs(table.late_seqs + retry.dead_seqs + set_aside.seqs), content,
+                      table.content)
     # Entries set apart as a whole (after the queue: a refusal is published before its entry is archived).
     apart = {**dict.fromkeys(set_aside.not_kept, "not kept with its set-aside batch"), **quarantine.refused}
     refused = scan_refused(queue_root, apart, max_line_bytes)
@@ -218,6 +220,7 @@ def verify(
         set_aside_batches=len(set_aside.batches),
         entries_refused=len(apart),
         ids_refused=len(refused.ids - accounted - set_aside.ids),
+        ids_replayed=len(set_aside.replayed),
         ids_late=len(late.ids),
         late_rows=late.rows,
         late_repeats=len(late.ids & table.written),

@@ -52,8 +52,8 @@ class VerifyReport:
     retry_oldest_age_s: float | None = None
     """Seconds since the oldest record held for retry first failed (None: none has failed yet)."""
     ids_set_aside: int = 0
-    """Ids only in set-aside batches: poison batches committed without running (``set-aside/``), not in the
-    table until an operator replays their files."""
+    """Ids only in set-aside batches (``set-aside/``: a split poison batch's failing records, or a whole batch that
+    could not be split), not in the table until an operator replays them (``tenure replay``)."""
     set_aside_batches: int = 0
     entries_refused: int = 0
     """Queue entries the consumer refused as a whole (a folder, a dangling link, a name not UTF-8, a file it may
@@ -61,6 +61,9 @@ class VerifyReport:
     ids_refused: int = 0
     """Ids only in refused entries that ``verify`` could read (a file the consumer's user may not open, say): set
     apart, not lost, until an operator replays them."""
+    ids_replayed: int = 0
+    """Ids of set-aside batches replayed since: audited as the output's (each in the table once, or set aside
+    again), out of their keys' order by design; every other row's order is checked without them."""
     ids_late: int = 0
     late_rows: int = 0
     late_repeats: int = 0
@@ -180,6 +183,8 @@ class VerifyReport:
         if self.entries_refused:
             retry += (f"{self.ids_refused} in {self.entries_refused} refused entr"
                       f"{'ies' if self.entries_refused != 1 else 'y'} (quarantine/, line 0), ")
+        if self.ids_replayed:
+            retry += f"{self.ids_replayed} replayed from set-aside/, "
         return (
             f"verify: {verdict} — {self.ids_in} ids in, {self.ids_written} written, {late}{retry}{self.lost} lost, "
             f"{unread}{self.duplicated} duplicated, {self.inversions} inversions{extra}; "
@@ -201,7 +206,8 @@ class VerifyReport:
             ("ids written / rows", f"{self.ids_written} / {self.rows_written}"),
             ("ids late / rows / also written", f"{self.ids_late} / {self.late_rows} / {self.late_repeats}"),
             ("ids dead-lettered / held for retry", f"{self.ids_dead_lettered} / {self.ids_waiting}"),
-            ("ids set aside / batches", f"{self.ids_set_aside} / {self.set_aside_batches}"),
+            ("ids set aside / batches / replayed", f"{self.ids_set_aside} / {self.set_aside_batches} / "
+                                                   f"{self.ids_replayed}"),
             ("entries refused / their ids", f"{self.entries_refused} / {self.ids_refused}"),
             ("retry snapshot batch / oldest", f"{'—' if self.retry_batch is None else self.retry_batch} / {age}"),
             ("bad lines in", str(self.bad_lines_in)),

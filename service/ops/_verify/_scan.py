@@ -6,7 +6,6 @@ and the ``(_batch, _epoch)`` pairs the commit record is checked with).
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import KeysView
@@ -21,6 +20,7 @@ import pyarrow.compute as pc
 
 from tenure.career.output import DEAD_LETTER, RETRY, batch_of, has_version
 from tenure.career.queue import ENTRY_LINE, ENTRY_REASONS, FileIdentity, QueueLayout, classify_line, printable_name
+from tenure.career.set_aside import published, read_set_aside
 from tenure.service.ops._verify._content import EXAMPLES, ContentCheck, QueueContent
 from tenure.service.ops._verify._files import (
     Consumption,
@@ -149,9 +149,12 @@ class TableScan:
     batch_epochs: BatchEpochs = field(default_factory=set)
 
 
-def scan_table(folder: Path, content: QueueContent, late_keys: set[str]) -> TableScan:
+def scan_table(folder: Path, content: QueueContent, late_keys: set[str],
+               replayed: set[str] | None = None) -> TableScan:
     """Read every file a reader sees (:func:`output_files`), in (batch, file, row) order: ids, order, content, and
-    per key the seqs published by each batch for the keys in ``late_keys`` (to check late claims against).
+    per key the seqs published by each batch for the keys in ``late_keys`` (to check late claims against). The rows
+    of ``replayed`` ids (set-aside records an operator replayed, written past their keys' order on purpose) are
+    left out of the order check: the other rows' order is checked without them.
 
     A file tenure did not write (table maintenance rewrote batches into it: ``OPTIMIZE``) keeps no order within a
     batch that a reader could rely on — a Delta reader reads a version's files in any order, and a Z-order
@@ -199,13 +202,13 @@ def scan_table(folder: Path, content: QueueContent, late_keys: set[str]) -> Tabl
     if rows:
         _check_ids_and_order(scan, files, pa.concat_arrays(ids), pa.concat_arrays(keys), np.concatenate(seqs),
                              np.concatenate(batches), np.concatenate(file_idx), np.concatenate(row_idx),
-                             np.concatenate(origin))
+                             np.concatenate(origin), replayed or set())
     return scan
 
 
 def _check_ids_and_order(scan: TableScan, files: list[Path], all_ids: pa.Array, all_keys: pa.Array,
                          seq: np.ndarray[Any, Any], batch: np.ndarray[Any, Any], fidx: np.ndarray[Any, Any],
-                         ridx: np.ndarray[Any, Any], origin: np.ndarray[Any, Any]) -> None:
+                         ridx: np.ndarray[Any, Any], origin: np.ndarray[Any, Any], replayed: set[str]) -> None:
     # 2. Duplicates: ids whose count is above one.
     counts = pc.value_counts(all_ids)
     values = counts.field("values")
@@ -222,10 +225,14 @@ def _check_ids_and_order(scan: TableScan, files: list[Path], all_ids: pa.Array, 
         ]
     scan.written = set(values.to_pylist())
     # 3. Order: sort rows by (key, batch, file, row; a rewritten file's rows by seq) and look for a seq that goes
-    #    down within a key.
+    #    down within a key, the replayed rows left out.
     key_codes = pc.dictionary_encode(all_keys)
     codes = key_codes.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     order = np.lexsort((ridx, fidx, batch, codes))  # the last key is the primary one
+    if replayed:
+        exempt = pc.is_in(all_ids, value_set=pa.array(sorted(replayed), pa.large_string())).to_numpy(
+            zero_copy_only=False)
+        order = order[~exempt[order]]
     k = codes[order]
     s = seq[order]
     down = (k[1:] == k[:-1]) & (s[1:] < s[:-1])
@@ -367,46 +374,45 @@ def _shown(held: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class SetAsideScan:
-    """``set-aside/``: poison batches committed without running, their queue files kept beside a manifest."""
+    """``set-aside/``: records set aside (a split poison batch's failing ones, or a whole batch's queue files) beside
+    each batch's manifest, and the batches replayed since."""
 
     batches: list[int] = field(default_factory=list)
     ids: set[str] = field(default_factory=set)
+    """Ids set aside and not replayed: neither lost nor written."""
+    replayed: set[str] = field(default_factory=set)
+    """Ids of replayed batches: the output's now (written, or set aside again), each in ``table/`` once, out of their
+    keys' order by design."""
+    seqs: list[tuple[str, int, int]] = field(default_factory=list)
+    """``(key, batch, seq)`` of every record set aside: its key moved past it then, as for a dead-lettered one."""
     bad: set[tuple[str, int]] = field(default_factory=set)
-    """Bad lines of set-aside files, by (file, line): accounted for, as the records are."""
+    """Bad lines of set-aside files, by (file, line): accounted for, as the records are (a replay leaves them)."""
     not_kept: set[str] = field(default_factory=set)
     """Entries of set-aside batches that could not be kept (a folder, a file the consumer may not read): what the
     queue holds under their names is set aside too."""
     examples: list[dict[str, Any]] = field(default_factory=list)
 
 
-_MANIFEST = re.compile(r"batch-(\d+)-manifest\.json")
-
-
 def scan_set_aside(folder: Path, max_line_bytes: int) -> SetAsideScan:
-    """The ids and bad lines of every set-aside batch: each manifest names its files, published beside it as
-    ``batch-<B>-<name>``."""
+    """The ids and bad lines of every set-aside batch (``tenure.career.set_aside``), the replayed batches' ids
+    apart."""
     scan = SetAsideScan()
-    manifests = sorted(folder.glob("batch-*-manifest.json")) if folder.is_dir() else []
-    for manifest in manifests:
-        match = _MANIFEST.fullmatch(manifest.name)
-        if match is None:
-            continue
-        batch = int(match.group(1))
-        data = json.loads(manifest.read_text())
+    for batch, found in read_set_aside(folder).items():
+        data = found.manifest
         scan.batches.append(batch)
-        scan.examples.append({"batch": batch, "files": len(data.get("files", [])), "attempts": data.get("attempts"),
-                              "error": str(data.get("error", ""))[:200]})
+        scan.examples.append({"batch": batch, "files": len(data.get("files", [])), "records": data.get("records"),
+                              "split": bool(data.get("split")), "attempts": data.get("attempts"),
+                              "replayed_in": found.replayed_in, "error": str(data.get("error", ""))[:200]})
         scan.not_kept.update(data.get("not_kept", {}))
-        for name in data.get("files", []):
-            path = folder / f"batch-{batch:012d}-{name}"
-            if not path.is_file():
-                continue
+        for path in found.files(folder):
+            name = path.name.removeprefix(published(batch, ""))
             for number, raw in enumerate(iter_lines(path), start=1):
                 record, _reason = classify_line(raw, max_line_bytes)
                 if record is None:
                     scan.bad.add((name, number))
-                else:
-                    scan.ids.add(str(record["id"]))
+                    continue
+                (scan.ids if found.replayed_in is None else scan.replayed).add(str(record["id"]))
+                scan.seqs.append((str(record["key"]), batch, int(record["seq"])))
     return scan
 
 

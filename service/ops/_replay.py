@@ -1,0 +1,71 @@
+"""``tenure replay``: ask the group's leader to feed set-aside records back into the output, past their keys' order.
+
+The request is a file beside the set-aside batch (``tenure.career.set_aside`` says what the leader does with it);
+a wake-up tick in the queue's ``landing/`` makes the leader run a batch soon even when no record arrives.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tenure.career.output import SET_ASIDE
+from tenure.career.queue import TICK_SUFFIX, QueueLayout
+from tenure.career.set_aside import REPLAY_REQUEST, published, read_set_aside, write_json
+from tenure.errors import TenureError
+
+__all__ = ["ReplayError", "Requested", "request_replay"]
+
+
+class ReplayError(TenureError):
+    """A replay that cannot be asked for; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Requested:
+    """What ``request_replay`` asked for: the set-aside batches and their records."""
+
+    batches: list[int]
+    records: int
+
+    def render(self) -> str:
+        names = ", ".join(str(b) for b in self.batches)
+        return (f"replay requested: {self.records} record{'s' if self.records != 1 else ''} of set-aside batch"
+                f"{'es' if len(self.batches) != 1 else ''} {names}: the leader's next batch writes them (watch "
+                "batch_committed's replayed= in its log, then `tenure verify`)")
+
+
+def request_replay(data_root: str | os.PathLike[str], batches: list[int], *,
+                   queue_dir: str | os.PathLike[str] | None = None) -> Requested:
+    """Ask for set-aside ``batches`` of ``data_root`` to be replayed; a tick in the queue's ``landing/`` wakes the
+    leader.
+
+    Raises:
+        ReplayError: a batch is not set aside there, already replayed, or already asked for (naming it and what
+            to do).
+    """
+    folder = Path(data_root) / SET_ASIDE
+    known = read_set_aside(folder)
+    records = 0
+    for batch in batches:
+        found = known.get(batch)
+        if found is None:
+            listed = ", ".join(str(b) for b in sorted(known)) or "none"
+            raise ReplayError(f"batch {batch} is not set aside in {folder} (set aside: {listed}): check --batch and "
+                              "--data-root")
+        if found.replayed_in is not None:
+            raise ReplayError(f"batch {batch} was replayed by batch {found.replayed_in}: its records are the output's "
+                              "now; nothing to do")
+        if found.requested:
+            raise ReplayError(f"batch {batch}'s replay is asked for already and waits for the leader's next batch: "
+                              "check that a leader runs (`tenure status`)")
+        records += int(found.manifest.get("records") or 0)
+    for batch in batches:
+        write_json(folder / published(batch, REPLAY_REQUEST), {"batch_id": batch, "requested_at": time.time()})
+    landing = QueueLayout(Path(queue_dir) if queue_dir is not None else Path(data_root)).landing
+    name = f"tenure-replay-{time.time_ns()}{TICK_SUFFIX}"
+    (landing / f".{name}").write_bytes(b"tick\n")
+    (landing / f".{name}").replace(landing / name)
+    return Requested(sorted(batches), records)
