@@ -321,8 +321,8 @@ def test_entries_that_cannot_be_read_are_quarantined_each_on_its_own_and_the_gro
 def test_a_poison_batch_holding_a_folder_is_set_aside_all_the_same(
     spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
 ) -> None:
-    """The set-aside of a poison batch runs the batch's entries through the reader again (Spark's ``noop`` sink)
-    and keeps their files: a folder among them is refused there too, and named in the manifest's ``not_kept``.
+    """The set-aside of a whole poison batch (its split failed too) runs the batch's entries through the reader
+    again and keeps their files: a folder among them is refused there too, and named in the manifest's ``not_kept``.
     The batch is set aside, the next one is written, and ``tenure verify`` agrees. Before, reading the folder failed
     the set-aside as it had failed the batch: the group stopped for good."""
     root = tmp_path / "data"
@@ -335,7 +335,7 @@ def test_a_poison_batch_holding_a_folder_is_set_aside_all_the_same(
     observer = Recorder()
     career = SparkCareer(make_config(root), observer, replica_id="r1")
     with leadership(zk_client, zk_group, "r1") as (_, ctx):
-        career.inaugurate(dataclasses.replace(ctx, set_aside=FailedBatch(0, 3, "ValueError: poison")))
+        career.inaugurate(dataclasses.replace(ctx, set_aside=FailedBatch(0, 3, "ValueError: poison", split_failed=True)))
         run_until(career, lambda: "set_aside" in observer.outcomes() and not any(landing.iterdir()))
         _put(landing, "b.jsonl", [line("b", 1)])
         run_until(career, lambda: observer.total("written") == 1 and not any(landing.iterdir()))
