@@ -26,6 +26,7 @@ from tenure.election import GroupPaths
 from tenure.service.drill import read_events
 from tenure.service.local import ReplicaProcess, free_port, wait_for
 from tenure.service.ops import verify
+from tenure.service.replica import ReplicaSpec
 from tests._replicas import REPO
 from tests.test_spark_career import (
     Queue,
@@ -195,11 +196,10 @@ def test_a_replica_refuses_a_forged_record_and_carries_on_once_it_is_put_back(
     victim = _victim(tmp_path)
 
     def start(name: str) -> ReplicaProcess:
-        return ReplicaProcess(
-            name, free_port(),
-            ["--zk", zk_hosts, "--group", zk_group, "--data-root", str(root), "--career", "spark",
-             "--standby", "cold", "--max-files-per-trigger", "1", "--max-line-bytes", "200"],
-            tmp_path / f"{name}.log", env={"PYTHONPATH": str(REPO), "TENURE_LOG_LEVEL": "info"}).start()
+        spec = ReplicaSpec(group=zk_group, data_root=root, career="spark", standby="cold", max_files_per_trigger=1,
+                           max_line_bytes=200)
+        return ReplicaProcess(name, free_port(), spec, tmp_path / f"{name}.log",
+                              env={"PYTHONPATH": str(REPO), "TENURE_LOG_LEVEL": "info"}, zk=zk_hosts).start()
 
     def events(replica: ReplicaProcess, name: str) -> list[dict[str, object]]:
         assert replica.process is not None and replica.process.poll() is None, \
