@@ -1,4 +1,4 @@
-"""Shared fixtures: one real ZooKeeper ensemble and one SparkSession per test session."""
+"""Shared fixtures: one real ZooKeeper ensemble, one Redis and one SparkSession per test session."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from tenure.career.redis_queue import RedisTopic
 from tenure.career.spark import worker_python
-from tenure.service.local import Ensemble, free_base_port, start_ensemble
+from tenure.service.local import Ensemble, RedisServer, free_base_port, start_ensemble, start_redis
 
 # Spark's Python workers must run this interpreter (with pyarrow), not whatever python3 PATH finds first, and
 # through the launcher a replica uses (tenure-spark-python: the installed PySpark, not Spark's archive of it).
@@ -137,3 +138,27 @@ def counter_replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[A
     replica_set = counter_replica_set(zk_hosts, zk_group, tmp_path)
     yield replica_set
     replica_set.reap_all()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One Redis for the whole test session (Debian's redis-server, append-only file on, ``appendfsync always``)."""
+    server = start_redis(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.kill()
+
+
+@pytest.fixture()
+def redis_topic(redis_server: RedisServer, zk_group: str) -> RedisTopic:
+    """A topic of the test's own on the shared Redis (its streams' prefix is the test's), so tests never see each
+    other's streams."""
+    return RedisTopic.parse(f"{redis_server.url}?prefix={zk_group}")
+
+
+@pytest.fixture()
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis of the test's own (append-only file on, ``appendfsync always``), for tests that kill or restart it;
+    killed and reaped after the test, whatever it did."""
+    server = start_redis(tmp_path / "redis")
+    yield server
+    server.kill()

@@ -1,4 +1,4 @@
-"""Commands that run infrastructure on this machine: ``tenure zk``, ``spark``, ``up`` and ``demo``."""
+"""Commands that run infrastructure on this machine: ``tenure zk``, ``redis``, ``spark``, ``up`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from tenure.errors import TenureError
 from tenure.service._logs import log_to_file
 from tenure.service.cli._replica import setting_option
 from tenure.service.cli._root import fail, spark_cluster_option, stop_on_signals
-from tenure.service.local import LOCAL_SPEC, Ensemble, SparkCluster, Topology, run_demo, run_up
+from tenure.service.local import LOCAL_SPEC, Ensemble, RedisServer, SparkCluster, Topology, run_demo, run_up
 from tenure.service.replica import ReplicaSpec
 
-__all__ = ["demo", "spark", "up", "zk"]
+__all__ = ["demo", "redis", "spark", "up", "zk"]
 
 
 def _announce(address: str) -> None:
@@ -41,6 +41,21 @@ def zk(servers: int, port: int, directory: Path, tick_ms: int) -> None:
     stop = stop_on_signals()
     try:
         Ensemble(servers=servers, port=port, directory=directory, tick_ms=tick_ms).run_until_stopped(stop, _announce)
+    except TenureError as exc:
+        fail(exc)
+
+
+@click.command()
+@click.option("--port", type=click.IntRange(1, 65535), default=6379, envvar="TENURE_REDIS_PORT", show_default=True,
+              help="The port it listens on (loopback only).")
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=Path(".tenure/redis"),
+              envvar="TENURE_REDIS_DIR", show_default=True, help="Its append-only file and log.")
+def redis(port: int, directory: Path) -> None:
+    """Run Debian's redis-server with its append-only file on and fsynced before each reply (appendfsync always),
+    in the foreground until SIGTERM or Ctrl-C; prints its URL once serving (add ?prefix=<prefix> for a topic)."""
+    stop = stop_on_signals()
+    try:
+        RedisServer(port, directory).run_until_stopped(stop, _announce)
     except TenureError as exc:
         fail(exc)
 

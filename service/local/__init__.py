@@ -1,5 +1,5 @@
-"""Infrastructure on this machine: the embedded ZooKeeper ensemble, replica processes and their topology,
-network namespaces, and the commands built on them (``tenure zk``, ``tenure up``, ``tenure demo``)."""
+"""Infrastructure on this machine: the embedded ZooKeeper ensemble and Redis, replica processes and their topology,
+network namespaces, and the commands built on them (``tenure zk``, ``tenure redis``, ``tenure up``, ``tenure demo``)."""
 
 from tenure.service.local._demo import run_demo
 from tenure.service.local._ensemble import (
@@ -14,6 +14,7 @@ from tenure.service.local._ensemble import (
 )
 from tenure.service.local._free_port import free_port
 from tenure.service.local._netns import NetNamespace, NetnsError, netns_unavailable
+from tenure.service.local._redis import RedisServer, RedisServerError, running_redis, start_redis
 from tenure.service.local._replica_process import ReplicaLaunch, ReplicaProcess, ReplicaStatus
 from tenure.service.local._spark_cluster import (
     SPARK_PROCESS_DIED,
@@ -35,6 +36,8 @@ __all__ = [
     "EnsembleError",
     "NetNamespace",
     "NetnsError",
+    "RedisServer",
+    "RedisServerError",
     "ReplicaLaunch",
     "ReplicaProcess",
     "ReplicaStatus",
@@ -52,6 +55,8 @@ __all__ = [
     "run_demo",
     "run_up",
     "running_ensemble",
+    "running_redis",
     "start_ensemble",
+    "start_redis",
     "wait_for",
 ]
