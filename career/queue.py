@@ -24,6 +24,7 @@ Pure Python (no Spark, no kazoo, no pyarrow), so operator tools can import it ch
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ __all__ = [
     "mark_bytes",
     "mark_covers",
     "printable_name",
+    "queue_of",
     "read_mark",
 ]
 
@@ -103,6 +105,22 @@ ENTRY_LINE = 0
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
+
+
+def queue_of(key: str, queues: int) -> int:
+    """The queue of a topic of ``queues`` queues that records of ``key`` go to: SHA-256 of the key's UTF-8 bytes,
+    its first 8 bytes read as an unsigned big-endian integer, modulo ``queues``.
+
+    Every language's standard library has the three steps, so a producer in any of them routes as tenure does
+    (``docs/concepts/queues.md``); never Python's ``hash()``, which differs between processes. A key holding a
+    lone surrogate (JSON's ``"\\ud800"``, not Unicode text) is routed by its surrogates' own three-byte codes.
+
+    Example:
+        >>> queue_of("acct-7", 1), queue_of("acct-7", 4)
+        (0, 1)
+    """
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") % queues
 
 
 @dataclass(frozen=True)
