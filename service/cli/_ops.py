@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
+from tenure.career.redis_queue import RedisTopic
 from tenure.errors import TenureError
 from tenure.service import ops
 from tenure.service.cli._root import ZkTarget, fail, zk_target
@@ -22,7 +23,11 @@ __all__ = ["drain_command", "groups", "handover", "history", "produce", "replay"
 
 
 @click.command()
-@click.option("--data-root", type=click.Path(path_type=Path), required=True, envvar="TENURE_DATA_ROOT")
+@click.option("--data-root", type=click.Path(path_type=Path), default=None, envvar="TENURE_DATA_ROOT",
+              help="The queue folder: files go to its landing/ (or give --queue).")
+@click.option("--queue", "queue_url", default=None, envvar="TENURE_QUEUE", metavar="URL",
+              help="A Redis topic to write to instead, redis://host:port[/db]?prefix=<prefix>: each record is an "
+                   "entry of its key's stream <prefix>:<k>, added with pipelined XADDs (docs/operating/redis.md).")
 @click.option("--records", type=click.IntRange(min=0), default=10000, show_default=True,
               help="Distinct good records to write (duplicates and bad lines come on top).")
 @click.option("--keys", type=click.IntRange(min=1), default=50, show_default=True)
@@ -36,13 +41,19 @@ __all__ = ["drain_command", "groups", "handover", "history", "produce", "replay"
 @click.option("--max-line-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_LINE_BYTES, show_default=True,
               envvar="TENURE_MAX_LINE_BYTES", help="Size of the injected oversized lines; match the pipeline.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def produce(data_root: Path, records: int, keys: int, rate: float | None, duplicates: float, bad: float,
-            seed: int | None, max_line_bytes: int, as_json: bool) -> None:
-    """Write records into DATA_ROOT/landing/ as atomically renamed, fsynced JSON Lines files."""
+def produce(data_root: Path | None, queue_url: str | None, records: int, keys: int, rate: float | None,
+            duplicates: float, bad: float, seed: int | None, max_line_bytes: int, as_json: bool) -> None:
+    """Write records into DATA_ROOT/landing/ as atomically renamed, fsynced JSON Lines files, or into a Redis
+    topic's streams (--queue)."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())
     try:
-        summary = ops.produce(data_root, records=records, keys=keys, rate=rate, duplicates=duplicates,
+        if (data_root is None) == (queue_url is None):
+            raise TenureError("give the queue to write to: --data-root D (a queue folder) or --queue redis://… "
+                              "(a Redis topic), one of the two")
+        target = RedisTopic.parse(queue_url) if queue_url is not None else data_root
+        assert target is not None
+        summary = ops.produce(target, records=records, keys=keys, rate=rate, duplicates=duplicates,
                              bad=bad, seed=seed, stop=stop, max_line_bytes=max_line_bytes)
     except TenureError as exc:
         fail(exc)

@@ -18,8 +18,10 @@ import structlog
 
 from tenure.career.identity import ensure_topic
 from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
+from tenure.career.redis_queue import RedisTopic, is_redis_url
 from tenure.service.ops._produce._bad_lines import BAD_CLASSES, bad_line
 from tenure.service.ops._produce._progress import ProgressDisplay
+from tenure.service.ops._produce._redis import RedisProducer
 from tenure.service.ops._produce._writer import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_BATCH_RECORDS,
@@ -65,9 +67,12 @@ class ProduceSummary:
     def render(self) -> str:
         """A few lines: counts, rate, and where the files went."""
         head = "produce: interrupted —" if self.interrupted else "produce:"
+        # A Redis topic's "files" are pipelines of XADDs, its "empty files" entries without a record field.
+        empty, unit = (("entries without a record", "pipelines") if is_redis_url(self.landing)
+                       else ("empty files", "files"))
         out = [
             f"{head} {self.records} records, {self.duplicates} duplicates, {self.bad_lines} bad lines, "
-            f"{self.empty_files} empty files in {self.files} files ({self.bytes / 1e6:.1f} MB) "
+            f"{self.empty_files} {empty} in {self.files} {unit} ({self.bytes / 1e6:.1f} MB) "
             f"in {self.seconds:.2f} s, {self.rate:,.0f} lines/s (seed {self.seed})",
             f"  into {self.landing}" + (f": {self.first_file} … {self.last_file}" if self.first_file else ""),
         ]
@@ -86,7 +91,7 @@ class ProduceSummary:
 
 
 def produce(
-    data_root: str | os.PathLike[str],
+    data_root: str | os.PathLike[str] | RedisTopic,
     *,
     records: int,
     keys: int,
@@ -119,7 +124,9 @@ def produce(
 
     Args:
         data_root: the queue folder: files go to ``<data_root>/landing/``; its ``_topic.json`` is written first if
-            it has none (``tenure.career.identity``).
+            it has none (``tenure.career.identity``). Or a Redis topic: records go to its streams, with pipelined
+            ``XADD``s (:class:`RedisProducer`, which takes ``batch_records``, ``flush_interval_s`` and ``retry``);
+            there an empty file is an entry without a ``record`` field.
         records: distinct good records to write (>= 0); duplicates and bad lines come on top.
         keys: number of distinct keys (>= 1).
         rate: at most this many lines per second (records, duplicates and bad lines), on ``clock``; None is
@@ -156,7 +163,6 @@ def produce(
     for name, value in (("duplicates", duplicates), ("bad", bad)):
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"{name}={value} must be a probability between 0 and 1")
-    ensure_topic(Path(data_root))  # the queue's identity: the first producer (or replica) to find none writes it
     if seed is None:
         seed = random.SystemRandom().randrange(1 << 32)
     rng = random.Random(seed)
@@ -167,23 +173,30 @@ def produce(
     window: deque[bytes] = deque(maxlen=_DUP_WINDOW)
     bad_counts: Counter[str] = Counter()
     n_dup = n_bad = n_empty = 0
-    first_file: list[Path] = []
-    last_file: list[Path] = []
+    first_file: list[str] = []
+    last_file: list[str] = []
 
-    def on_ack(path: Path, _lines: int) -> None:
+    def on_ack(where: Path | str, _lines: int) -> None:
+        name = where.name if isinstance(where, Path) else where  # a file's name, or a stream's entry
         if not first_file:
-            first_file.append(path)
-        last_file[:] = [path]
+            first_file.append(name)
+        last_file[:] = [name]
 
     log = structlog.get_logger("tenure.producer")
     out = stream if stream is not None else sys.stderr
     started = clock()
     sent = 0
     interrupted = False
-    producer = Producer(
-        data_root, batch_records=batch_records, batch_bytes=batch_bytes, flush_interval_s=flush_interval_s,
-        retry=retry, on_ack=on_ack, clock=clock, sleep=sleep,
-    )
+    producer: Producer | RedisProducer
+    if isinstance(data_root, RedisTopic):
+        producer = RedisProducer(data_root, batch_records=batch_records, flush_interval_s=flush_interval_s,
+                                 retry=retry, on_ack=on_ack, clock=clock, sleep=sleep)
+    else:
+        ensure_topic(Path(data_root))  # the queue's identity: the first producer (or replica) to find none writes it
+        producer = Producer(
+            data_root, batch_records=batch_records, batch_bytes=batch_bytes, flush_interval_s=flush_interval_s,
+            retry=retry, on_ack=on_ack, clock=clock, sleep=sleep,
+        )
     bar = ProgressDisplay(records, progress, out, clock)
     log.info("produce_started", landing=str(producer.landing), records=records, keys=keys, rate=rate,
              duplicates=duplicates, bad=bad, seed=seed)
@@ -249,8 +262,8 @@ def produce(
         seconds=round(seconds, 3),
         interrupted=interrupted,
         write_failures=producer.write_failures,
-        first_file=first_file[0].name if first_file else None,
-        last_file=last_file[0].name if last_file else None,
+        first_file=first_file[0] if first_file else None,
+        last_file=last_file[0] if last_file else None,
         bad_by_class=dict(bad_counts),
     )
     log.info("produce_finished", records=summary.records, duplicates=n_dup, bad_lines=n_bad,
