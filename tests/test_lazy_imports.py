@@ -15,15 +15,16 @@ _HEAVY = ("tenure.career._counter", "tenure.career._protocol", "tenure.career.sp
           "tenure.career.spark._batch", "structlog", "pandas", "deltalake", "kazoo")
 
 
-def test_the_queue_source_module_imports_without_the_rest_of_the_career() -> None:
-    """Importing the queue source's module alone, as Spark's Python processes do to unpickle it, loads none of the
-    career's heavy modules or libraries (the lifecycle, the Spark career, kazoo, pandas …)."""
-    probe = ("import json, sys, tenure.career.spark._intake; "
+@pytest.mark.parametrize("module", ["tenure.career.spark._intake", "tenure.career.spark._redis_source"])
+def test_a_source_module_imports_without_the_rest_of_the_career(module: str) -> None:
+    """Importing a source's module alone (the queue's, Redis's), as Spark's Python processes do to unpickle it, loads
+    none of the career's heavy modules or libraries (the lifecycle, the Spark career, kazoo, pandas …)."""
+    probe = (f"import json, sys, {module}; "
              "print(json.dumps(sorted(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     loaded = set(json.loads(done.stdout))
-    assert "tenure.career.spark._intake" in loaded
+    assert module in loaded
     assert sorted(loaded & set(_HEAVY)) == []
 
 

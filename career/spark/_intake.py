@@ -66,6 +66,7 @@ __all__ = [
     "QUEUE_SOURCE",
     "QUEUE_SOURCE_SCHEMA",
     "RECORD_NAMES_BYTES",
+    "PlannerClock",
     "QueueSource",
     "admit",
     "admitted_entries",
@@ -117,14 +118,24 @@ def clock_options(clock: _GroupClock) -> dict[str, str]:
     return {"clock": repr(group), "clockMonotonic": repr(monotonic)}
 
 
-class _PlannerClock:
-    """The group's clock in the planner's process, from :func:`clock_options`."""
+class PlannerClock:
+    """The group's clock in a source planner's process, from :func:`clock_options` (the queue source's and the Redis
+    source's)."""
 
     def __init__(self, group: float, monotonic: float) -> None:
         self._offset = group - monotonic
 
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> PlannerClock | None:
+        """The clock the options hand over; None without one (the warm-up: rows are stamped at ingestion)."""
+        return cls(float(options["clock"]), float(options["clockMonotonic"])) if options.get("clock") else None
+
     def now_ms(self) -> int:
         return int((self._offset + time.monotonic()) * 1000)
+
+    def stamp(self, start: Mapping[str, Any]) -> int:
+        """A batch's ``clock``: now on the group's clock, never below the ``clock`` of its start offset."""
+        return max(int(start.get("clock", 0)), self.now_ms())
 
 
 def admit(candidates: Sequence[QueueEntry], settled: set[str], marked: set[str], *,
@@ -252,8 +263,7 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._max_bytes = int(options["maxBytesPerTrigger"]) if options.get("maxBytesPerTrigger") else None
         self._until: set[str] | None = None  # Trigger.AvailableNow: only what was there when the query began
         self._mark_reader = MarkReader()
-        self._clock = (_PlannerClock(float(options["clock"]), float(options["clockMonotonic"]))
-                       if options.get("clock") else None)  # none (the warm-up): rows are stamped at ingestion
+        self._clock = PlannerClock.from_options(options)
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's name)
         return {"files": [], "pending": []}
@@ -289,7 +299,7 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         offset = {"files": [e.to_offset() for e in batch],
                   "pending": sorted(e.to_offset()[:4] for e in pending.values()), "reused": reused}
         if self._clock is not None:
-            offset["clock"] = max(int(start.get("clock", 0)), self._clock.now_ms())
+            offset["clock"] = self._clock.stamp(start)
         return offset
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
