@@ -113,7 +113,7 @@ def test_reasons_are_unique_and_cover_each_class() -> None:
     """REASONS lists each reason once, with one missing_field and bad_type entry per field."""
     assert len(REASONS) == len(set(REASONS))
     assert {r.split(":")[0] for r in REASONS} == {
-        "bad_json", "not_object", "missing_field", "bad_type", "oversized", "not_utf8", "empty_line"}
+        "bad_json", "not_object", "missing_field", "bad_type", "oversized", "not_utf8", "empty_line", "wrong_queue"}
     assert "bad_type:payload" not in REASONS  # payload is any JSON
 
 
@@ -475,12 +475,13 @@ def test_cli_refuses_a_data_root_that_does_not_exist(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("layout", "queue", "message"), [
     ("file", False, "is not a directory: check --data-root"),
-    ("no_layout", False, "is not a data root (no landing/, archive/ or table/ in it): check --data-root"),
+    ("no_layout", False, "is not a data root (no landing/, archive/, queues/ or table/ in it): check --data-root"),
     ("queue_missing", True, "queue dir {queue} does not exist: check --queue-dir"),
-    ("queue_without_folders", True, "is not a queue (no landing/ or archive/ in it): check --queue-dir"),
+    ("queue_without_folders", True, "is not a queue (no landing/, archive/ or queues/ in it): check --queue-dir"),
 ], ids=["file", "no_layout", "queue_missing", "queue_without_folders"])
 def test_not_a_data_root_is_a_clear_error(tmp_path: Path, layout: str, queue: bool, message: str) -> None:
-    """A file, a folder with none of landing/, archive/, table/, or a queue dir without a queue is refused."""
+    """A file, a folder with none of landing/, archive/, queues/, table/, or a queue dir without a queue is
+    refused."""
     root = tmp_path / "root"
     queue_dir = tmp_path / "queue"
     if layout == "file":

@@ -35,7 +35,7 @@ from tenure.career.spark._cluster import (
 )
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._executors import StandbyExecutors, standby_conf
-from tenure.career.spark._hooks import Hooks
+from tenure.career.spark._hooks import Hooks, load_hooks
 from tenure.career.spark._layout import Layout
 from tenure.career.spark._progress import ProgressInbox
 from tenure.career.spark._session import build_session, use_driver_python
@@ -75,7 +75,7 @@ class SparkStandby:
 
     Example::
 
-        standby = SparkStandby(config, hooks, replica_id="r1", group="g", layout=layout)
+        standby = SparkStandby.for_replica(config, replica_id="r1", group="g")  # or SparkStandby(config, hooks, …)
         standby.prepare()                              # warmed up: a leader's first batch runs hot
         session = standby.session_for_term(epoch, log)  # elected
         standby.term_began()
@@ -121,6 +121,31 @@ class SparkStandby:
         self._closing = threading.Event()
         split = config.handover_split()
         self._stop_s, self._session_stop_s = split.query_stop_s, split.application_stop_s
+
+    @classmethod
+    def for_replica(cls, config: SparkCareerConfig, *, replica_id: str, group: str,
+                    clock: Callable[[], float] = time.monotonic,
+                    cluster_master: ClusterMaster | None = None) -> SparkStandby:
+        """The standby of a replica whose Spark careers (one per queue it may lead) share it: the user's code the
+        settings name loaded once (:attr:`hooks`), the data root's own folders (not a queue's) for a cluster's
+        warm-up and applications.
+
+        Raises:
+            HookError: the transform or row function cannot be loaded.
+        """
+        layout = Layout(Path(config.data_root).resolve())
+        return cls(config, load_hooks(config.transform, config.row_function, config.retry_policy),
+                   replica_id=replica_id, group=group, layout=layout, clock=clock, cluster_master=cluster_master)
+
+    @property
+    def config(self) -> SparkCareerConfig:
+        """The settings the standby was built with, which every career on it shares."""
+        return self._config
+
+    @property
+    def hooks(self) -> Hooks:
+        """The user's transform and row function, loaded once for every career on the standby."""
+        return self._hooks
 
     # -- a follower's ---------------------------------------------------------------------------------------
 
