@@ -195,7 +195,8 @@ class Producer:
         self._bytes = 0
         self._failures = 0
         self._closed = False
-        self._log = structlog.get_logger("tenure.producer").bind(landing=str(self._landings[0]))
+        where = {"landing": str(self._landings[0])} if self._queues == 1 else {"topic": str(data_root)}
+        self._log = structlog.get_logger("tenure.producer").bind(**where)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if autoflush:
