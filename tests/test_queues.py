@@ -7,11 +7,9 @@ queues built, real Delta tables written by delta-rs from several processes at on
 
 from __future__ import annotations
 
-import contextlib
 import json
 import multiprocessing
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +35,7 @@ from tenure.career.spark._record import check_record
 from tenure.errors import ConfigError
 from tenure.service.ops._verify._delta import audit_delta
 from tenure.service.ops._verify._scan import batch_epochs
+from tests.test_output import own_handle
 
 # -- routing -------------------------------------------------------------------------------------------------
 
@@ -291,10 +290,6 @@ def test_a_commit_lost_to_another_queues_schema_change_is_tried_again(tmp_path: 
             publish_batch(folder, 1, epoch=7, replica_id="r0", parts=[_part(folder, zero, 1)], queue=zero)
         except BaseException as exc:
             errors.append(exc)
-
-    @contextlib.contextmanager
-    def own_handle(path: Path) -> Iterator[DeltaTable]:
-        yield DeltaTable(str(path))  # each leader is a process with its own handle on the table
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DeltaTable, "create_write_transaction", held)
