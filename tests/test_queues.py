@@ -29,10 +29,12 @@ from tenure.career.output import (
     publish_batch,
 )
 from tenure.career.queue import QueueLayout, classify_line, queue_of
+from tenure.career.set_aside import MANIFEST, REPLAY_REQUEST, published, write_json
 from tenure.career.spark._errors import CommitRecordError
 from tenure.career.spark._layout import Layout
 from tenure.career.spark._record import check_record
 from tenure.errors import ConfigError
+from tenure.service.ops import ReplayError, request_replay
 from tenure.service.ops._verify._delta import audit_delta
 from tenure.service.ops._verify._scan import batch_epochs
 from tests.test_output import own_handle
@@ -306,3 +308,25 @@ def test_a_commit_lost_to_another_queues_schema_change_is_tried_again(tmp_path: 
     assert [covered_batch(folder, q) for q in (zero, one)] == [1, 1]
     history = [(v.queue, v.batch) for v in batch_versions(folder)]
     assert history.index((1, 1)) < history.index((0, 1)), history
+
+
+# -- replay, per queue -----------------------------------------------------------------------------------------
+
+
+def test_a_replay_is_asked_of_the_queue_whose_batch_was_set_aside(tmp_path: Path) -> None:
+    """In a topic of two queues, `tenure replay --queue 1` writes the request beside queue 1's set-aside batch and
+    the wake-up tick into queue 1's landing/; without --queue it is refused naming the queues, and queue 0, which set
+    nothing aside, has no such batch."""
+    ensure_topic(tmp_path, 2)
+    layout = Layout(tmp_path, None, 1, 2)
+    for folder in (layout.set_aside, layout.landing):
+        folder.mkdir(parents=True)
+    write_json(layout.set_aside / published(4, MANIFEST), {"batch_id": 4, "records": 2, "files": ["a.jsonl"]})
+    with pytest.raises(ReplayError, match=r"the topic has 2 queues.*pass --queue K \(0 to 1\)"):
+        request_replay(tmp_path, [4])
+    with pytest.raises(ReplayError, match=r"batch 4 is not set aside in .*set-aside/queue=0"):
+        request_replay(tmp_path, [4], queue=0)
+    assert request_replay(tmp_path, [4], queue=1).records == 2
+    assert (layout.set_aside / published(4, REPLAY_REQUEST)).is_file()
+    assert [p.suffix for p in layout.landing.iterdir()] == [".tick"]
+    assert not Layout(tmp_path, None, 0, 2).landing.exists()
