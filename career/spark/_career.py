@@ -106,7 +106,7 @@ class SparkCareer:
 
     Raises:
         ConfigError: ``queue`` is not one of ``queues``, or a topic of several queues with a source other than the
-            queue's own files.
+            queue's own files, or a ``standby`` built from other settings.
         HookError: the user's code cannot be loaded (a standby of the career's own).
     """
 
@@ -137,6 +137,9 @@ class SparkCareer:
                                       timeout_s=config.health.probe_timeout_s)
         split = config.handover_split()
         self._wait_s, self._stop_s = split.batch_s, split.query_stop_s
+        if standby is not None and standby.config != config:
+            raise ConfigError("the standby was built from other settings than this career's: build the replica's "
+                              "standby and its careers from one SparkCareerConfig")
         self._owns_standby = standby is None
         self._standby = standby if standby is not None else SparkStandby.for_replica(
             config, replica_id=replica_id, group=group, clock=clock, cluster_master=cluster_master)
