@@ -15,7 +15,6 @@ from typing import Any, Final
 import structlog
 
 from tenure.career._deadline import call_within
-from tenure.career._health import StorageHealth
 from tenure.career._protocol import BatchFailed, CareerContext, CareerObserver, Outcome
 from tenure.career.lifecycle import HANDED_OVER, INAUGURATED
 from tenure.career.spark._batch import BatchWriter
@@ -23,7 +22,6 @@ from tenure.career.spark._checkpoints import StaleTermError, adopt_checkpoint, s
 from tenure.career.spark._cluster import ClusterMaster
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._errors import CommitRecordError, SparkCareerError
-from tenure.career.spark._hooks import check_transform
 from tenure.career.spark._housekeeping import Housekeeper
 from tenure.career.spark._layout import Layout
 from tenure.career.spark._marks import ConsumptionMarks
@@ -132,9 +130,6 @@ class SparkCareer:
         self._run_id: str | None = None  # the run of the term's query whose progress the standby keeps for us
         self._faults = faults if faults is not None else no_fault
         self._housekeeper = Housekeeper(self._layout, config, observer, clock, self._faults)
-        self._storage = StorageHealth(dict.fromkeys((config.data_root, config.queue_dir or config.data_root)),
-                                      min_free_bytes=config.health.min_free_bytes,
-                                      timeout_s=config.health.probe_timeout_s)
         split = config.handover_split()
         self._wait_s, self._stop_s = split.batch_s, split.query_stop_s
         if standby is not None and standby.config != config:
@@ -157,9 +152,7 @@ class SparkCareer:
         Raises:
             HookError: the transform fails on an empty batch or breaks the output schema.
         """
-        transform, path = self._hooks.transform, self._config.transform
-        self._standby.prepare(None if transform is None or path is None
-                              else lambda session: check_transform(session, path, transform))
+        self._standby.prepare()
 
     def ready(self) -> bool:
         """True once ``prepare`` has finished, and no standby application is starting after a term."""
@@ -171,9 +164,9 @@ class SparkCareer:
         ``probe_timeout_s`` (a frozen one does not lead).
 
         The runner calls this every few seconds in every state, so it is also where a follower on a cluster
-        starts its next standby application after a term (``SparkStandby.unhealthy``).
+        starts its next standby application after a term (``SparkStandby.unhealthy``, which answers all of it).
         """
-        return self._standby.unhealthy() or self._storage.problem()
+        return self._standby.unhealthy()
 
     def inaugurate(self, ctx: CareerContext) -> None:
         """Begin a term: take a checkpoint of its own, remove what a power loss left torn in it and in the Delta
