@@ -104,7 +104,7 @@ class SparkCareer:
 
     Raises:
         ConfigError: ``queue`` is not one of ``queues``, or a topic of several queues with a source other than the
-            queue's own files, or a ``standby`` built from other settings.
+            queue's own files or on a cluster master, or a ``standby`` built from other settings.
         HookError: the user's code cannot be loaded (a standby of the career's own).
     """
 
@@ -123,6 +123,12 @@ class SparkCareer:
             raise ConfigError(f"source_format={config.source_format!r} and source_path={config.source_path!r} read "
                               f"no queue of a topic of {queues} queues: a topic of several queues is read from its "
                               "queues' own landing/ folders (leave both unset)")
+        if queues > 1 and config.on_cluster:
+            # A term records its application so that a later term of higher epoch kills it (``_cluster``), and the
+            # application of a replica serves every queue it leads: another queue's new leader would kill it.
+            raise ConfigError(f"spark_master={config.spark_master!r}: a topic of {queues} queues runs on local "
+                              "Spark masters only for now (a cluster application serves every queue its replica "
+                              "leads, and a new term of another queue would kill it); use local[N], or --queues 1")
         self._marks = ConsumptionMarks(self._layout, group, registered_groups)
         self._log = structlog.get_logger("tenure.career.spark").bind(
             replica_id=replica_id, **({"queue": queue} if queues > 1 else {}))
