@@ -1195,3 +1195,19 @@ def test_another_number_of_queues_is_refused_naming_both(topic: Path) -> None:
         verify(topic, queues=2)
     done = _tenure_verify("--data-root", str(topic), "--queues", "2")
     assert done.returncode == 2 and "which has 3 queues" in done.stderr, done.stderr
+
+
+def test_a_quarantine_part_with_a_refused_entry_and_a_late_record_is_read_whole(tmp_path: Path) -> None:
+    """One batch that refused an entry (line 0) and held back a late record writes both in one quarantine part: the
+    audit reads the refusal, the late record and the bad line beside them (it failed on the part before)."""
+    from tenure.service.ops._verify._scan import scan_quarantine
+
+    rows = [{"value": "gone since", "reason": "gone", "source_file": "/q/landing/a.jsonl", "line": 0},
+            {"value": "{x", "reason": "bad_json", "source_file": "/q/landing/c.jsonl", "line": 2},
+            {"value": _line(GOOD).decode(), "reason": LATE_REASON, "source_file": "/q/landing/b.jsonl", "line": 3}]
+    pq.write_table(pa.Table.from_pylist([{**r, "_epoch": 1, "_batch": 4} for r in rows], _QUAR_SCHEMA),
+                   tmp_path / "batch-000000000004-part-00000.parquet")
+    scan = scan_quarantine(tmp_path)
+    assert scan.refused == {"a.jsonl": "gone"}
+    assert [(row.file, row.line, row.batch, row.record) for row in scan.late] == [("b.jsonl", 3, 4, GOOD)]
+    assert (dict(scan.bad), scan.bad_rows) == ({("c.jsonl", 2): 1}, 1)

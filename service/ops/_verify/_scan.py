@@ -341,14 +341,14 @@ def scan_quarantine(folder: Path, queues: int = 1) -> QuarantineScan:
         def name(source: object, q: int | None) -> str:
             return qualified(base_name(str(source)), -1 if q is None else q, queues)
 
+        # The masks are of the whole part: its late rows' values are read again, of the same rows.
         entries = _entry_rows(table)
+        is_late = pc.and_(pc.fill_null(pc.equal(table.column("reason"), LATE_REASON), False), pc.invert(entries))
         if pc.any(entries).as_py():
             refused = table.filter(entries)
             for source, reason, q in zip(*(refused.column(c).to_pylist() for c in ("source_file", "reason", "q")),
                                          strict=True):
                 scan.refused[name(source, q)] = str(reason)
-            table = table.filter(pc.invert(entries))
-        is_late = pc.fill_null(pc.equal(table.column("reason"), LATE_REASON), False)
         if pc.any(is_late).as_py():
             late = read_columns(path, ["source_file", "line", "value", "_batch"]).filter(is_late)
             for source, line, value, batch, q in zip(*(late.column(c).to_pylist() for c in late.column_names),
@@ -357,7 +357,7 @@ def scan_quarantine(folder: Path, queues: int = 1) -> QuarantineScan:
                 record, _ = classify_line(raw, max(len(raw), 1))
                 scan.late.append(LateRow(name(source, q), -1 if line is None else int(line),
                                          -1 if batch is None else int(batch), record))
-            table = table.filter(pc.invert(is_late))
+        table = table.filter(pc.invert(pc.or_(entries, is_late)))
         scan.bad_rows += table.num_rows
         columns = (table.column(c).to_pylist() for c in ("source_file", "line", "reason", "q"))
         for source, line, reason, q in zip(*columns, strict=True):
