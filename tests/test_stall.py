@@ -103,8 +103,8 @@ def test_the_progress_owed_stands_still_while_paused_and_goes_on_after() -> None
     now = [100.0]
     progress = ProgressClock(Metrics(CollectorRegistry(), replica_id="r1", group="g"), clock=lambda: now[0])
     progress.working(True, new_term=True)
-    progress.backlog(1)
-    progress.batch_started(1)
+    progress.queue(0).backlog(1)
+    progress.queue(0).batch_started(1)
     for i in range(10):  # 10 × (3 s working, 5 s paused)
         now[0] += 3.0
         progress.working(False, paused=True)
@@ -113,7 +113,7 @@ def test_the_progress_owed_stands_still_while_paused_and_goes_on_after() -> None
         progress.working(True)
     assert progress.view().stalled_for() == pytest.approx(30.0)
     now[0] += 1.0
-    progress.batch_finished("committed", 1.0, {})
+    progress.queue(0).batch_finished("committed", 1.0, {})
     now[0] += 2.0
     assert progress.view().stalled_for() == pytest.approx(2.0)
     progress.working(False)
