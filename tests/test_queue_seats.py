@@ -25,7 +25,7 @@ from tenure.career import counter_path
 from tenure.career.lifecycle import HANDED_OVER, HANDOVER_RECORDED, INAUGURATED, LEFT_LINE_AT_CAP, QUEUE_STALLED
 from tenure.election import GroupPaths, read_history
 from tenure.service.local import free_port, wait_for
-from tenure.service.ops import sample_key
+from tenure.service.ops import by_queue, sample_key
 from tenure.service.replica import IS_LEADER, QUEUES_LED, ReplicaSpec
 from tests._prometheus import ALERT_RULES
 from tests._replicas import Replica, ReplicaSet, tenure
@@ -47,8 +47,7 @@ def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSe
 
 def _led(replica: Replica) -> set[int]:
     """The queues ``replica`` says it leads (``tenure_is_leader{queue=…}``)."""
-    metrics = replica.metrics()
-    return {q for q in range(QUEUES) if metrics.get(sample_key(IS_LEADER, queue=str(q))) == 1.0}
+    return {q for q, leading in by_queue(replica.metrics(), IS_LEADER).items() if leading == 1.0}
 
 
 def _leaders(replicas: ReplicaSet) -> dict[int, list[str]]:
