@@ -14,7 +14,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from tenure.career import Career, Careers, Standby, counter_careers
-from tenure.career.identity import ensure_data_root_id, ensure_topic
+from tenure.career.identity import ensure_data_root_id, ensure_topic, read_topic
 from tenure.election import (
     Election,
     ElectionEvent,
@@ -94,7 +94,7 @@ def _queue(config: ReplicaConfig) -> QueueKey:
 
 def _queue_count(config: ReplicaConfig, client: ZooKeeperClient) -> int:
     """The group's number of queues: ``--queues`` when given (``_bind_group`` then checks it against the group's),
-    else what the group records, else one (a new group)."""
+    else what the group records, else what the Spark career's topic records, else one (a new group)."""
     if config.queues is not None:
         return config.queues
     try:
@@ -102,7 +102,10 @@ def _queue_count(config: ReplicaConfig, client: ZooKeeperClient) -> int:
     except ElectionError as exc:
         raise ConfigError(f"group={config.group!r}: its number of queues cannot be read in ZooKeeper ({exc}): check "
                           f"--zk-auth and the ACLs of /tenure/{config.group}") from exc
-    return 1 if recorded is None else recorded.queue_count
+    if recorded is not None:
+        return recorded.queue_count
+    topic = read_topic(config.queue_dir or config.data_root) if config.career == "spark" else None
+    return 1 if topic is None else topic.queues
 
 
 def _bind_group(config: ReplicaConfig, client: ZooKeeperClient, queue: QueueKey | None, queues: int) -> str:
