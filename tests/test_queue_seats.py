@@ -248,3 +248,15 @@ def test_a_group_from_before_queues_cannot_be_given_several(zk_hosts: str, zk_cl
     assert f"--queues 2 does not match group {zk_group!r}, which has 1 queue (its progress is at " \
            f"/tenure/{zk_group}/commit)" in done.stderr, done.stderr
     assert not zk_client.exists(GroupPaths(zk_group).identity), "a refused replica binds nothing"
+
+
+def test_a_career_of_ones_own_that_serves_one_queue_is_refused_several(zk_hosts: str, zk_group: str,
+                                                                      tmp_path: Path) -> None:
+    """A factory of one's own that returns one career (a SoloCareer, as before queues) serves a group of one queue:
+    given several, the replica refuses to start with one line saying to return Careers."""
+    spec = ReplicaSpec(group=zk_group, data_root=tmp_path / "data", career="tests.careers:always_fails",
+                       session_timeout_s=SESSION_S, handover_timeout_s=HANDOVER_S, queues=2)
+    done = tenure("run", *spec.argv(zk=zk_hosts, replica_id="r1", metrics_port=free_port()))
+    assert done.returncode == 2, done.stderr
+    assert ("career='tests.careers:always_fails' returned one career, which serves a group of one queue, and this "
+            "group has 2: have the factory return tenure.career.Careers") in done.stderr, done.stderr
