@@ -278,6 +278,8 @@ class Runner:
         self._keep_cap()
 
     def _wait(self, timeout_s: float) -> None:
+        if self._state is ReplicaState.STOPPED:  # stopped within this turn (a seat's events): nothing more to act on
+            return
         try:
             event = self._events.get(timeout=timeout_s)
         except queue.Empty:
