@@ -93,7 +93,8 @@ def _all_counting(data_root: Path, more_than: dict[int, int]) -> bool:
 
 def test_two_replicas_share_three_queues_and_a_killed_replicas_queues_move_within_the_session_timeout(
         replicas: ReplicaSet, tmp_path: Path) -> None:
-    """Every queue gets exactly one leader; r1, capped at two queues, leads two and r2 the third. SIGKILL r1: r2
+    """Every queue gets exactly one leader; r1, capped at two queues, leads two and r2 the third, and each one's
+    /leader lists its queues. SIGKILL r1: r2
     leads its two queues too, each inaugurated within the session timeout and a second, and every queue's counter
     stays exactly once and one epoch at a time."""
     r1 = replicas.start("r1", max_queues_led=2)
@@ -103,6 +104,9 @@ def test_two_replicas_share_three_queues_and_a_killed_replicas_queues_move_withi
     moved = sorted(q for q, name in leaders.items() if name == "r1")
     assert len(moved) == 2 and _led(r2) == set(range(QUEUES)) - set(moved), leaders
     assert r1.metrics()[QUEUES_LED] == 2.0 and r2.metrics()[QUEUES_LED] == 1.0
+    for replica in (r1, r2):
+        code, body = replica.get("/leader")
+        assert code == 200 and [led["queue"] for led in json.loads(body)["leading"]] == sorted(_led(replica)), body
     data = tmp_path / "data"
     wait_for(lambda: _all_counting(data, dict.fromkeys(range(QUEUES), 3)), 20, "every queue counting")
     killed_at = time.time()
