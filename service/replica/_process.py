@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 import structlog
 from prometheus_client import CollectorRegistry
 
-from tenure.career import Career, Careers, Standby, counter_careers
+from tenure.career import Career, CareerObserver, Careers, Standby, counter_careers
 from tenure.career.identity import ensure_data_root_id, ensure_topic, read_topic
 from tenure.election import (
     Election,
@@ -85,11 +85,12 @@ def _queue_groups(config: ReplicaConfig, client: ZooKeeperClient,
     return lambda: registered_groups(client, queue, timeout_s=timeout_s)
 
 
-def _queue(config: ReplicaConfig) -> QueueKey:
-    """The Spark career's queue, its ``_topic.json`` written first if it has none (this replica is its first)."""
+def _queue(config: ReplicaConfig, queues: int) -> QueueKey:
+    """The Spark career's topic, its ``_topic.json`` written first if it has none (this replica is its first), of
+    ``queues`` queues, or refused when it records another number."""
     queue_dir = config.queue_dir or config.data_root
     queue_dir.mkdir(parents=True, exist_ok=True)
-    return QueueKey(ensure_topic(queue_dir).topic_id, str(queue_dir))
+    return QueueKey(ensure_topic(queue_dir, queues).topic_id, str(queue_dir))
 
 
 def _queue_count(config: ReplicaConfig, client: ZooKeeperClient) -> int:
@@ -168,23 +169,30 @@ def _careers(config: ReplicaConfig, queues: int, observer: QueueProgress,
 
 def _spark_careers(config: ReplicaConfig, queues: int, observer: QueueProgress,
                    registered: Callable[[], Collection[str]] | None) -> Careers:
-    """The Spark career: one ``SparkCareer``, its own standby, for a group of one queue.
-
-    The seam for several queues: one ``SparkStandby`` shared by a ``SparkCareer`` per queue (the per-queue
-    constructor of the data side, issue 51 stage A), each reading its queue and publishing beside the others."""
-    from tenure.career.spark import HookError, SparkCareer  # imported only when Spark is the career
+    """The Spark career: for a group of one queue, one ``SparkCareer``, its own standby, as before queues; for
+    several, one ``SparkStandby`` (one SparkSession) shared by a ``SparkCareer`` per queue, each reading its queue's
+    ``landing/`` and publishing beside the others."""
+    from tenure.career.spark import HookError, SparkCareer, SparkStandby  # imported only when Spark is the career
 
     spark = config.spark
     assert spark is not None, "the Spark career's settings are built for the Spark career"
-    if queues > 1:
-        raise ConfigError(f"queues={queues}: the Spark career of this build serves a group of one queue; use "
-                          "--queues 1, or the counter career")
+    cluster_master = _cluster_master(config, spark.spark_master)
     try:
-        return Careers.solo(SparkCareer(spark, observer, replica_id=config.replica_id, group=config.group,
-                                        registered_groups=registered, faults=config.faults,
-                                        cluster_master=_cluster_master(config, spark.spark_master)))
+        if queues == 1:
+            return Careers.solo(SparkCareer(spark, observer, replica_id=config.replica_id, group=config.group,
+                                            registered_groups=registered, faults=config.faults,
+                                            cluster_master=cluster_master))
+        standby = SparkStandby.for_replica(spark, replica_id=config.replica_id, group=config.group,
+                                           cluster_master=cluster_master)
     except (ValueError, HookError) as exc:  # what only the career can check: the dedup interval, the hooks
         raise ConfigError(str(exc)) from exc
+
+    def career_of(queue: int, queue_observer: CareerObserver) -> Career:
+        return SparkCareer(spark, queue_observer, replica_id=config.replica_id, group=config.group,
+                           registered_groups=registered, faults=config.faults, standby=standby, queue=queue,
+                           queues=queues)
+
+    return Careers(standby, career_of)
 
 
 def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = None) -> int:
@@ -213,7 +221,7 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
         progress = ProgressClock(metrics)  # each queue's career observes its own queue's progress
         # The Spark career reads a queue other groups may share: archiving waits for every registered group.
         # Its settings are checked first, so a bad value registers nothing.
-        queue = _queue(config) if config.career == "spark" else None
+        queue = _queue(config, queues) if config.career == "spark" else None
         careers = _careers(config, queues, progress.queue(0), _queue_groups(config, client, queue) if queue else None)
         data_root_id = _bind_group(config, client, queue, queues)
         if queue is not None:
