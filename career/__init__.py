@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from tenure.career._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from tenure.career._counter import CounterCareer, CounterSettings
+    from tenure.career._counter import CounterCareer, CounterSettings, CounterStandby, counter_careers, counter_path
     from tenure.career._deadline import Probe, call_within
     from tenure.career._health import HealthSettings, StorageHealth
     from tenure.career._protocol import (
@@ -21,10 +21,13 @@ if TYPE_CHECKING:
         Career,
         CareerContext,
         CareerObserver,
+        Careers,
         FailedBatch,
         FencedCommit,
         HandoverRecord,
         Outcome,
+        SoloCareer,
+        Standby,
     )
 
 __all__ = [
@@ -32,27 +35,36 @@ __all__ = [
     "Career",
     "CareerContext",
     "CareerObserver",
+    "Careers",
     "CounterCareer",
     "CounterSettings",
+    "CounterStandby",
     "FailedBatch",
     "FencedCommit",
     "HandoverRecord",
     "HealthSettings",
     "Outcome",
     "Probe",
+    "SoloCareer",
+    "Standby",
     "StorageHealth",
     "call_within",
+    "counter_careers",
+    "counter_path",
 ]
 
 _HOMES = {
     "CounterCareer": "_counter",
     "CounterSettings": "_counter",
+    "CounterStandby": "_counter",
+    "counter_careers": "_counter",
+    "counter_path": "_counter",
     "Probe": "_deadline",
     "call_within": "_deadline",
     "HealthSettings": "_health",
     "StorageHealth": "_health",
-    **dict.fromkeys(["BatchFailed", "Career", "CareerContext", "CareerObserver", "FailedBatch", "FencedCommit",
-                     "HandoverRecord", "Outcome"], "_protocol"),
+    **dict.fromkeys(["BatchFailed", "Career", "CareerContext", "CareerObserver", "Careers", "FailedBatch",
+                     "FencedCommit", "HandoverRecord", "Outcome", "SoloCareer", "Standby"], "_protocol"),
 }
 
 

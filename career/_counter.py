@@ -1,4 +1,5 @@
-"""A demonstration career: appends ``epoch,n`` lines to a file, each one visible only after its fenced commit."""
+"""A demonstration career: appends ``epoch,n`` lines to a file per queue, each one visible only after its fenced
+commit."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from pathlib import Path
 import structlog
 
 from tenure.career._health import HealthSettings, StorageHealth
-from tenure.career._protocol import CareerContext, CareerObserver, Outcome
+from tenure.career._protocol import CareerContext, CareerObserver, Careers, Outcome
 from tenure.errors import ConfigError, Fenced
 from tenure.settings import setting
 
-__all__ = ["CounterCareer", "CounterSettings"]
+__all__ = ["CounterCareer", "CounterSettings", "CounterStandby", "counter_careers", "counter_path"]
 
 _log = structlog.get_logger("tenure.career.counter")
 
@@ -31,12 +32,48 @@ class CounterSettings:
             raise ConfigError(f"counter_interval_s={self.counter_interval_s:g} must be a positive number of seconds")
 
 
+def counter_path(data_root: Path, queue: int = 0, queues: int = 1) -> Path:
+    """Queue ``queue``'s counter file: ``counter.log`` in a group of one queue, ``counter-queue-<k>.log`` in one of
+    several."""
+    return data_root / ("counter.log" if queues == 1 else f"counter-queue-{queue}.log")
+
+
+class CounterStandby:
+    """The counter career's standby (``career.Standby``): its folder, made at ``prepare``, and the storage check.
+
+    Example::
+
+        standby = CounterStandby(Path("data"), HealthSettings())
+    """
+
+    def __init__(self, folder: Path, health: HealthSettings | None = None) -> None:
+        health = health if health is not None else HealthSettings(min_free_disk_mb=0)  # a test's: no disk minimum
+        self._folder = folder
+        self._storage = StorageHealth([folder], min_free_bytes=health.min_free_bytes, timeout_s=health.probe_timeout_s)
+
+    def prepare(self) -> None:
+        self._folder.mkdir(parents=True, exist_ok=True)
+
+    def ready(self) -> bool:
+        return True
+
+    def unhealthy(self) -> str | None:
+        return self._storage.problem()
+
+    def close(self) -> None:
+        """Nothing to release: each file is opened per append."""
+
+
 class CounterCareer:
-    """Counts 1, 2, 3 … across every leader, each ``n`` committed in ZooKeeper before it is published.
+    """Counts 1, 2, 3 … across every leader of one queue, each ``n`` committed in ZooKeeper before it is published.
 
     The commit record holds the last ``n`` and its line; publishing appends that line to ``path``. A leader
     that dies between commit and publish leaves the line for the next leader's ``inaugurate`` to roll
     forward, so the file holds every ``n`` exactly once. Used by tests and ``tenure run --career counter``.
+
+    It is its own standby too (a ``SoloCareer``: ``prepare``, ``ready``, ``unhealthy``, ``close`` are those of a
+    ``CounterStandby`` of its file's folder), as a group of one queue needs; :func:`counter_careers` makes a
+    replica's careers for any number of queues.
 
     Example::
 
@@ -45,10 +82,8 @@ class CounterCareer:
 
     def __init__(self, path: Path, *, interval_s: float, observer: CareerObserver,
                  clock: Callable[[], float] = time.monotonic, health: HealthSettings | None = None) -> None:
-        health = health if health is not None else HealthSettings(min_free_disk_mb=0)  # a test's: no disk minimum
         self._path = path
-        self._storage = StorageHealth([path.parent], min_free_bytes=health.min_free_bytes,
-                                      timeout_s=health.probe_timeout_s)
+        self._standby = CounterStandby(path.parent, health)
         self._interval_s = interval_s
         self._observer = observer
         self._clock = clock
@@ -60,13 +95,13 @@ class CounterCareer:
         self._due = 0.0
 
     def prepare(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._standby.prepare()
 
     def ready(self) -> bool:
-        return True
+        return self._standby.ready()
 
     def unhealthy(self) -> str | None:
-        return self._storage.problem()
+        return self._standby.unhealthy()
 
     def inaugurate(self, ctx: CareerContext) -> None:
         self._ctx = ctx
@@ -112,7 +147,7 @@ class CounterCareer:
         return self._last_n
 
     def close(self) -> None:
-        """Nothing to release: the file is opened per append."""
+        self._standby.close()
 
     def _read_published_n(self) -> int:
         """The last ``n`` in the file; a torn last line (a crash mid-append) is cut off first."""
@@ -139,3 +174,12 @@ class CounterCareer:
             f.flush()
             os.fsync(f.fileno())
         self._published_n = n
+
+
+def counter_careers(data_root: Path, queues: int, settings: CounterSettings, health: HealthSettings) -> Careers:
+    """A replica's counter careers: one standby for ``data_root``, and for each queue a ``CounterCareer`` of its own
+    file there (:func:`counter_path`; ``counter.log`` in a group of one queue, as before queues)."""
+    return Careers(CounterStandby(data_root, health),
+                   lambda queue, observer: CounterCareer(counter_path(data_root, queue, queues),
+                                                         interval_s=settings.counter_interval_s, observer=observer,
+                                                         health=health))

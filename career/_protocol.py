@@ -1,4 +1,6 @@
-"""The leadership lifecycle protocol: inaugurate, execute again and again, hand over (seed 000's ILeaderCareer).
+"""The leadership lifecycle protocol: inaugurate, execute again and again, hand over (seed 000's ILeaderCareer), split
+in two: a replica's ``Standby`` (prepare, ready, unhealthy, close), kept once whichever queues it leads, and a
+queue's ``Career`` (inaugurate, execute, hand over), one per queue of the group.
 
 ``HandoverRecord`` and ``FailedBatch``, which a career finds in its ``CareerContext``, are the election's (the
 handover record's one door, ``tenure.election``), re-exported here for careers.
@@ -14,8 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 from tenure.election import FailedBatch, HandoverRecord
 from tenure.errors import TenureError
 
-__all__ = ["BatchFailed", "Career", "CareerContext", "CareerObserver", "FailedBatch", "FencedCommit", "HandoverRecord",
-           "Outcome"]
+__all__ = ["BatchFailed", "Career", "CareerContext", "CareerObserver", "Careers", "FailedBatch", "FencedCommit",
+           "HandoverRecord", "Outcome", "SoloCareer", "Standby"]
 
 
 class Outcome(enum.Enum):
@@ -111,17 +113,16 @@ class CareerContext:
         return self.previous_handover is not None and self.previous_handover.clean
 
 
-class Career(Protocol):
-    """A leader's work, driven by the runner on its single control thread.
+class Standby(Protocol):
+    """What a replica keeps ready to lead, whichever of its queues it leads: for Spark the one SparkSession with its
+    warm-up, keep-warm and a cluster's executors, shared by the careers of every queue the replica leads. The runner
+    calls it on its control thread.
 
     Example::
 
-        career.prepare()                 # follower: warm up (may be a no-op)
-        career.inaugurate(ctx)           # elected: recover or take the fast path
-        while leading and not stopping:
-            if not career.execute():     # one unit of work; False = nothing to do now
-                back_off()
-        last = career.hand_over(Outcome.CLEAN)
+        standby.prepare()                # before joining any queue's line: warm up (may be a no-op)
+        standby.unhealthy()              # every few seconds: why no queue can be worked on now, or None
+        standby.close()                  # at process exit, after every term has ended
     """
 
     def prepare(self) -> None:
@@ -131,10 +132,27 @@ class Career(Protocol):
         """True once ``prepare`` has finished (feeds /readyz)."""
 
     def unhealthy(self) -> str | None:
-        """Why the career cannot work now (a one-line reason), or None when it can. The runner asks every few
-        seconds: an unhealthy replica leaves the election, handing over first when it leads, and rejoins once
-        healthy again. Must be cheap, must not raise, and must answer within a deadline: a probe that may hang
+        """Why the careers cannot work now (a one-line reason), or None when they can. The runner asks every few
+        seconds: an unhealthy replica leaves every queue's election, handing over first what it leads, and rejoins
+        once healthy again. Must be cheap, must not raise, and must answer within a deadline: a probe that may hang
         (a JVM, a file system) runs under one (``career.Probe``), and one that does not answer is a reason."""
+
+    def close(self) -> None:
+        """Release resources at process exit."""
+
+
+class Career(Protocol):
+    """A leader's work on one queue, driven by the runner on its single control thread: one term after another,
+    each inaugurated, executed again and again, handed over.
+
+    Example::
+
+        career.inaugurate(ctx)           # elected: recover or take the fast path
+        while leading and not stopping:
+            if not career.execute():     # one unit of work; False = nothing to do now
+                back_off()
+        last = career.hand_over(Outcome.CLEAN)
+    """
 
     def inaugurate(self, ctx: CareerContext) -> None:
         """Begin a term: recover what a crashed predecessor left, or take the fast path."""
@@ -147,5 +165,50 @@ class Career(Protocol):
     def hand_over(self, outcome: Outcome) -> int | None:
         """End the term. Returns the last committed batch id (for the handover record)."""
 
-    def close(self) -> None:
-        """Release resources at process exit."""
+
+class SoloCareer(Career, Standby, Protocol):
+    """A career that is its own standby: all a group of one queue needs, and what ``--career package.module:factory``
+    returned before queues (``factory(config, observer) -> SoloCareer``).
+
+    Example::
+
+        career.prepare()                 # follower: warm up
+        career.inaugurate(ctx)           # elected
+        career.execute()
+        career.hand_over(Outcome.CLEAN)
+        career.close()
+    """
+
+
+@dataclass(frozen=True)
+class Careers:
+    """A replica's careers: its one standby, and how the career of each queue it may lead is made.
+
+    What a factory of one's own returns to serve a group of several queues (``--career package.module:factory``,
+    ``factory(config, observer) -> Careers``): ``career_of(queue, observer)`` is called once per queue of the group,
+    queue 0 included, with that queue's own observer (the ``observer`` given to the factory is queue 0's), and the
+    careers it returns run side by side on the replica's one control thread, each leading its own queue's terms;
+    the standby is prepared once, before any of them, and closed once, after all.
+
+    Example::
+
+        def factory(config, observer):
+            standby = MyStandby(config)                                   # prepare, ready, unhealthy, close
+            return Careers(standby, lambda queue, observer: MyCareer(config, standby, queue, observer))
+
+    A factory that returns a ``SoloCareer`` serves a group of one queue, as before queues (``Careers.solo``).
+    """
+
+    standby: Standby
+    career_of: Callable[[int, CareerObserver], Career]
+
+    @classmethod
+    def solo(cls, career: SoloCareer) -> Careers:
+        """A career that is its own standby, for a group of one queue (``career_of`` answers it for queue 0)."""
+
+        def career_of(queue: int, _observer: CareerObserver) -> Career:
+            if queue != 0:
+                raise ValueError(f"a solo career serves queue 0 alone, not queue {queue}")
+            return career
+
+        return cls(career, career_of)

@@ -1,9 +1,10 @@
 """The identity of a queue and of a data root: an id written once in each folder, so a group is tied to its data
 rather than to the paths it is reached by.
 
-- A queue folder holds ``_topic.json`` (:data:`TOPIC_FILE`): ``{"topic_id": "<uuid4>", "queues": 1}``, written by
-  the first replica or producer that finds none. ``queues`` is the number of queues of the topic, for a coming
-  feature (a topic of N queues): only 1 is accepted for now.
+- A queue folder holds ``_topic.json`` (:data:`TOPIC_FILE`): ``{"topic_id": "<uuid4>", "queues": N}``, written by
+  the first replica or producer that finds none: N is the number of queues of the topic, fixed when it is created
+  (``--queues``, default 1; a folder that has a ``landing/`` already is a topic of one queue of an earlier release).
+  A replica, producer or audit told another number refuses, naming both and the file.
 - A data root holds ``_data_root.json`` (:data:`DATA_ROOT_FILE`): ``{"data_root_id": "<uuid4>"}``, written by the
   first replica that finds none.
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tenure.career._durable import fsync
+from tenure.career.queue import QueueLayout
 from tenure.errors import ConfigError
 
 __all__ = ["DATA_ROOT_FILE", "TOPIC_FILE", "Topic", "ensure_data_root_id", "ensure_topic", "read_data_root_id",
@@ -37,18 +39,27 @@ TOPIC_FILE = "_topic.json"
 DATA_ROOT_FILE = "_data_root.json"
 """A data root's identity file."""
 
-_QUEUES_SUPPORTED = 1
-
 
 @dataclass(frozen=True)
 class Topic:
-    """A queue folder's identity: its topic's id and number of queues (1 until topics of several queues come)."""
+    """A queue folder's identity: its topic's id and number of queues."""
 
     topic_id: str
     queues: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return {"topic_id": self.topic_id, "queues": self.queues}
+
+    def check(self, queues: int | None, path: Path) -> None:
+        """Refuse ``queues`` (a ``--queues`` given) other than this topic's number, read from ``path``; None: any.
+
+        Raises:
+            ConfigError: naming both numbers, the file and the fix.
+        """
+        if queues is not None and queues != self.queues:
+            raise ConfigError(f"--queues {queues} does not match the topic at {path.parent}, which has "
+                              f"{self.queues} queue{'s' if self.queues != 1 else ''} ({path}): pass --queues "
+                              f"{self.queues} or use another queue folder")
 
 
 def _read(path: Path, field: str) -> dict[str, Any] | None:
@@ -88,34 +99,49 @@ def _create(path: Path, data: dict[str, Any]) -> bool:
 
 def _topic(path: Path, data: dict[str, Any]) -> Topic:
     queues = data.get("queues", 1)
-    if queues != _QUEUES_SUPPORTED:
-        raise ConfigError(f"{path} says the topic has queues={queues!r}, and this release reads topics of one queue "
-                          "only: run a release that reads topics of several queues, or use a queue folder of its own")
+    if isinstance(queues, bool) or not isinstance(queues, int) or queues < 1:
+        raise ConfigError(f"{path} says the topic has queues={queues!r}, not a number of queues: restore the file "
+                          "from a copy of the folder")
     return Topic(topic_id=data["topic_id"], queues=queues)
 
 
-def read_topic(queue_dir: Path) -> Topic | None:
+def read_topic(queue_dir: Path, queues: int | None = None) -> Topic | None:
     """The topic of the queue folder ``queue_dir``; None when it has no ``_topic.json`` yet.
 
+    Args:
+        queue_dir: the topic's folder.
+        queues: the number of queues the caller was given (``--queues``), checked against the topic's; None: any.
+
     Raises:
-        ConfigError: the file is unreadable, or names a topic of several queues (not read by this release).
+        ConfigError: the file is unreadable or names no number of queues, or another number than ``queues``.
     """
     path = queue_dir / TOPIC_FILE
     data = _read(path, "topic_id")
-    return None if data is None else _topic(path, data)
+    if data is None:
+        return None
+    topic = _topic(path, data)
+    topic.check(queues, path)
+    return topic
 
 
-def ensure_topic(queue_dir: Path) -> Topic:
-    """The topic of the queue folder ``queue_dir``, its ``_topic.json`` written first if it has none.
+def ensure_topic(queue_dir: Path, queues: int | None = None) -> Topic:
+    """The topic of the queue folder ``queue_dir``, its ``_topic.json`` written first if it has none: a topic of
+    ``queues`` queues (None: 1), or of one when the folder has a ``landing/`` already (a queue of an earlier
+    release, which is a topic of one queue).
 
     Raises:
-        ConfigError: as :func:`read_topic`.
+        ConfigError: as :func:`read_topic`; ``queues`` is not a number of queues.
     """
+    if queues is not None:
+        QueueLayout(queue_dir, 0, queues)  # a number of queues, or refused before anything is written
     topic = read_topic(queue_dir)
     if topic is None:
-        _create(queue_dir / TOPIC_FILE, Topic(topic_id=str(uuid.uuid4())).to_json())
+        legacy = QueueLayout(queue_dir).landing.is_dir()
+        created = Topic(topic_id=str(uuid.uuid4()), queues=1 if legacy or queues is None else queues)
+        _create(queue_dir / TOPIC_FILE, created.to_json())
         topic = read_topic(queue_dir)  # this call's, or a writer's that came first
         assert topic is not None, f"{queue_dir / TOPIC_FILE} was just written"
+    topic.check(queues, queue_dir / TOPIC_FILE)
     return topic
 
 

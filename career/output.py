@@ -10,10 +10,19 @@ version is refused (:class:`MissingPartError`), never published in part.
 
 Idempotent, so any replica can finish a batch's publish: a successor rolling a committed batch forward, or a
 stale leader resuming in the middle of its own. The version carries Delta's application transaction
-(``txn``: :data:`APP_ID`, version = the batch id); a batch the table's transaction version already covers is
-skipped, and a commit that loses a race on the same application id (``ConcurrentTransaction``) re-reads the
+(``txn``: its queue's application id, version = the batch id); a batch the table's transaction version already
+covers is skipped, and a commit that loses a race on the same application id (``ConcurrentTransaction``) re-reads the
 table and stops when the winner covered the batch. delta-rs skips nothing by itself: the check comes first, as
 in Spark's Delta sink.
+
+Every queue of a topic writes into the same outputs (:class:`QueueOutput`): queue k of N > 1 names its part files
+``queue-<k>-batch-<B>-…``, carries the application id ``tenure-queue-<k>`` and a ``_queue`` column on every row,
+and its versions say the queue in their commit info; a topic of one queue keeps the names, the application id
+``tenure`` and the schema of before topics had several. Leaders of different queues commit at once: a commit that
+finds its log version taken by another queue's is tried again at the next version, by delta-rs itself for a blind
+append (its commit retries, 15 by default, each checked for a conflict with the version that won: appends of other
+application ids are none), here when the version that won changed the table's schema (delta-rs's
+``MetadataChanged``) or delta-rs ran out of retries. A batch is still one version, never two in one.
 
 A table is created at the first batch that adds files to it, with every published file already in the folder
 (batches up to that one): a data root written before the outputs were Delta tables becomes one in place, in one
@@ -49,7 +58,7 @@ from deltalake.transaction import (
 )
 
 from tenure.career._durable import fsync, sync_dirs
-from tenure.career.queue import is_hidden
+from tenure.career.queue import QUEUE_COLUMN, check_queue, is_hidden
 from tenure.errors import TenureError
 
 __all__ = [
@@ -60,6 +69,7 @@ __all__ = [
     "DELTA_OUTPUTS",
     "ORDER",
     "QUARANTINE",
+    "QUEUE_COLUMN",
     "RETRY",
     "SET_ASIDE",
     "TABLE",
@@ -67,6 +77,7 @@ __all__ = [
     "BatchVersion",
     "MissingPartError",
     "OutputSchemaError",
+    "QueueOutput",
     "adopt_table",
     "batch_of",
     "batch_versions",
@@ -75,6 +86,7 @@ __all__ = [
     "covers",
     "has_version",
     "is_delta_table",
+    "part_of",
     "publish_batch",
     "snapshot_files",
     "snapshot_rows",
@@ -88,7 +100,9 @@ aside, and the terms' Spark checkpoints (``tenure.career.spark._layout.Layout`` 
 DELTA_OUTPUTS: tuple[str, ...] = (TABLE, QUARANTINE, DEAD_LETTER)
 
 APP_ID = "tenure"
-"""The application id of the Delta transaction each version carries; its version is the batch id."""
+"""The application id of the Delta transaction each version of a topic of one queue carries; its version is the
+batch id. Queue k of a topic of more carries ``tenure-queue-<k>`` (:attr:`QueueOutput.app_id`)."""
+
 
 DELTA_LOG = "_delta_log"
 
@@ -106,7 +120,55 @@ TABLE_CONFIGURATION: dict[str, str | None] = {
 
 #: Commit-info keys of a version (``custom_metadata``), read back by ``verify`` and ``history``.
 _BATCH, _EPOCH, _REPLICA, _ADOPTED = "tenure.batch", "tenure.epoch", "tenure.replica", "tenure.adopted_batches"
-_PART = re.compile(r"batch-(\d{12})-.+\.parquet")
+_QUEUE = "tenure.queue"  # a topic of several queues only
+_PART = re.compile(r"(?:queue-(\d+)-)?batch-(\d{12})-.+\.parquet")
+_COMMIT_ATTEMPTS = 5  # each of delta-rs's own retries; a lost race here is another queue's schema change
+
+
+@dataclass(frozen=True)
+class QueueOutput:
+    """Queue ``queue`` of a topic of ``queues``, as the outputs every queue writes into know it: the Delta
+    transaction's application id its versions carry, its part files' names and the ``_queue`` value of its rows.
+
+    A topic of one queue keeps what the outputs were before topics had several queues: the application id ``tenure``,
+    ``batch-<B>-…`` files and no ``_queue`` column.
+
+    Example:
+        >>> QueueOutput().app_id, QueueOutput().part_name(3, "part-00000.parquet")
+        ('tenure', 'batch-000000000003-part-00000.parquet')
+        >>> QueueOutput(2, 4).app_id, QueueOutput(2, 4).part_name(3, "part-00000.parquet")
+        ('tenure-queue-2', 'queue-2-batch-000000000003-part-00000.parquet')
+    """
+
+    queue: int = 0
+    queues: int = 1
+
+    def __post_init__(self) -> None:
+        check_queue(self.queue, self.queues)
+
+    @property
+    def app_id(self) -> str:
+        """The application id of the Delta transaction each of the queue's versions carries (version = batch)."""
+        return APP_ID if self.queues == 1 else f"{APP_ID}-queue-{self.queue}"
+
+    @property
+    def column(self) -> int | None:
+        """The :data:`QUEUE_COLUMN` value of the queue's rows; None: the rows have no such column (one queue)."""
+        return None if self.queues == 1 else self.queue
+
+    def part_name(self, batch_id: int, part: str) -> str:
+        """The published name of a part file ``part`` of batch ``batch_id`` in a Delta output."""
+        prefix = "" if self.queues == 1 else f"queue-{self.queue}-"
+        return f"{prefix}batch-{batch_id:012d}-{part}"
+
+    def batch_of(self, name: str) -> int | None:
+        """The batch of one of the queue's published part files (:meth:`part_name`); None for any other name."""
+        found = part_of(name)
+        return found[1] if found is not None and found[0] == self.column else None
+
+
+SOLE = QueueOutput()
+"""The one queue of a topic of one."""
 
 
 class MissingPartError(TenureError):
@@ -121,13 +183,15 @@ class OutputSchemaError(DeltaError):
 @dataclass(frozen=True)
 class BatchVersion:
     """One version of an output table: the batch it added (and, for a table adopted in place, the batches
-    ``first..batch`` it took in at once), the epoch that committed it and that epoch's replica."""
+    ``first..batch`` it took in at once), the epoch that committed it, that epoch's replica and the batch's queue."""
 
     version: int
     batch: int | None
     epoch: int | None
     replica: str | None
     first: int | None = None
+    queue: int | None = None
+    """The queue whose batch it is (0 for a topic of one queue's); None with ``batch``."""
 
     @property
     def adopted(self) -> bool:
@@ -135,21 +199,29 @@ class BatchVersion:
 
 
 def batch_of(name: str) -> int | None:
-    """The batch id in a published part file's name (``batch-<B, 12 digits>-….parquet``), else None."""
+    """The batch id in the name of a part file a topic of one queue published (``batch-<B, 12 digits>-….parquet``),
+    else None."""
+    return SOLE.batch_of(name)
+
+
+def part_of(name: str) -> tuple[int | None, int] | None:
+    """The queue (None: a topic of one queue's file) and batch in a published part file's name, else None."""
     match = _PART.fullmatch(name)
-    return int(match.group(1)) if match else None
+    if match is None:
+        return None
+    return (None if match.group(1) is None else int(match.group(1))), int(match.group(2))
 
 
 def is_delta_table(folder: Path) -> bool:
     return (folder / DELTA_LOG).is_dir()
 
 
-def covered_batch(folder: Path) -> int | None:
-    """The highest batch the table at ``folder`` has a version for (its transaction version), or None."""
+def covered_batch(folder: Path, queue: QueueOutput = SOLE) -> int | None:
+    """The highest batch of ``queue`` the table at ``folder`` has a version for (its transaction version), or None."""
     if not is_delta_table(folder):
         return None
     try:
-        return DeltaTable(str(folder)).transaction_version(APP_ID)
+        return DeltaTable(str(folder)).transaction_version(queue.app_id)
     except TableNotFoundError:  # the log folder exists, its first commit does not yet
         return None
 
@@ -160,8 +232,8 @@ def covers(transaction_version: int | None, batch_id: int) -> bool:
 
 
 def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str, parts: Iterable[str] | None = None,
-                  before_commit: Callable[[], None] = lambda: None) -> int | None:
-    """Add batch ``batch_id``'s published part files in ``folder`` to its Delta table as one version.
+                  before_commit: Callable[[], None] = lambda: None, queue: QueueOutput = SOLE) -> int | None:
+    """Add batch ``batch_id`` of ``queue``'s published part files in ``folder`` to its Delta table as one version.
 
     Call after the batch's fenced commit and its publish links. Returns the version made, or None when there
     was nothing to do: the table already covers the batch (another replica finished it) or the batch put no
@@ -183,16 +255,17 @@ def publish_batch(folder: Path, batch_id: int, *, epoch: int, replica_id: str, p
         DeltaError: the table could not be read or written (the batch's publish is retried by its re-run).
     """
     listing = _names(folder) if parts is None else None
-    files = _files_of(folder, listing, batch_id) if listing is not None else _named_files(folder, parts or (), batch_id)
+    files = (_files_of(folder, listing, batch_id, queue) if listing is not None
+             else _named_files(folder, parts or (), batch_id, queue))
     if not files:
         return None
     if not has_version(folder):
         before_commit()
-        if (made := _create(folder, batch_id, epoch=epoch, replica_id=replica_id)) is not None:
+        if (made := _create(folder, batch_id, epoch=epoch, replica_id=replica_id, queue=queue)) is not None:
             return made
     with _open(folder) as table:
         return _publish(table, folder, listing, batch_id, files, epoch=epoch, replica_id=replica_id,
-                        before_commit=before_commit)
+                        before_commit=before_commit, queue=queue)
 
 
 _OPEN: OrderedDict[Path, tuple[threading.Lock, int, DeltaTable]] = OrderedDict()
@@ -223,61 +296,84 @@ def _open(folder: Path) -> Iterator[DeltaTable]:
 
 
 def _publish(table: DeltaTable, folder: Path, listing: list[str] | None, batch_id: int, files: list[Path], *,
-             epoch: int, replica_id: str, before_commit: Callable[[], None]) -> int | None:
-    covered = table.transaction_version(APP_ID)
+             epoch: int, replica_id: str, before_commit: Callable[[], None], queue: QueueOutput) -> int | None:
+    covered = table.transaction_version(queue.app_id)
     if covers(covered, batch_id):
         return None
     # Each term rolls the last committed batch forward before its first batch, so an earlier batch without its
     # version was renamed by an earlier release: there is room for one only when the table is behind batch_id-1.
     if listing is None:
         listing = [] if covers(covered, batch_id - 1) else _names(folder)
-    missed = sorted({b for n in listing if (b := batch_of(n)) is not None and not covers(covered, b) and b < batch_id})
+    missed = sorted({b for n in listing
+                     if (b := queue.batch_of(n)) is not None and not covers(covered, b) and b < batch_id})
     for gap in missed:
-        gap_files = _files_of(folder, listing, gap)
-        _add_version(table, folder, gap, gap_files, epoch=_epoch_in(gap_files[0], epoch), replica_id="")
+        gap_files = _files_of(folder, listing, gap, queue)
+        _add_version(table, folder, gap, gap_files, epoch=_epoch_in(gap_files[0], epoch), replica_id="", queue=queue)
     return _add_version(table, folder, batch_id, files, epoch=epoch, replica_id=replica_id,
-                        before_commit=before_commit)
+                        before_commit=before_commit, queue=queue)
 
 
 def _add_version(table: DeltaTable, folder: Path, batch_id: int, files: list[Path], *, epoch: int,
-                 replica_id: str, before_commit: Callable[[], None] = lambda: None) -> int | None:
+                 replica_id: str, queue: QueueOutput, before_commit: Callable[[], None] = lambda: None) -> int | None:
     """Commit ``files`` as batch ``batch_id``'s version on ``table`` (up to date), unless the table covers the
-    batch already; a race lost on the same batch (Delta's transaction conflict) is that, too."""
-    if covers(table.transaction_version(APP_ID), batch_id):
-        return None
-    if _evolve(table, files):
-        table.update_incremental()
-    before_commit()
-    read = table.version()
-    properties = CommitProperties(custom_metadata=_metadata(batch_id, epoch, replica_id),
-                                  app_transactions=[Transaction(APP_ID, batch_id)])
-    try:
-        table.create_write_transaction([_add(p) for p in files], mode="append", schema=table.schema(),
-                                       commit_properties=properties, post_commithook_properties=_HOOKS)
-    except CommitFailedError:
-        table.update_incremental()
-        if covers(table.transaction_version(APP_ID), batch_id):  # lost the race to a replica finishing the batch
+    batch already; a race lost on the same batch (Delta's transaction conflict) is that, too.
+
+    A race lost to another queue's version that delta-rs does not retry past itself (a schema change, or its
+    retries spent while leaders of many queues commit) is tried again here on the table as it is then, its
+    columns checked again, up to ``_COMMIT_ATTEMPTS`` times: the batch is still the one version it makes."""
+    properties = CommitProperties(custom_metadata=_metadata(batch_id, epoch, replica_id, queue),
+                                  app_transactions=[Transaction(queue.app_id, batch_id)])
+    lost: CommitFailedError | None = None
+    for attempt in range(_COMMIT_ATTEMPTS):
+        if covers(table.transaction_version(queue.app_id), batch_id):
             return None
-        raise
-    version = _version_of(table, folder, read, batch_id)
-    _sync_log(folder, version)
-    table.update_incremental()
-    return version
+        if _evolve(table, files):
+            table.update_incremental()
+        if attempt == 0:
+            before_commit()
+        read = table.version()
+        try:
+            table.create_write_transaction([_add(p) for p in files], mode="append", schema=table.schema(),
+                                           commit_properties=properties, post_commithook_properties=_HOOKS)
+        except CommitFailedError as exc:  # lost to a replica finishing the batch (covered), or to another queue
+            lost = exc
+            table.update_incremental()
+            continue
+        version = _version_of(table, folder, read, batch_id, queue)
+        _sync_log(folder, version)
+        table.update_incremental()
+        return version
+    if covers(table.transaction_version(queue.app_id), batch_id):
+        return None
+    assert lost is not None
+    raise lost
 
 
-def _version_of(table: DeltaTable, folder: Path, read: int, batch_id: int) -> int:
-    """The version the commit made: the one after ``read`` (the version it was read at) when that entry is this
-    batch's, else the one the log names (a table object's own version does not move on its commit, and delta-rs
-    commits at a later version when another writer's entry came in between without conflict)."""
-    entry = folder / DELTA_LOG / f"{read + 1:020d}.json"
-    with contextlib.suppress(FileNotFoundError):
-        if f'"{_BATCH}":"{batch_id}"' in entry.read_text().replace(" ", ""):
-            return read + 1
+def _version_of(table: DeltaTable, folder: Path, read: int, batch_id: int, queue: QueueOutput) -> int:
+    """The version the commit made: the first after ``read`` (the version it was read at) whose transaction is this
+    batch's of this queue (a table object's own version does not move on its commit, and delta-rs commits at a
+    later version when other writers' entries, another queue's leader's, came in between without conflict)."""
+    version = read + 1
+    while True:
+        try:
+            entry = _entry(folder, version).read_text()
+        except FileNotFoundError:
+            break
+        if _carries(entry, queue.app_id, batch_id):
+            return version
+        version += 1
     table.update_incremental()
-    for info in table.history(limit=max(1, table.version() - read)):
-        if info.get(_BATCH) == str(batch_id):
-            return int(info["version"])
     return table.version()
+
+
+def _carries(entry: str, app_id: str, batch_id: int) -> bool:
+    """Whether a log entry's actions hold the transaction ``app_id`` at version ``batch_id``."""
+    for line in entry.splitlines():
+        if '"txn"' in line:
+            txn = json.loads(line).get("txn") or {}
+            if txn.get("appId") == app_id and txn.get("version") == batch_id:
+                return True
+    return False
 
 
 def _epoch_in(path: Path, default: int) -> int:
@@ -287,13 +383,13 @@ def _epoch_in(path: Path, default: int) -> int:
     return int(column[0].as_py()) if column is not None and len(column) else default
 
 
-def adopt_table(folder: Path, batch_id: int, *, epoch: int, replica_id: str) -> int | None:
-    """Make ``folder``'s published files (batches up to ``batch_id``) a Delta table in one version, when it holds
-    some and has no table yet: a data root written before the outputs were Delta tables, adopted in place at the
-    first term of this release without rewriting a file. Returns the version made (0), or None."""
-    if has_version(folder) or not folder.is_dir() or not _published_files(folder, batch_id):
+def adopt_table(folder: Path, batch_id: int, *, epoch: int, replica_id: str, queue: QueueOutput = SOLE) -> int | None:
+    """Make ``folder``'s published files of ``queue`` (batches up to ``batch_id``) a Delta table in one version, when
+    it holds some and has no table yet: a data root written before the outputs were Delta tables, adopted in place
+    at the first term of this release without rewriting a file. Returns the version made (0), or None."""
+    if has_version(folder) or not folder.is_dir() or not _published_files(folder, batch_id, queue):
         return None
-    return _create(folder, batch_id, epoch=epoch, replica_id=replica_id)
+    return _create(folder, batch_id, epoch=epoch, replica_id=replica_id, queue=queue)
 
 
 def snapshot_files(folder: Path) -> set[str]:
@@ -311,16 +407,18 @@ def snapshot_rows(folder: Path) -> int:
 
 
 def batch_versions(folder: Path) -> list[BatchVersion]:
-    """Every version in the table's log still kept (oldest first), with the batch, epoch and replica its
+    """Every version in the table's log still kept (oldest first), with the batch, epoch, replica and queue its
     commit info names (None for a version tenure did not write, e.g. a column added to the schema)."""
     found = []
     for entry in DeltaTable(str(folder)).history():
+        batch = _int(entry.get(_BATCH))
         found.append(BatchVersion(
             version=int(entry["version"]),
-            batch=_int(entry.get(_BATCH)),
+            batch=batch,
             epoch=_int(entry.get(_EPOCH)),
             replica=entry.get(_REPLICA),
             first=_int(entry.get(_ADOPTED, "").split("..")[0]) if entry.get(_ADOPTED) else None,
+            queue=_int(entry.get(_QUEUE, "0")) if batch is not None else None,
         ))
     return sorted(found, key=lambda v: v.version)
 
@@ -336,8 +434,9 @@ def _int(value: Any) -> int | None:
     return int(value) if value not in (None, "") else None
 
 
-def _metadata(batch_id: int, epoch: int, replica_id: str) -> dict[str, Any]:
-    return {_BATCH: str(batch_id), _EPOCH: str(epoch), _REPLICA: replica_id}
+def _metadata(batch_id: int, epoch: int, replica_id: str, queue: QueueOutput) -> dict[str, Any]:
+    queued = {} if queue.column is None else {_QUEUE: str(queue.column)}
+    return {_BATCH: str(batch_id), _EPOCH: str(epoch), _REPLICA: replica_id, **queued}
 
 
 def _names(folder: Path) -> list[str]:
@@ -347,12 +446,12 @@ def _names(folder: Path) -> list[str]:
         return []
 
 
-def _files_of(folder: Path, names: Iterable[str], batch_id: int) -> list[Path]:
-    """The published part files of batch ``batch_id`` among ``names`` (the folder's listing)."""
-    return sorted(folder / n for n in names if batch_of(n) == batch_id)
+def _files_of(folder: Path, names: Iterable[str], batch_id: int, queue: QueueOutput) -> list[Path]:
+    """The published part files of ``queue``'s batch ``batch_id`` among ``names`` (the folder's listing)."""
+    return sorted(folder / n for n in names if queue.batch_of(n) == batch_id)
 
 
-def _named_files(folder: Path, names: Iterable[str], batch_id: int) -> list[Path]:
+def _named_files(folder: Path, names: Iterable[str], batch_id: int, queue: QueueOutput) -> list[Path]:
     """The files of ``names`` in ``folder``: all there once the publish has linked them.
 
     One missing is refused, never published without it (a version of part of a batch), unless the batch needs no
@@ -367,7 +466,7 @@ def _named_files(folder: Path, names: Iterable[str], batch_id: int) -> list[Path
     present = [folder / name for name in wanted if (folder / name).is_file()]
     if len(present) == len(wanted) or (not present and not has_version(folder)):
         return present
-    if covers(covered_batch(folder), batch_id):
+    if covers(covered_batch(folder, queue), batch_id):
         return []
     missing = sorted(set(wanted) - {path.name for path in present})
     raise MissingPartError(
@@ -377,9 +476,9 @@ def _named_files(folder: Path, names: Iterable[str], batch_id: int) -> list[Path
         "(docs/operating/reading-the-output.md#table-maintenance)")
 
 
-def _published_files(folder: Path, up_to: int) -> list[Path]:
+def _published_files(folder: Path, up_to: int, queue: QueueOutput) -> list[Path]:
     return sorted(folder / n for n in os.listdir(folder)
-                  if not is_hidden(n) and (b := batch_of(n)) is not None and b <= up_to)
+                  if not is_hidden(n) and (b := queue.batch_of(n)) is not None and b <= up_to)
 
 
 def has_version(folder: Path) -> bool:
@@ -395,13 +494,13 @@ def _add(path: Path) -> AddAction:
     return AddAction(path.name, stat.st_size, {}, stat.st_mtime_ns // 1_000_000, True, json.dumps(stats))
 
 
-def _create(folder: Path, batch_id: int, *, epoch: int, replica_id: str) -> int | None:
-    """Create the table with every published file of batches up to ``batch_id`` (the first batch's files, or a
-    data root adopted in place); None when another replica created it first."""
-    files = _published_files(folder, batch_id)
+def _create(folder: Path, batch_id: int, *, epoch: int, replica_id: str, queue: QueueOutput) -> int | None:
+    """Create the table with every published file of ``queue``'s batches up to ``batch_id`` (the first batch's
+    files, or a data root adopted in place); None when another replica (another queue's leader) created it first."""
+    files = _published_files(folder, batch_id, queue)
     schema = pa.unify_schemas([pq.read_schema(p) for p in files], promote_options="permissive")
-    metadata = _metadata(batch_id, epoch, replica_id)
-    first = min(b for p in files if (b := batch_of(p.name)) is not None)
+    metadata = _metadata(batch_id, epoch, replica_id, queue)
+    first = min(b for p in files if (b := queue.batch_of(p.name)) is not None)
     if first != batch_id:
         metadata[_ADOPTED] = f"{first}..{batch_id}"
     try:
@@ -409,7 +508,7 @@ def _create(folder: Path, batch_id: int, *, epoch: int, replica_id: str) -> int 
             str(folder), Schema.from_arrow(_plain(schema)), [_add(p) for p in files], mode="error",
             configuration=TABLE_CONFIGURATION,
             commit_properties=CommitProperties(custom_metadata=metadata,
-                                               app_transactions=[Transaction(APP_ID, batch_id)]))
+                                               app_transactions=[Transaction(queue.app_id, batch_id)]))
     except DeltaError:
         if has_version(folder):  # created meanwhile by another replica: the caller goes on as for any table
             return None

@@ -1,8 +1,12 @@
 """The queue's contract: what producers write, the consumer reads, ``tenure verify`` audits and groups share.
 
+- A topic is N queues, N fixed when the topic is created (``_topic.json``, :mod:`tenure.career.identity`); each
+  key lives in exactly one queue, :func:`queue_of` (SHA-256 of the key's UTF-8 bytes, its first 8 bytes as an
+  unsigned big-endian integer, modulo N). A record found in another queue than its key's is bad: ``wrong_queue``.
 - A queue is a folder (:class:`QueueLayout`): ``landing/`` holds files waiting to be consumed, ``archive/``
   files every registered group has consumed (kept for a retention period), ``consumed/<group>/<name>`` one
-  mark per file a group no longer needs.
+  mark per file a group no longer needs. The one queue of a topic of one is the topic's folder itself (as before
+  topics had several queues); queue k of N > 1 is ``queues/<k>/`` in it.
 - A queue file is named ``*.jsonl`` (:data:`QUEUE_SUFFIX`) and appears atomically: it is written under a
   hidden name (one starting with ``.`` or ``_``, which every reader skips: :func:`is_hidden`), then renamed. A
   ``*.tick`` file (:data:`TICK_SUFFIX`) is the consumer's wake-up, not data.
@@ -18,8 +22,8 @@
   (``consumed/<group>/<name>``) holds the identity of the file it consumed under that name, so a file that
   differs from it in any of the three is a new file (:func:`read_mark`, :func:`mark_covers`).
 
-Pure Python (no Spark, no kazoo, no pyarrow), so operator tools can import it cheaply. See ARCHITECTURE.md,
-"One record's path" and "Data root layout".
+Pure Python (no Spark, no kazoo, no pyarrow), so operator tools and producers can import it cheaply. See
+ARCHITECTURE.md, "One record's path" and "Data root layout".
 """
 
 from __future__ import annotations
@@ -31,16 +35,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tenure.errors import ConfigError
+
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "ENTRY_LINE",
     "ENTRY_REASONS",
     "FIELDS",
+    "QUEUES_FOLDER",
+    "QUEUE_COLUMN",
     "QUEUE_SUFFIX",
     "REASONS",
     "TICK_SUFFIX",
+    "WRONG_QUEUE",
     "FileIdentity",
     "QueueLayout",
+    "check_queue",
     "classify_line",
     "is_hidden",
     "is_queue_file",
@@ -69,6 +79,17 @@ FIELDS: tuple[str, ...] = ("id", "key", "seq", "ts", "payload")
 
 _TYPED_FIELDS: tuple[str, ...] = ("id", "key", "seq", "ts")  # payload is any JSON, null included
 
+QUEUES_FOLDER = "queues"
+"""The folder of a topic of several queues that holds one folder per queue, named by its number
+(:class:`QueueLayout`)."""
+
+QUEUE_COLUMN = "_queue"
+"""The column every output row of a topic of several queues carries: the queue its batch read (a topic of one queue's
+rows have none, so an upgraded table keeps its schema)."""
+
+WRONG_QUEUE = "wrong_queue"
+"""The reason of a record found in a queue other than its key's (:func:`queue_of`): a topic of several queues only."""
+
 REASONS: tuple[str, ...] = (
     "oversized",
     "empty_line",
@@ -77,6 +98,7 @@ REASONS: tuple[str, ...] = (
     "not_object",
     *(f"missing_field:{name}" for name in FIELDS),
     *(f"bad_type:{name}" for name in _TYPED_FIELDS),
+    WRONG_QUEUE,
 )
 """Every reason :func:`classify_line` returns: the quarantine ``reason`` vocabulary for bad lines."""
 
@@ -123,32 +145,67 @@ def queue_of(key: str, queues: int) -> int:
     return int.from_bytes(digest[:8], "big") % queues
 
 
+def check_queue(queue: int, queues: int) -> None:
+    """Refuse a queue number that is not one of a topic of ``queues`` queues (1 or more).
+
+    Raises:
+        ConfigError: naming the value and the range.
+    """
+    if isinstance(queues, bool) or not isinstance(queues, int) or queues < 1:
+        raise ConfigError(f"queues={queues!r} is not a number of queues: a topic has 1 or more")
+    if isinstance(queue, bool) or not isinstance(queue, int) or not 0 <= queue < queues:
+        raise ConfigError(f"queue={queue!r} is not a queue of a topic of {queues} queues: choose 0 to {queues - 1}")
+
+
 @dataclass(frozen=True)
 class QueueLayout:
-    """The folders of one queue, which several consumer groups may share.
+    """The folders of queue ``queue`` of a topic of ``queues`` in the topic's folder ``root``, which several
+    consumer groups may share: the topic's folder itself for a topic of one queue (its layout before topics had
+    several), ``queues/<k>/`` in it for queue k of more.
 
     Example:
         >>> queue = QueueLayout(Path("/srv/queue"))
         >>> queue.landing.as_posix(), queue.marks("orders").as_posix()
         ('/srv/queue/landing', '/srv/queue/consumed/orders')
+        >>> QueueLayout(Path("/srv/queue"), queue=2, queues=4).landing.as_posix()
+        '/srv/queue/queues/2/landing'
     """
 
     root: Path
+    queue: int = 0
+    queues: int = 1
+
+    def __post_init__(self) -> None:
+        check_queue(self.queue, self.queues)
+
+    @classmethod
+    def each(cls, root: Path, queues: int) -> list[QueueLayout]:
+        """Every queue of the topic of ``queues`` queues in ``root``, by number."""
+        return [cls(root, k, queues) for k in range(queues)]
+
+    @property
+    def folder(self) -> Path:
+        """The queue's own folder: the topic's for a topic of one queue, ``queues/<k>/`` in it otherwise."""
+        return self.root if self.queues == 1 else self.root / QUEUES_FOLDER / str(self.queue)
 
     @property
     def landing(self) -> Path:
         """Queue files waiting to be consumed: where producers rename their files into."""
-        return self.root / "landing"
+        return self.folder / "landing"
 
     @property
     def archive(self) -> Path:
         """Queue files every registered group has consumed, same names; ``verify`` reads them too."""
-        return self.root / "archive"
+        return self.folder / "archive"
 
     @property
     def consumed(self) -> Path:
         """One folder of marks per group: ``consumed/<group>/``."""
-        return self.root / "consumed"
+        return self.folder / "consumed"
+
+    def routes(self, key: str) -> bool:
+        """Whether records of ``key`` belong in this queue (:func:`queue_of`)."""
+        return self.queues == 1 or queue_of(key, self.queues) == self.queue
 
     def marks(self, group: str) -> Path:
         """``consumed/<group>/``: one mark per queue file ``group`` no longer needs, named as it is
@@ -246,9 +303,10 @@ _JSON_WS = " \t\r\n"  # RFC 8259 whitespace; str.strip() would also strip Unicod
 
 
 def classify_line(
-    raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, *, queue: int = 0, queues: int = 1
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """Validate one queue line: the one definition of a good record, for the consumer, verify and tests.
+    """Validate one queue line found in queue ``queue`` of a topic of ``queues``: the one definition of a good
+    record, for the consumer, verify and tests.
 
     Lines are split on ``\\n`` only; ``raw`` excludes the ``\\n``. The checks run in this order and the first
     failing one names the reason:
@@ -266,6 +324,8 @@ def classify_line(
     ``bad_type:<name>``         ``id``/``key`` not a string, ``seq``/``ts`` not an integer in int64 range
                                 (a boolean, a float such as ``5.0`` or a numeric string is not an integer;
                                 ``null`` is a bad type, not a missing field)
+    ``wrong_queue``             a valid record whose key's queue (:func:`queue_of`) is not ``queue``: a topic
+                                of several queues only
     ==========================  =======================================================================
 
     ``payload`` may be any JSON value, ``null`` included; extra fields are allowed and ignored.
@@ -273,6 +333,8 @@ def classify_line(
     Args:
         raw: the line's bytes without its terminating ``\\n``.
         max_line_bytes: the longest acceptable line, in bytes.
+        queue: the queue the line was found in.
+        queues: the topic's number of queues (1: every key routes to queue 0, no line is ``wrong_queue``).
 
     Returns:
         ``(record, None)`` for a good line, ``(None, reason)`` for a bad one, ``reason`` being one of
@@ -313,4 +375,6 @@ def classify_line(
         # bool is a subclass of int in Python, but JSON true is not an integer.
         if type(number) is not int or not _INT64_MIN <= number <= _INT64_MAX:
             return None, f"bad_type:{name}"
+    if queues > 1 and queue_of(value["key"], queues) != queue:
+        return None, WRONG_QUEUE
     return value, None

@@ -1,10 +1,11 @@
 """ZooKeeper leader election with fencing epochs (no Spark, no processes here).
 
-Each replica of a group creates an ephemeral-sequential node ``/tenure/<group>/election/<guid>-n_<seq>``
-holding its identity. A replica leads iff its node is the lowest AND the node's ``ephemeralOwner`` is the
-replica's current session (re-checked after every reconnect). Every other replica watches only the next-lower
-node, so one departure wakes one replica. All state changes happen on one control thread per ``Election``;
-kazoo listeners and watches only enqueue. Consumers see ``Following``, ``Elected``, ``Suspended``,
+Each replica of a group creates an ephemeral-sequential node ``/tenure/<group>/election/<guid>-n_<seq>`` holding its
+identity (in a group of several queues, one in each queue's line, ``/tenure/<group>/queues/<k>/election``, one
+``Election`` per queue on the replica's one session). A replica leads iff its node is the lowest AND the node's
+``ephemeralOwner`` is the replica's current session (re-checked after every reconnect). Every other replica watches only
+the next-lower node, so one departure wakes one replica. All state changes happen on one control thread per
+``Election``; kazoo listeners and watches only enqueue. Consumers see ``Following``, ``Elected``, ``Suspended``,
 ``Resumed``, ``Revoked`` (exactly once per term, only after ``Elected``) and ``ConnectionChanged``.
 
 What is guaranteed:
@@ -72,7 +73,7 @@ from tenure.election._group_identity import GroupIdentity, bind_group, read_grou
 from tenure.election._handover import FailedBatch, HandoverRecord, read_handover
 from tenure.election._history import HISTORY_LIMIT, TERM_ENDINGS, TermHistory, TermRecord, read_history
 from tenure.election._identity import Identity
-from tenure.election._layout import QUEUES, GroupPaths, QueuePaths
+from tenure.election._layout import MAX_QUEUES, QUEUES, GroupPaths, QueuePaths
 from tenure.election._line import JOINED, RELEASE_INCOMPLETE, RELEASED
 from tenure.election._registry import (
     QueueKey,
@@ -93,6 +94,7 @@ __all__ = [
     "ELECTED",
     "HISTORY_LIMIT",
     "JOINED",
+    "MAX_QUEUES",
     "QUEUES",
     "RELEASED",
     "RELEASE_INCOMPLETE",

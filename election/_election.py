@@ -9,11 +9,11 @@ writes in ``_fence`` and ``_transaction``. See ARCHITECTURE.md "One term's lifec
 from __future__ import annotations
 
 import math
-import queue
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from queue import Empty, Queue
 from typing import Any, Final
 
 import structlog
@@ -116,6 +116,10 @@ class Election:
         client: a kazoo client, started or not, owned by the caller (``close`` does not stop it). With a
             ``credential`` it must be built with ``auth_data=credential.auth_data()``.
         group: the consumer group (letters, digits, ``_.-``).
+        queue, queues: the queue of the group this line is for, and the group's number of queues. Default: queue 0
+            of 1, a group's one line (``/tenure/<group>/election``); with several, each queue has a line of its
+            own (``GroupPaths``), and one replica runs one ``Election`` per queue, all on one client: the session's
+            loss ends every term at once, and each epoch is its own node's ``czxid``, unique across the queues.
         identity: stored as the node's data, shown by ``tenure status``.
         on_event: called with each ``ElectionEvent``, in order, from the control thread only. It must not
             block and must not call ``release``/``close`` (enqueue and act on your own thread). Default: none.
@@ -140,6 +144,8 @@ class Election:
         *,
         group: str,
         identity: Identity,
+        queue: int = 0,
+        queues: int = 1,
         on_event: Callable[[ElectionEvent], None] | None = None,
         safe_fraction: float = 0.5,
         credential: DigestCredential | None = None,
@@ -155,7 +161,8 @@ class Election:
             safe_fraction=safe_fraction, tick_s=tick_s, op_timeout_s=op_timeout_s)
         self.client = client
         self.group = group
-        self.paths = GroupPaths(group)
+        self.queue = queue
+        self.paths = GroupPaths(group, queue, queues)
         self.identity = identity
         self.credential = credential
         self.acl = credential.acls() if credential else None
@@ -164,12 +171,12 @@ class Election:
         self.tick_s = settings.tick_s
         self.op_timeout_s = settings.op_timeout_s
         self.faults = faults
-        self.log = _log.bind(group=group, replica=identity.replica_id)
+        self.log = _log.bind(group=group, replica=identity.replica_id, queue=queue)
         self._on_event = on_event
         self._clock = clock
         self._line = Line(client, self.paths, identity, acl=self.acl, op_timeout_s=self.op_timeout_s, clock=clock,
                           log=self.log)
-        self._queue: queue.Queue[_Msg] = queue.Queue()
+        self._queue: Queue[_Msg] = Queue()
         self._lock = threading.Lock()  # guards what other threads read: state, own node, term, counters
         self._thread: threading.Thread | None = None
         self._started = False
@@ -267,11 +274,12 @@ class Election:
         returns at once. A replica drained before it starts starts without joining, and joins when undrained."""
         with self._lock:
             if self._started:
-                raise ElectionError(f"Election for group {self.group} cannot be started more than once: "
+                raise ElectionError(f"Election for {self.paths.label} cannot be started more than once: "
                                     "use join() after release(), or a new Election after close()")
             self._started = True
         self.client.add_listener(self._on_kazoo_state)
-        self._thread = threading.Thread(target=self._run, name=f"tenure-election-{self.group}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"tenure-election-{self.group}-{self.queue}",
+                                        daemon=True)
         self._thread.start()
         if join:
             self._queue.put(_Join())
@@ -280,7 +288,7 @@ class Election:
         """Rejoin after ``release`` with a new node at the back of the line; returns at once."""
         with self._lock:
             if not self._started or self._state is _S.CLOSED:
-                raise ElectionError(f"Election for group {self.group}: join() needs a started, unclosed "
+                raise ElectionError(f"Election for {self.paths.label}: join() needs a started, unclosed "
                                     f"election (state {self._state.name}); call start() first")
         self._queue.put(_Join())
 
@@ -299,7 +307,7 @@ class Election:
         msg = _Release(deadline=self._clock() + timeout_s)
         self._queue.put(msg)
         if not msg.done.wait(timeout_s + self.op_timeout_s):
-            raise ElectionError(f"release of group {self.group} did not finish within {timeout_s} s "
+            raise ElectionError(f"release of {self.paths.label} did not finish within {timeout_s} s "
                                 f"(state {self.state.name}): the control thread is blocked on ZooKeeper")
         if msg.error is not None:
             raise msg.error
@@ -334,23 +342,24 @@ class Election:
             NotLeader: not leading now (following, suspended, past the safe-until deadline).
         """
         if not self.is_leader():
-            raise NotLeader(f"group {self.group}: not leading (state {self.state.name}); no fence to give")
+            raise NotLeader(f"{self.paths.label}: not leading (state {self.state.name}); no fence to give")
         with self._lock:
             own = self._own
             if own is None:
-                raise NotLeader(f"group {self.group}: the term ended while the fence was requested")
+                raise NotLeader(f"{self.paths.label}: the term ended while the fence was requested")
             if self._fence is None or self._fence.epoch != own.epoch:
                 self._fence = Fence(self, epoch=own.epoch, node=own.path, node_version=own.version,
                                     tally=self._commits)
             return self._fence
 
     def read_handover(self) -> HandoverRecord | None:
-        """The group's handover record (``None`` if none was written); no leadership needed.
+        """The queue's handover record (``None`` if none was written); no leadership needed.
 
         Raises:
             ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed, or the node holds no record.
         """
-        return read_handover(self.client, self.group, timeout_s=self.op_timeout_s)
+        return read_handover(self.client, self.group, queue=self.queue, queues=self.paths.queues,
+                             timeout_s=self.op_timeout_s)
 
     def write_handover(self, record: HandoverRecord) -> None:
         """Write the handover record through the current term's fence (``Fence.write_handover``).
@@ -368,20 +377,23 @@ class Election:
         Raises:
             ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed.
         """
-        return read_contenders(self.client, self.group, timeout_s=self.op_timeout_s)
+        return read_contenders(self.client, self.group, queue=self.queue, queues=self.paths.queues,
+                               timeout_s=self.op_timeout_s)
 
     def close_session(self) -> None:
         """End the ZooKeeper session now, stopping the client: the node goes at once and the successor hears, not a
-        session timeout later. For a replica that gives its lock up and exits; the client is useless after it.
+        session timeout later. For a replica that gives its lock up and exits; the client is useless after it, and
+        every other ``Election`` on it (the replica's other queues) loses its term with the session.
 
         Raises:
             ZooKeeperUnavailable, ElectionError: the client could not be stopped (the session then expires).
         """
-        with zookeeper_errors(f"group {self.group}: closing the session"):
+        with zookeeper_errors(f"{self.paths.label}: closing the session"):
             self.client.stop()
 
     def __repr__(self) -> str:
-        return f"Election(group={self.group!r}, replica={self.identity.replica_id!r}, state={self.state.name})"
+        return (f"Election(group={self.group!r}, queue={self.queue}, replica={self.identity.replica_id!r}, "
+                f"state={self.state.name})")
 
     # ---------------------------------------------------------------- kazoo threads: enqueue only
 
@@ -409,7 +421,7 @@ class Election:
         while True:
             try:
                 msg: _Msg | None = self._queue.get(timeout=max(0.0, next_tick - self._clock()))
-            except queue.Empty:
+            except Empty:
                 msg = None
             if isinstance(msg, _Stop):
                 return
@@ -479,7 +491,7 @@ class Election:
     def _set_connected(self, connected: bool) -> None:
         if connected != self._connected:
             self._connected = connected
-            self._emit(ConnectionChanged(connected))
+            self._emit(ConnectionChanged(connected, self.queue))
 
     def _schedule_retry(self) -> None:
         self._retry_backoff_s = min(max(self._retry_backoff_s * 2, 0.1), 2.0)
@@ -534,7 +546,7 @@ class Election:
                 elif look.predecessor is not None and look.leader is not None:
                     self._follow(look.predecessor, look.position, look.leader)
                 return
-            raise ElectionError(f"group {self.group}: no stable view of the line after {_MAX_RELIST} re-lists")
+            raise ElectionError(f"{self.paths.label}: no stable view of the line after {_MAX_RELIST} re-lists")
         except NoNodeError:  # the election parent vanished under us: start over with a new node
             self.log.info("election_parent_missing", path=self.paths.election)
             self._forget_node()
@@ -550,7 +562,7 @@ class Election:
             self._term = True
         self._predecessor = None
         self.log.info(ELECTED, epoch=own.epoch, node=own.path)
-        self._emit(Elected(own.epoch))
+        self._emit(Elected(own.epoch, self.queue))
 
     def _follow(self, predecessor: str, position: int, leader_node: str) -> None:
         """Step 5 passed: the next-lower node is watched; tell the consumer when the predecessor changed."""
@@ -560,7 +572,7 @@ class Election:
             self._predecessor = predecessor
             leader = self._line.replica_of(leader_node)
             self.log.info("following", predecessor=predecessor, position=position, leader=leader)
-            self._emit(Following(leader, position))
+            self._emit(Following(leader, position, self.queue))
 
     def _forget_node(self) -> None:
         with self._lock:
@@ -579,7 +591,7 @@ class Election:
             self._fence = None
         if was and own is not None:
             self.log.info(REVOKED, epoch=own.epoch, reason=reason)
-            self._emit(Revoked(own.epoch, reason))
+            self._emit(Revoked(own.epoch, reason, self.queue))
 
     def _revoke_and_rejoin(self, reason: str, *, delete: bool) -> None:
         own = self._own
@@ -612,13 +624,13 @@ class Election:
         if self._state is _S.SUSPENDED:
             self._transition(_S.LEADING)
             self.log.info(RESUMED, epoch=own.epoch)
-            self._emit(Resumed(own.epoch))
+            self._emit(Resumed(own.epoch, self.queue))
 
     def _suspend(self, reason: str) -> None:
         if self._state is _S.LEADING and self._own is not None:
             self._transition(_S.SUSPENDED)
             self.log.info(SUSPENDED, epoch=self._own.epoch, reason=reason)
-            self._emit(Suspended(self._own.epoch, reason))
+            self._emit(Suspended(self._own.epoch, reason, self.queue))
 
     # -- connection events ------------------------------------------------------------------
 

@@ -1,4 +1,8 @@
-"""The leadership events an ``Election`` delivers to its ``on_event`` callback, in order, from its control thread."""
+"""The leadership events an ``Election`` delivers to its ``on_event`` callback, in order, from its control thread.
+
+Each carries the queue whose election sent it (``queue``, 0 in a group of one queue), so that one consumer can
+take the events of several queues' elections on one queue of its own.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ class Following:
 
     leader_replica: str | None
     position: int
+    queue: int = 0
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,7 @@ class Elected:
     """A term begins: own node is the lowest and owned by this session; ``epoch`` is its fencing token."""
 
     epoch: int
+    queue: int = 0
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,7 @@ class Suspended:
 
     epoch: int
     reason: str
+    queue: int = 0
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,7 @@ class Resumed:
     """Same session reconnected and own node re-verified (exists, lowest, owned by us): the term goes on."""
 
     epoch: int
+    queue: int = 0
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ class Revoked:
 
     epoch: int
     reason: str
+    queue: int = 0
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,7 @@ class ConnectionChanged:
     """The ZooKeeper connection went up or down (kazoo CONNECTED vs SUSPENDED/LOST)."""
 
     connected: bool
+    queue: int = 0
 
 
 ElectionEvent = Following | Elected | Suspended | Resumed | Revoked | ConnectionChanged

@@ -133,7 +133,7 @@ class Fence:
         return self._tally["refused"]
 
     def _context(self, expected_version: int | None = None) -> str:
-        text = f"group {self._election.paths.group}, epoch {self._epoch}, node {self._node}"
+        text = f"{self._election.paths.label}, epoch {self._epoch}, node {self._node}"
         return text if expected_version is None else f"{text}, expected version {expected_version}"
 
     def read_commit(self) -> tuple[dict[str, Any] | None, int]:

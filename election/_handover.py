@@ -94,15 +94,18 @@ class HandoverRecord:
         )
 
 
-def read_handover(client: ZooKeeperClient, group: str, *, timeout_s: float = 10.0) -> HandoverRecord | None:
-    """The group's handover record (``None`` if none was written); a plain read, no leadership needed.
+def read_handover(client: ZooKeeperClient, group: str, *, queue: int = 0, queues: int = 1,
+                  timeout_s: float = 10.0) -> HandoverRecord | None:
+    """The handover record of queue ``queue`` of ``group``, a group of ``queues`` (``None`` if none was written); a
+    plain read, no leadership needed.
 
     Raises:
         ElectionError: the node holds no handover record (the message names it and the fix).
         ZooKeeperUnavailable, ZooKeeperDenied: ZooKeeper failed (``zookeeper_errors``).
     """
-    path = GroupPaths(group).handover
-    with zookeeper_errors(f"group {group}: reading the handover record"):
+    paths = GroupPaths(group, queue, queues)
+    path = paths.handover
+    with zookeeper_errors(f"{paths.label}: reading the handover record"):
         try:
             raw, _stat = client.get_async(path).get(timeout=timeout_s)
         except NoNodeError:
@@ -111,7 +114,7 @@ def read_handover(client: ZooKeeperClient, group: str, *, timeout_s: float = 10.
         data = parse_record(raw)
         return None if data is None else HandoverRecord.from_json(data)
     except (ValueError, KeyError, TypeError) as exc:
-        raise ElectionError(f"group {group}: {path} holds no handover record ({type(exc).__name__}: {exc}): delete "
+        raise ElectionError(f"{paths.label}: {path} holds no handover record ({type(exc).__name__}: {exc}): delete "
                             "it, and the next leader recovers as after a crash") from exc
 
 
@@ -126,7 +129,7 @@ def write_handover(client: ZooKeeperClient, paths: GroupPaths, record: HandoverR
         CommitOutcomeUnknown: the reply was lost, so the outcome is unknown (re-read with ``read_handover``).
         ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed otherwise (``zookeeper_errors``).
     """
-    context = f"group {paths.group}, epoch {epoch}, node {node}, handover"
+    context = f"{paths.label}, epoch {epoch}, node {node}, handover"
     with zookeeper_errors(context):
         stored, version = read_record(client, paths.handover, acl=acl, timeout_s=timeout_s, context=context)
         if stored is not None and int(stored.get("epoch", -1)) > epoch:

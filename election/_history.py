@@ -87,22 +87,26 @@ def _encode(terms: list[TermRecord]) -> bytes:
     return json.dumps({"terms": [t.to_json() for t in kept]}, sort_keys=True, separators=(",", ":")).encode()
 
 
-def read_history(client: ZooKeeperClient, group: str, *, timeout_s: float = 10.0) -> list[TermRecord]:
-    """The group's recorded terms, oldest first (empty when none was recorded).
+def read_history(client: ZooKeeperClient, group: str, *, queue: int = 0, queues: int = 1,
+                 timeout_s: float = 10.0) -> list[TermRecord]:
+    """The recorded terms of queue ``queue`` of ``group``, a group of ``queues``, oldest first (empty when none was
+    recorded).
 
     Raises:
         ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed, or the history is not valid JSON.
     """
-    with zookeeper_errors(f"group {group}: reading the term history"):
+    paths = GroupPaths(group, queue, queues)
+    with zookeeper_errors(f"{paths.label}: reading the term history"):
         try:
-            raw, _stat = client.get_async(GroupPaths(group).history).get(timeout=timeout_s)
+            raw, _stat = client.get_async(paths.history).get(timeout=timeout_s)
         except NoNodeError:
             return []
     return _decode(raw)
 
 
 class TermHistory:
-    """Writes one group's term history (a replica's runner records its terms through it).
+    """Writes the term history of one queue of a group (a replica's runner records its terms of that queue through
+    it; ``queue`` of ``queues``, by default a group's one queue).
 
     Example::
 
@@ -116,10 +120,10 @@ class TermHistory:
     (``zookeeper_errors``); with ``credential``, the history node, when this creates it, carries its ACL.
     """
 
-    def __init__(self, client: ZooKeeperClient, group: str, *, credential: DigestCredential | None = None,
-                 timeout_s: float = 10.0) -> None:
+    def __init__(self, client: ZooKeeperClient, group: str, *, queue: int = 0, queues: int = 1,
+                 credential: DigestCredential | None = None, timeout_s: float = 10.0) -> None:
         self._client = client
-        self._paths = GroupPaths(group)
+        self._paths = GroupPaths(group, queue, queues)
         self._acl = credential.acls() if credential else None
         self._timeout_s = timeout_s
 
@@ -128,7 +132,8 @@ class TermHistory:
         return self._paths.group
 
     def read(self) -> list[TermRecord]:
-        return read_history(self._client, self._paths.group, timeout_s=self._timeout_s)
+        return read_history(self._client, self._paths.group, queue=self._paths.queue, queues=self._paths.queues,
+                            timeout_s=self._timeout_s)
 
     def begin(self, *, epoch: int, node: str, node_version: int, replica_id: str, elected_at: float,
               previous: HandoverRecord | None) -> TermRecord | None:
@@ -163,7 +168,7 @@ class TermHistory:
             before[:] = closed[-1:]
             return [*closed, TermRecord(epoch=epoch, replica_id=replica_id, elected_at=elected_at)]
 
-        with zookeeper_errors(f"group {self._paths.group}: recording term {epoch}"):
+        with zookeeper_errors(f"{self._paths.label}: recording term {epoch}"):
             last_commit.update(self._last_commit())
             self._write(change, fenced_by=(node, node_version))
         return before[0] if before else None
@@ -186,7 +191,7 @@ class TermHistory:
         def change(terms: list[TermRecord]) -> list[TermRecord]:
             return [replace(t, **changes) if t.epoch == epoch else t for t in terms]
 
-        with zookeeper_errors(f"group {self._paths.group}: updating term {epoch}"):
+        with zookeeper_errors(f"{self._paths.label}: updating term {epoch}"):
             self._write(change, fenced_by=None)
 
     def _write(self, change: Callable[[list[TermRecord]], list[TermRecord]],
@@ -205,7 +210,7 @@ class TermHistory:
                 else:
                     fenced_set(self._client, node=fenced_by[0], node_version=fenced_by[1], target=path, data=data,
                                expected_version=stat.version, timeout_s=self._timeout_s,
-                               context=f"group {self._paths.group}, term history")
+                               context=f"{self._paths.label}, term history")
                 return
             except BadVersionError:
                 continue  # another term wrote meanwhile: read again
@@ -213,5 +218,5 @@ class TermHistory:
                 if fenced_by is not None and self._client.exists(fenced_by[0]) is None:
                     raise  # the term's node is gone: a stale leader records nothing
                 continue  # the history moved under us (another term's update): read again
-        raise ElectionError(f"group {self._paths.group}: the term history kept changing under {_RETRIES} "
+        raise ElectionError(f"{self._paths.label}: the term history kept changing under {_RETRIES} "
                             "writes; skipped")

@@ -1,5 +1,5 @@
-"""Every znode path tenure uses (ARCHITECTURE.md "ZooKeeper layout"): a group's, a queue's registry, and
-election-node name parsing."""
+"""Every znode path tenure uses (ARCHITECTURE.md "ZooKeeper layout"): a group's and each of its queues', a topic's
+registry, and election-node name parsing."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from urllib.parse import quote, unquote
 
 from tenure.errors import ConfigError
 
-__all__ = ["NODE_MARK", "QUEUES", "GroupPaths", "QueuePaths", "node_sequence", "sort_nodes"]
+__all__ = ["MAX_QUEUES", "NODE_MARK", "QUEUES", "GroupPaths", "QueuePaths", "node_sequence", "sort_nodes"]
 
 ROOT = "/tenure"
 #: The queue registry (``election/_registry.py``). Group names start with a letter or digit, so ``_queues`` never
@@ -19,41 +19,59 @@ ROOT = "/tenure"
 QUEUES = f"{ROOT}/_queues"
 #: kazoo's Lock recipe naming: ``<guid>-n_<seq>``; the guid finds our node after a lost create reply.
 NODE_MARK = "-n_"
+#: The most queues a group may have: every replica stands in every queue's line, each line an election with a
+#: control thread and a liveness round-trip (``docs/concepts/queues.md`` says what they cost).
+MAX_QUEUES = 64
 _GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SEQ_RE = re.compile(r"-n_(-?\d{10})$")
 
 
 @dataclass(frozen=True)
 class GroupPaths:
-    """``/tenure/<group>/{election,commit,handover}`` for one consumer group."""
+    """A consumer group's znodes: those of one of its queues, and the group's own.
+
+    Each queue of the group (``queue`` of ``queues``) has its own election line, commit record, handover record,
+    handover request and term history: ``/tenure/<group>/{election,commit,handover,handover-request,history}`` in a
+    group of one queue (exactly the paths of a group from before queues, so it upgrades in place), and
+    ``/tenure/<group>/queues/<k>/…`` in a group of several. What belongs to the group — who is drained, what it is
+    bound to (``identity``), its members — is under ``/tenure/<group>`` whatever the count.
+
+    Example::
+
+        GroupPaths("orders").commit                          # '/tenure/orders/commit'
+        GroupPaths("orders", queue=2, queues=4).commit       # '/tenure/orders/queues/2/commit'
+        GroupPaths("orders", queues=4).of_queue(3).election  # '/tenure/orders/queues/3/election'
+        GroupPaths("orders", queue=2, queues=4).drained      # '/tenure/orders/drained'
+    """
 
     group: str
+    queue: int = 0
+    queues: int = 1
 
     def __post_init__(self) -> None:
         if not _GROUP_RE.match(self.group):
             raise ConfigError(f"group={self.group!r} is not a valid group name: use 1–128 letters, digits, "
                               "'_', '.' or '-', starting with a letter or digit")
+        if not 1 <= self.queues <= MAX_QUEUES:
+            raise ConfigError(f"queues={self.queues} is not a number of queues: use 1 to {MAX_QUEUES}")
+        if not 0 <= self.queue < self.queues:
+            raise ConfigError(f"queue={self.queue} is not a queue of a topic of {self.queues}: use 0 to "
+                              f"{self.queues - 1}")
+
+    def of_queue(self, queue: int) -> GroupPaths:
+        """The paths of queue ``queue`` of the same group."""
+        return GroupPaths(self.group, queue, self.queues)
+
+    @property
+    def label(self) -> str:
+        """How messages name what these paths are: ``group orders`` (one queue), ``group orders, queue 2``."""
+        return f"group {self.group}" if self.queues == 1 else f"group {self.group}, queue {self.queue}"
+
+    # -- the group's own ---------------------------------------------------------------------------------------
 
     @property
     def root(self) -> str:
         return f"{ROOT}/{self.group}"
-
-    @property
-    def election(self) -> str:
-        return f"{self.root}/election"
-
-    @property
-    def commit(self) -> str:
-        return f"{self.root}/commit"
-
-    @property
-    def handover(self) -> str:
-        return f"{self.root}/handover"
-
-    @property
-    def handover_request(self) -> str:
-        """An operator's request that the leader hand over (``tenure handover``, ``election/_handover_request.py``)."""
-        return f"{self.root}/handover-request"
 
     @property
     def drained(self) -> str:
@@ -64,14 +82,47 @@ class GroupPaths:
         return f"{self.drained}/{replica_id}"
 
     @property
-    def history(self) -> str:
-        """The last terms, for operators (``election/_history.py``)."""
-        return f"{self.root}/history"
+    def identity(self) -> str:
+        """What the group is bound to: its data root's and its queue's ids, its number of queues
+        (``election/_group_identity.py``)."""
+        return f"{self.root}/identity"
 
     @property
-    def identity(self) -> str:
-        """What the group is bound to: its data root's and its queue's ids (``election/_group_identity.py``)."""
-        return f"{self.root}/identity"
+    def members(self) -> str:
+        """The group's replicas that are ready to lead, one ephemeral child each (the balance's members)."""
+        return f"{self.root}/members"
+
+    def member_node(self, replica_id: str) -> str:
+        return f"{self.members}/{replica_id}"
+
+    # -- the queue's -------------------------------------------------------------------------------------------
+
+    @property
+    def queue_root(self) -> str:
+        """Where this queue's znodes live: the group's root in a group of one queue."""
+        return self.root if self.queues == 1 else f"{self.root}/queues/{self.queue}"
+
+    @property
+    def election(self) -> str:
+        return f"{self.queue_root}/election"
+
+    @property
+    def commit(self) -> str:
+        return f"{self.queue_root}/commit"
+
+    @property
+    def handover(self) -> str:
+        return f"{self.queue_root}/handover"
+
+    @property
+    def handover_request(self) -> str:
+        """An operator's request that the queue's leader hand over (``tenure handover``, ``election/_requests.py``)."""
+        return f"{self.queue_root}/handover-request"
+
+    @property
+    def history(self) -> str:
+        """The queue's last terms, for operators (``election/_history.py``)."""
+        return f"{self.queue_root}/history"
 
     def node(self, name: str) -> str:
         return f"{self.election}/{name}"

@@ -272,7 +272,7 @@ class Line:
                     self._orphans.append(node)
                     self._log.warning(RELEASE_INCOMPLETE, node=node, attempts=attempt, error=type(exc).__name__)
                     return ElectionError(
-                        f"group {self._paths.group}: could not delete election node {node} after {attempt} "
+                        f"{self._paths.label}: could not delete election node {node} after {attempt} "
                         f"attempts ({type(exc).__name__}); retrying in the background; it also goes when the "
                         "session ends (stop the client to end it)")
                 self._log.debug("release_retry", attempt=attempt, error=type(exc).__name__)

@@ -5,14 +5,15 @@ read, written and watched, here alone.
 ``tenure undrain`` deletes it; the replica watches its own node and leaves the election (handing over first when
 it leads) or joins again. It outlives the replica's process, so a restarted replica stays drained.
 
-``/tenure/<group>/handover-request`` — persistent; JSON ``{epoch, to, requested_at, expires_at}``. ``tenure
-handover`` creates it. Only the leader of ``epoch`` acts on it (a clean handover, then it rejoins at the back of
-the line). While it is live and names a target that is in the election, any other replica elected in a later term
-defers to the target: it leaves and rejoins at the back without inaugurating, so the target is elected next. The
-target, once inaugurated, deletes the request; once it has timed out everyone ignores it, so a target that died
+``/tenure/<group>/handover-request`` — persistent; JSON ``{epoch, to, requested_at, expires_at}``; in a group of several
+queues each queue has its own, ``/tenure/<group>/queues/<k>/handover-request`` (``GroupPaths``), which only that queue's
+terms read. ``tenure handover`` creates it. Only the leader of ``epoch`` acts on it (a clean handover, then it rejoins
+at the back of the line). While it is live and names a target that is in the election, any other replica elected in a
+later term defers to the target: it leaves and rejoins at the back without inaugurating, so the target is elected next.
+The target, once inaugurated, deletes the request; once it has timed out everyone ignores it, so a target that died
 cannot keep the group leaderless. A replica counts the timeout (``expires_at - requested_at``) on its own monotonic
-clock from when it first read the request (``career.lifecycle.HandoverRequests``): the requester's wall clock and
-the replica's may disagree.
+clock from when it first read the request (``career.lifecycle.HandoverRequests``): the requester's wall clock and the
+replica's may disagree.
 """
 
 from __future__ import annotations
@@ -94,7 +95,9 @@ class HandoverRequest:
 
 
 class OperatorRequests:
-    """One group's operators' requests: who is drained, whether a handover is asked — read, written, watched.
+    """One group's operators' requests: who is drained, whether a handover of one of its ``queues`` is asked — read,
+    written, watched. Drain requests are the group's; each queue has its own handover request (``queue``, 0 in a
+    group of one queue).
 
     The replica reads and watches them (the runner's ``RequestSource``); ``tenure drain``, ``undrain`` and
     ``handover`` write them, and ``tenure status`` lists the drained replicas. Every call is bounded by
@@ -110,10 +113,10 @@ class OperatorRequests:
     ZooKeeper fails.
     """
 
-    def __init__(self, client: ZooKeeperClient, group: str, *, credential: DigestCredential | None = None,
-                 timeout_s: float = 10.0) -> None:
+    def __init__(self, client: ZooKeeperClient, group: str, *, queues: int = 1,
+                 credential: DigestCredential | None = None, timeout_s: float = 10.0) -> None:
         self._client = client
-        self._paths = GroupPaths(group)
+        self._paths = GroupPaths(group, queues=queues)
         self._acl = credential.acls() if credential else None
         self._timeout_s = timeout_s
         self._watches: list[DataWatch] = []
@@ -131,8 +134,9 @@ class OperatorRequests:
         except NodeExistsError:
             self._client.set_async(path, data).get(timeout=self._timeout_s)
 
-    def _what(self, step: str) -> str:
-        return f"group {self._paths.group}: {step}"
+    def _what(self, step: str, queue: int | None = None) -> str:
+        label = self._paths.label if queue is None else self._paths.of_queue(queue).label
+        return f"{label}: {step}"
 
     # -- drain -------------------------------------------------------------------------------------------------
 
@@ -171,40 +175,44 @@ class OperatorRequests:
 
     # -- handover request --------------------------------------------------------------------------------------
 
-    def handover(self) -> HandoverRequest | None:
-        """The handover request now (one read); None when there is none or it is unreadable."""
-        with zookeeper_errors(self._what("reading the handover request")):
-            got = self._get(self._paths.handover_request)
+    def handover(self, queue: int = 0) -> HandoverRequest | None:
+        """Queue ``queue``'s handover request now (one read); None when there is none or it is unreadable."""
+        with zookeeper_errors(self._what("reading the handover request", queue)):
+            got = self._get(self._paths.of_queue(queue).handover_request)
         return None if got is None else HandoverRequest.decode(got[0])
 
-    def put_handover(self, request: HandoverRequest) -> None:
-        """Ask for a handover (replacing any earlier request)."""
-        with zookeeper_errors(self._what(f"requesting a handover of epoch {request.epoch}")):
-            self._put(self._paths.handover_request, request.encode())
+    def put_handover(self, request: HandoverRequest, queue: int = 0) -> None:
+        """Ask queue ``queue``'s leader for a handover (replacing any earlier request of that queue)."""
+        with zookeeper_errors(self._what(f"requesting a handover of epoch {request.epoch}", queue)):
+            self._put(self._paths.of_queue(queue).handover_request, request.encode())
 
-    def remove_handover(self, request: HandoverRequest) -> None:
-        """Remove ``request`` once granted; a newer request (or none) is left alone."""
-        with zookeeper_errors(self._what(f"removing the handover request of epoch {request.epoch}")):
-            got = self._get(self._paths.handover_request)
+    def remove_handover(self, request: HandoverRequest, queue: int = 0) -> None:
+        """Remove queue ``queue``'s ``request`` once granted; a newer request (or none) is left alone."""
+        path = self._paths.of_queue(queue).handover_request
+        with zookeeper_errors(self._what(f"removing the handover request of epoch {request.epoch}", queue)):
+            got = self._get(path)
             if got is None or HandoverRequest.decode(got[0]) != request:
                 return
             with contextlib.suppress(NoNodeError, BadVersionError):  # gone already, or replaced by a newer request
-                self._client.delete_async(self._paths.handover_request, version=got[1]).get(timeout=self._timeout_s)
+                self._client.delete_async(path, version=got[1]).get(timeout=self._timeout_s)
 
     # -- watches -----------------------------------------------------------------------------------------------
 
     def watch(self, replica_id: str, on_drain: Callable[[DrainRequest | None], None],
-              on_handover: Callable[[HandoverRequest | None], None]) -> None:
-        """Call ``on_drain`` with ``replica_id``'s drain request and ``on_handover`` with the group's handover
+              on_handover: Callable[[int, HandoverRequest | None], None]) -> None:
+        """Call ``on_drain`` with ``replica_id``'s drain request and ``on_handover`` with each queue and its handover
         request (None when there is none) at once, then on every change, across reconnects. Both are called from
         kazoo's thread: they must only enqueue. Hazard: kazoo's ``DataWatch`` retries its first read until
         ZooKeeper answers, so while the ensemble is unreachable this call waits for it."""
         def drain_changed(data: bytes | None, stat: ZnodeStat | None) -> None:
             on_drain(None if stat is None else DrainRequest.decode(replica_id, data))
 
-        def handover_changed(data: bytes | None, stat: ZnodeStat | None) -> None:
-            on_handover(None if stat is None else HandoverRequest.decode(data))
+        def handover_changed(queue: int) -> Callable[[bytes | None, ZnodeStat | None], None]:
+            def changed(data: bytes | None, stat: ZnodeStat | None) -> None:
+                on_handover(queue, None if stat is None else HandoverRequest.decode(data))
+            return changed
 
         with zookeeper_errors(self._what("watching the operators' requests")):
-            self._watches = [DataWatch(self._client, self._paths.drained_node(replica_id), drain_changed),
-                             DataWatch(self._client, self._paths.handover_request, handover_changed)]
+            self._watches = [DataWatch(self._client, self._paths.drained_node(replica_id), drain_changed)]
+            self._watches += [DataWatch(self._client, self._paths.of_queue(queue).handover_request,
+                                        handover_changed(queue)) for queue in range(self._paths.queues)]

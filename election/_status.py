@@ -81,16 +81,18 @@ class GroupStatus:
 _STATUS_TERMS = 5
 
 
-def read_commit(client: ZooKeeperClient, group: str, *,
+def read_commit(client: ZooKeeperClient, group: str, *, queue: int = 0, queues: int = 1,
                 timeout_s: float = 10.0) -> tuple[dict[str, Any] | None, int | None]:
-    """The group's commit record as stored (``None`` before its first commit) and its znode version (``None`` when
-    the node is missing); a plain read, for operators (a term reads it through its ``Fence``).
+    """The commit record of queue ``queue`` of ``group``, a group of ``queues``, as stored (``None`` before its first
+    commit) and its znode version (``None`` when the node is missing); a plain read, for operators (a term reads it
+    through its ``Fence``).
 
     Raises:
         ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed, or the node holds no JSON object.
     """
-    path = GroupPaths(group).commit
-    with zookeeper_errors(f"group {group}: reading the commit record"):
+    paths = GroupPaths(group, queue, queues)
+    path = paths.commit
+    with zookeeper_errors(f"{paths.label}: reading the commit record"):
         try:
             raw, stat = client.get_async(path).get(timeout=timeout_s)
         except NoNodeError:
@@ -98,18 +100,20 @@ def read_commit(client: ZooKeeperClient, group: str, *,
     try:
         return parse_record(raw), int(stat.version)
     except ValueError as exc:
-        raise ElectionError(f"group {group}: {path} holds no commit record ({exc}): it was written by something "
+        raise ElectionError(f"{paths.label}: {path} holds no commit record ({exc}): it was written by something "
                             "other than tenure; check --zk and --group") from exc
 
 
-def read_contenders(client: ZooKeeperClient, group: str, *, timeout_s: float = 10.0) -> list[Contender]:
-    """The group's contenders in line order, the leader first (nodes that vanish while being read are left out).
+def read_contenders(client: ZooKeeperClient, group: str, *, queue: int = 0, queues: int = 1,
+                    timeout_s: float = 10.0) -> list[Contender]:
+    """The contenders in the line of queue ``queue`` of ``group``, a group of ``queues``, in line order, the leader
+    first (nodes that vanish while being read are left out).
 
     Raises:
         ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed (``zookeeper_errors``).
     """
-    paths = GroupPaths(group)
-    with zookeeper_errors(f"group {group}: reading the line of contenders"):
+    paths = GroupPaths(group, queue, queues)
+    with zookeeper_errors(f"{paths.label}: reading the line of contenders"):
         try:
             names = sort_nodes(client.get_children_async(paths.election).get(timeout=timeout_s))
         except NoNodeError:
@@ -127,12 +131,15 @@ def read_contenders(client: ZooKeeperClient, group: str, *, timeout_s: float = 1
         return contenders
 
 
-def group_status(client: ZooKeeperClient, group: str, *, timeout_s: float = 10.0) -> GroupStatus:
-    """Read the group's contenders (in line order), commit and handover records, last terms and drained replicas.
+def group_status(client: ZooKeeperClient, group: str, *, queue: int = 0, queues: int = 1,
+                 timeout_s: float = 10.0) -> GroupStatus:
+    """Read one queue's contenders (in line order), commit and handover records and last terms, and the group's
+    drained replicas.
 
     Args:
         client: a started client (read access to the group's znodes is enough).
         group: the consumer group.
+        queue, queues: the queue to read, of the group's number of queues (default: a group's one queue).
         timeout_s: the bound on each ZooKeeper read.
 
     Nodes that vanish while being read are left out: the answer is a snapshot, not a lock.
@@ -140,10 +147,11 @@ def group_status(client: ZooKeeperClient, group: str, *, timeout_s: float = 10.0
     Raises:
         ZooKeeperUnavailable, ZooKeeperDenied, ElectionError: ZooKeeper failed (``zookeeper_errors``).
     """
-    contenders = read_contenders(client, group, timeout_s=timeout_s)
-    commit, commit_version = read_commit(client, group, timeout_s=timeout_s)
+    where: dict[str, Any] = {"queue": queue, "queues": queues, "timeout_s": timeout_s}
+    contenders = read_contenders(client, group, **where)
+    commit, commit_version = read_commit(client, group, **where)
     return GroupStatus(leader=contenders[0] if contenders else None, contenders=contenders, commit=commit,
-                       handover=read_handover(client, group, timeout_s=timeout_s), group=group,
+                       handover=read_handover(client, group, **where), group=group,
                        commit_version=commit_version,
-                       history=read_history(client, group, timeout_s=timeout_s)[-_STATUS_TERMS:],
+                       history=read_history(client, group, **where)[-_STATUS_TERMS:],
                        drained=OperatorRequests(client, group, timeout_s=timeout_s).drains())

@@ -79,7 +79,8 @@ class Replica(ReplicaProcess):
         return http_get(f"http://127.0.0.1:{self.port}{path}")
 
     def is_leader(self) -> bool:
-        return self.metrics().get("tenure_is_leader") == 1.0
+        """Whether it leads (a queue of its group, when it has several)."""
+        return self.status().leader
 
     def log_events(self) -> list[dict[str, Any]]:
         """The JSON log events written so far (non-JSON lines, e.g. from the JVM, are skipped)."""

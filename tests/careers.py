@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
-from tenure.career import CareerObserver, Outcome
+from tenure.career import Career, CareerContext, CareerObserver, Careers, Outcome, counter_careers, counter_path
 from tenure.career._counter import CounterCareer
 from tenure.errors import Unresponsive
 
@@ -83,11 +84,15 @@ class _HungBatch(CounterCareer):
     and input waits, then does no more work (as a Spark batch hung in user code does, on a thread of its own),
     while its control loop comes round as usual."""
 
-    def __init__(self, config: Any, observer: CareerObserver) -> None:
-        super().__init__(config.data_root / "counter.log", interval_s=config.counter.counter_interval_s,
+    def __init__(self, config: Any, observer: CareerObserver, path: Path | None = None) -> None:
+        super().__init__(path or config.data_root / "counter.log", interval_s=config.counter.counter_interval_s,
                          observer=observer)
         self._reporter = observer
         self._began = False
+
+    def inaugurate(self, ctx: CareerContext) -> None:
+        super().inaugurate(ctx)
+        self._began = False  # each term's first batch hangs again
 
     def execute(self) -> bool:
         if not self._began:
@@ -100,3 +105,16 @@ class _HungBatch(CounterCareer):
 def hangs_in_a_batch(config: Any, observer: CareerObserver) -> CounterCareer:
     """A career whose batch hangs from its first term on, input waiting (see ``_HungBatch``)."""
     return _HungBatch(config, observer)
+
+
+def hangs_in_queue_1(config: Any, observer: CareerObserver) -> Careers:
+    """Counters of every queue of the group, queue 1's batches hanging from its first term on while input waits (see
+    ``_HungBatch``); the others count as usual (``tenure.career.counter_careers``)."""
+    counters = counter_careers(config.data_root, config.queues, config.counter, config.health)
+
+    def career_of(queue: int, queue_observer: CareerObserver) -> Career:
+        if queue == 1:
+            return _HungBatch(config, queue_observer, counter_path(config.data_root, queue, config.queues))
+        return counters.career_of(queue, queue_observer)
+
+    return Careers(counters.standby, career_of)

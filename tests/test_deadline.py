@@ -136,26 +136,26 @@ def test_progress_owed_only_while_leading_with_input_waiting() -> None:
     records on; a batch whose row calls all timed out is no progress, and input stops waiting once drained."""
     clock = _Clock()
     progress = _progress(clock)
-    progress.backlog(3)
+    progress.queue(0).backlog(3)
     clock.now += 50
     assert progress.view().stalled_for() == 0.0, "a follower owes nothing"
     progress.working(True, new_term=True)
     clock.now += 10
     assert progress.view().stalled_for() == 10.0
-    progress.batch_started(4)
+    progress.queue(0).batch_started(4)
     assert progress.view().in_flight == 4
     clock.now += 5
-    progress.batch_finished("committed", 5.0, {"written": 10})
+    progress.queue(0).batch_finished("committed", 5.0, {"written": 10})
     assert progress.view().stalled_for() == 0.0 and progress.view().first_batch_done
     clock.now += 20
-    progress.batch_finished("committed", 1.0, {"retried": 10}, progressed=False)
+    progress.queue(0).batch_finished("committed", 1.0, {"retried": 10}, progressed=False)
     clock.now += 20
     assert progress.view().stalled_for() == 40.0, "a batch that moved nothing on is no progress"
-    progress.backlog(0)
+    progress.queue(0).backlog(0)
     clock.now += 100
     assert progress.view().stalled_for() == 140.0, "records stuck in the retry store still owe progress"
-    progress.batch_finished("committed", 1.0, {"written": 10})
-    progress.backlog(0)
+    progress.queue(0).batch_finished("committed", 1.0, {"written": 10})
+    progress.queue(0).backlog(0)
     clock.now += 500
     assert progress.view().stalled_for() == 0.0, "an idle leader with nothing waiting owes nothing"
 

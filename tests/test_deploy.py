@@ -64,6 +64,7 @@ EXPORTED_METRICS = frozenset(
         "tenure_control_loop_age_seconds",
         "tenure_progress_age_seconds",
         "tenure_stalls_total",
+        "tenure_queues_led",
         "tenure_row_timeouts_total",
     }
 )

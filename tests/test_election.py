@@ -569,3 +569,109 @@ def test_acl_without_world_read_hides_the_group(zk_hosts: str, zk_group: str) ->
         finally:
             stranger.stop()
             stranger.close()
+
+
+# ---------------------------------------------------------------- a group of several queues: a line per queue
+
+@pytest.mark.parametrize(("queue", "queues", "election", "commit"), [
+    pytest.param(0, 1, "/tenure/g/election", "/tenure/g/commit", id="one queue: the paths from before queues"),
+    pytest.param(0, 4, "/tenure/g/queues/0/election", "/tenure/g/queues/0/commit", id="queue 0 of 4"),
+    pytest.param(3, 4, "/tenure/g/queues/3/election", "/tenure/g/queues/3/commit", id="queue 3 of 4"),
+])
+def test_each_queue_has_its_paths_and_the_group_keeps_its_own(queue: int, queues: int, election: str,
+                                                              commit: str) -> None:
+    """A queue's election line, commit, handover, handover request and history are its own (a group of one queue
+    keeps today's paths); drained, identity and members are the group's, whatever the count."""
+    paths = GroupPaths("g", queue, queues)
+    root = election.rsplit("/", 1)[0]
+    assert (paths.election, paths.commit) == (election, commit)
+    assert (paths.handover, paths.handover_request, paths.history) == (
+        f"{root}/handover", f"{root}/handover-request", f"{root}/history")
+    assert (paths.drained, paths.identity, paths.members) == ("/tenure/g/drained", "/tenure/g/identity",
+                                                               "/tenure/g/members")
+    assert GroupPaths("g", queues=queues).of_queue(queue) == paths
+
+
+@pytest.mark.parametrize(("queue", "queues", "message"), [
+    pytest.param(0, 0, "queues=0 is not a number of queues", id="no queues"),
+    pytest.param(0, 65, "queues=65 is not a number of queues: use 1 to 64", id="too many"),
+    pytest.param(4, 4, "queue=4 is not a queue of a topic of 4: use 0 to 3", id="past the last"),
+])
+def test_queue_paths_refuse_what_is_not_a_queue(queue: int, queues: int, message: str) -> None:
+    """A count outside 1–64, or a queue outside the count, is refused naming the value and the range."""
+    with pytest.raises(ConfigError, match=message):
+        GroupPaths("g", queue, queues)
+
+
+def _queue_elections(hosts: str, group: str, name: str, queues: int) -> tuple[KazooClient, list[Election],
+                                                                               list[Recorder]]:
+    """One replica's elections of every queue of ``group``, all on one new client (one session)."""
+    client = new_client(hosts)
+    recorders = [Recorder() for _ in range(queues)]
+    elections = [Election(client, group=group, queue=q, queues=queues, identity=Identity.local(name),
+                          on_event=recorders[q]) for q in range(queues)]
+    for election in elections:
+        election.start()
+    return client, elections, recorders
+
+
+@pytest.fixture()
+def queue_replicas(zk_hosts: str, zk_group: str) -> Iterator[Callable[[str, int], tuple[KazooClient, list[Election],
+                                                                                         list[Recorder]]]]:
+    """Makes one replica's elections of every queue on one client; closes them all and stops each client after."""
+    made: list[tuple[KazooClient, list[Election], list[Recorder]]] = []
+
+    def make(name: str, queues: int) -> tuple[KazooClient, list[Election], list[Recorder]]:
+        made.append(_queue_elections(zk_hosts, zk_group, name, queues))
+        return made[-1]
+
+    yield make
+    for client, elections, _ in made:
+        for election in elections:
+            with contextlib.suppress(Exception):  # a session expired on purpose may fail the release
+                election.close(timeout_s=2.0)
+        client.stop()
+        client.close()
+
+
+def test_one_session_leads_several_queues_each_with_its_own_line_and_epoch(
+        queue_replicas: Callable[[str, int], tuple[KazooClient, list[Election], list[Recorder]]],
+        zk_client: KazooClient, zk_group: str) -> None:
+    """Three queues' elections on one client: each queue's line is its own, each elects the replica that joined it
+    first, each term's epoch is its own node's czxid (three distinct epochs), each event names its queue, and the
+    second replica's elections follow in each line."""
+    _client, first, first_events = queue_replicas("r1", 3)
+    elected = [recorder.wait_for(Elected, 10)[1] for recorder in first_events]
+    _client2, second, second_events = queue_replicas("r2", 3)
+    following = [recorder.wait_for(Following, 10)[1] for recorder in second_events]
+    assert [e.queue for e in elected] == [f.queue for f in following] == [0, 1, 2]
+    assert [f.leader_replica for f in following] == ["r1"] * 3
+    for q, election in enumerate(first):
+        node = election.node
+        assert node is not None and node.startswith(f"/tenure/{zk_group}/queues/{q}/election/")
+        assert elected[q].epoch == election.epoch == zk_client.get(node)[1].czxid
+        assert len(zk_client.get_children(GroupPaths(zk_group, q, 3).election)) == 2
+    assert len({e.epoch for e in elected}) == 3
+    assert not zk_client.exists(f"/tenure/{zk_group}/election"), "a group of several queues has no group-wide line"
+    assert all(not e.is_leader() for e in second)
+
+
+def test_a_lost_session_revokes_every_queue_at_once_and_each_line_elects_the_next(
+        queue_replicas: Callable[[str, int], tuple[KazooClient, list[Election], list[Recorder]]],
+        zk_hosts: str) -> None:
+    """The session that leads three queues expires: each of its three elections is revoked ("session lost", once),
+    and the replica next in each line is elected within the session timeout and a second, each in a term of its
+    own queue with a higher epoch."""
+    client, _first, first_events = queue_replicas("r1", 3)
+    old = [recorder.wait_for(Elected, 10)[1] for recorder in first_events]
+    _client2, _second, second_events = queue_replicas("r2", 3)
+    for recorder in second_events:
+        recorder.wait_for(Following, 10)
+    expired_at = time.monotonic()
+    expire_session(zk_hosts, client)
+    revoked = [recorder.wait_for(Revoked, 10)[1] for recorder in first_events]
+    assert [(r.queue, r.epoch, r.reason) for r in revoked] == [(q, old[q].epoch, "session lost") for q in range(3)]
+    taken = [recorder.wait_for(Elected, SESSION_TIMEOUT_S + 1) for recorder in second_events]
+    assert all(at - expired_at < SESSION_TIMEOUT_S + 1 for at, _ in taken), [at - expired_at for at, _ in taken]
+    assert [(e.queue, e.epoch > old[e.queue].epoch) for _, e in taken] == [(0, True), (1, True), (2, True)]
+    assert all(len(recorder.of(Revoked)) == 1 for recorder in first_events)

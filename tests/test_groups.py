@@ -229,8 +229,8 @@ def test_one_queue_folder_reached_by_two_paths_is_one_queue_to_the_registry(
 def test_produce_writes_the_topic_and_verify_audits_only_the_groups_data(zk_hosts: str, zk_client: KazooClient,
                                                                           zk_group: str, tmp_path: Path) -> None:
     """`tenure produce` writes the queue's `_topic.json` once (a later run keeps its id); `tenure verify --zk
-    --group` refuses, in one line naming both, a data root the group is not bound to; a topic of several queues
-    is refused by produce and verify alike, naming the file."""
+    --group` refuses, in one line naming both, a data root the group is not bound to; a number of queues other than
+    the topic's is refused by produce and verify alike, naming both and the file."""
     root = tmp_path / "data"
     topics = []
     for _ in range(2):
@@ -245,7 +245,8 @@ def test_produce_writes_the_topic_and_verify_audits_only_the_groups_data(zk_host
     assert f"works on data root (none: no _data_root.json) ({root.resolve()})" in line, line
     (root / "_topic.json").write_text(json.dumps({"topic_id": topic["topic_id"], "queues": 2}))
     for args in (("produce", "--data-root", str(root), "--records", "1"), ("verify", "--data-root", str(root))):
-        assert f"{root / '_topic.json'} says the topic has queues=2" in one_error(tenure(*args))
+        line = one_error(tenure(*args, "--queues", "1"))
+        assert f"--queues 1 does not match the topic at {root}, which has 2 queues ({root / '_topic.json'})" in line
 
 
 # --------------------------------------------------------------------------------------------- marks

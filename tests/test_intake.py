@@ -335,7 +335,8 @@ def test_a_poison_batch_holding_a_folder_is_set_aside_all_the_same(
     observer = Recorder()
     career = SparkCareer(make_config(root), observer, replica_id="r1")
     with leadership(zk_client, zk_group, "r1") as (_, ctx):
-        career.inaugurate(dataclasses.replace(ctx, set_aside=FailedBatch(0, 3, "ValueError: poison", split_failed=True)))
+        poison = FailedBatch(0, 3, "ValueError: poison", split_failed=True)
+        career.inaugurate(dataclasses.replace(ctx, set_aside=poison))
         run_until(career, lambda: "set_aside" in observer.outcomes() and not any(landing.iterdir()))
         _put(landing, "b.jsonl", [line("b", 1)])
         run_until(career, lambda: observer.total("written") == 1 and not any(landing.iterdir()))

@@ -41,6 +41,13 @@ def _part(folder: Path, batch: int, rows: int, part: int = 0, extra: dict[str, p
     return path
 
 
+@contextlib.contextmanager
+def own_handle(folder: Path) -> Iterator[DeltaTable]:
+    """A fresh handle on the table, for ``tenure.career.output._open``: each writer a process with its own, not the
+    one a process shares between its threads."""
+    yield DeltaTable(str(folder))
+
+
 def _ids(folder: Path) -> list[str]:
     """What a Delta reader sees: the newest snapshot's files, read with pyarrow."""
     tables = [pq.read_table(folder / name) for name in sorted(snapshot_files(folder))]
@@ -114,10 +121,6 @@ def test_two_replicas_racing_on_one_batch_make_one_version(tmp_path: Path) -> No
             results.append(publish_batch(table, 1, epoch=7, replica_id=replica))
         except BaseException as exc:
             errors.append(exc)
-
-    @contextlib.contextmanager
-    def own_handle(folder: Path) -> Iterator[DeltaTable]:
-        yield DeltaTable(str(folder))  # each replica is a process with its own handle on the table
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DeltaTable, "create_write_transaction", slow)

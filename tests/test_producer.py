@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from tenure.career.queue import classify_line
+from tenure.career.queue import QueueLayout, classify_line, queue_of
 from tenure.service.local import wait_for
 from tenure.service.ops._produce import (
     BAD_CLASSES,
@@ -30,6 +30,7 @@ from tenure.service.ops._produce import (
     write_lines,
 )
 from tenure.service.ops._verify import iter_queue_files, verify
+from tests._replicas import tenure
 
 FAST = WriteRetry(max_attempts=4, initial_backoff_s=0.01, max_backoff_s=0.05)
 
@@ -456,3 +457,56 @@ def test_progress_bar_on_a_tty(tmp_path: Path) -> None:
     summary = produce(tmp_path, records=3000, keys=3, seed=1, progress=None, stream=out)
     assert summary.records == 3000
     assert out.getvalue()  # rich drew (and then cleared) the bar
+
+
+# -- a topic of several queues -------------------------------------------------------------------------------
+
+
+def test_records_go_to_their_keys_queue_one_file_per_queue_per_flush(tmp_path: Path) -> None:
+    """In a topic of three queues each record lands in its key's queue's landing/, a flush writes one file per queue
+    that has lines (names unique across the queues), a raw line goes by its key or to queue 0 without one, and an
+    explicit queue or an empty file goes where it is told."""
+    with Producer(tmp_path, queues=3, autoflush=False) as producer:
+        for i in range(30):
+            producer.send(_record(i, key=f"key-{i % 7}"))
+        producer.send_raw(b"not json")
+        producer.flush()
+        assert producer.queues == 3 and producer.landings == [tmp_path / "queues" / str(k) / "landing"
+                                                                for k in range(3)]
+        producer.write_file([], queue=2)
+    assert json.loads((tmp_path / "_topic.json").read_text())["queues"] == 3
+    names: list[str] = []
+    for k, landing in enumerate(producer.landings):
+        files = _visible(landing)
+        names += [p.name for p in files]
+        assert len([p for p in files if p.stat().st_size]) == 1, f"queue {k}: one file per flush"
+        for line in (line for p in files for line in p.read_bytes().splitlines()):
+            record, _ = classify_line(line)
+            assert (record is None and k == 0) or queue_of(record["key"], 3) == k  # type: ignore[index]
+    assert len(names) == len(set(names)) == 4  # three queues' flushes and the empty file of queue 2
+    with pytest.raises(ValueError, match="no string key"):
+        Producer(tmp_path, autoflush=False).send({"id": "x", "seq": 1})
+    with pytest.raises(ValueError, match="not one of the topic's 3 queues"):
+        Producer(tmp_path, autoflush=False).send_raw(b"x", queue=3)
+
+
+def test_produce_routes_misroutes_on_request_and_refuses_another_number_of_queues(tmp_path: Path) -> None:
+    """`produce --queues 3 --misroute F` sends each record to its key's queue but about F of them to another (each a
+    wrong_queue line there, its repeats too); a later run without --queues writes to the topic's three; --queues 2
+    is refused naming both numbers and the file; --misroute on a topic of one queue is refused."""
+    summary = produce(tmp_path, records=600, keys=9, duplicates=0.1, misroute=0.1, queues=3, seed=7, progress=False)
+    assert summary.queues == 3 and 30 < summary.misrouted < 100
+    found = {"good": 0, "wrong_queue": 0}
+    for k in range(3):
+        for path in iter_queue_files(QueueLayout(tmp_path, k, 3)):
+            for line in path.read_bytes().splitlines():
+                record, reason = classify_line(line, queue=k, queues=3)
+                found["good" if record is not None else str(reason)] += 1
+    assert found["wrong_queue"] >= summary.misrouted
+    assert found["good"] + found["wrong_queue"] == summary.records + summary.duplicates
+    assert produce(tmp_path, records=10, keys=2, seed=8, progress=False).queues == 3
+    done = tenure("produce", "--data-root", str(tmp_path), "--records", "1", "--queues", "2")
+    assert done.returncode == 2 and "--queues 2 does not match the topic" in done.stderr, done.stderr
+    assert f"which has 3 queues ({tmp_path / '_topic.json'})" in done.stderr
+    with pytest.raises(ValueError, match=r"misroute=0\.1 needs a topic of several queues"):
+        produce(tmp_path / "one", records=1, keys=1, misroute=0.1, progress=False)

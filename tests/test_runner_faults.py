@@ -31,9 +31,10 @@ from tenure.career.lifecycle import (
     INAUGURATION_ABANDONED,
     RUNNER_STATE,
     STALE_ELECTED_IGNORED,
+    ReplicaState,
     Runner,
     RunnerSettings,
-    RunnerState,
+    SeatState,
 )
 from tenure.election import (
     Elected,
@@ -144,7 +145,7 @@ class _Harness:
 
     def leading(self) -> bool:
         assert not self.died(), f"the runner died: {self.outcome[0]!r}"
-        return self.runner.state is RunnerState.LEADING
+        return self.runner.seat_state() is SeatState.LEADING
 
     def events(self, name: str) -> list[MutableMapping[str, Any]]:
         return [e for e in list(self.logs) if e.get("event") == name]
@@ -176,7 +177,7 @@ def harness(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[Callable[.
         gate = _Gate(is_open=gate_open)
         elections: list[_FlakyElection] = []
 
-        def election_factory(post: Callable[[ElectionEvent], None]) -> Election:
+        def election_factory(_queue: int, post: Callable[[ElectionEvent], None]) -> Election:
             gate.post = post
             election = _FlakyElection(client, group=zk_group, identity=Identity.local("r1"), on_event=gate,
                                       session_timeout_s=SESSION_S, op_timeout_s=SESSION_S / 2)
@@ -188,14 +189,14 @@ def harness(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[Callable[.
         metrics = Metrics(CollectorRegistry(), replica_id="r1", group=zk_group, default_collectors=False)
         counter_log = tmp_path / "counter.log"
         progress = ProgressClock(metrics)
-        career = _RecordingCounter(counter_log, progress)
-        runner, _control = build_runner(election_factory, career, metrics,
+        career = _RecordingCounter(counter_log, progress.queue(0))
+        runner, _control = build_runner(election_factory, career, [career], metrics,
                                         RunnerSettings(replica_id="r1", handover_timeout_s=2.0, idle_backoff_s=0.02,
                                                        failure_backoff_s=0.5, tick_s=0.05,
                                                        set_aside_after_s=set_aside_after_s),
                                         watchdog=WatchdogSettings(), progress=progress,
                                         requests=OperatorRequests(client, zk_group, timeout_s=SESSION_S / 2),
-                                        history=TermHistory(client, zk_group, timeout_s=SESSION_S / 2))
+                                        histories=[TermHistory(client, zk_group, timeout_s=SESSION_S / 2)])
         outcome: list[object] = []
 
         def run() -> None:
@@ -350,7 +351,7 @@ def test_a_batch_failing_while_the_storage_is_down_counts_no_attempt(
     wait_for(h.leading, 20, "the runner to lead")
     h.career.sick = "data root /srv has 3 MiB free, below the 512 MiB minimum (--min-free-disk-mb)"
     h.career.poison = BatchFailed(7, "batch 7 failed: OSError: No space left on device")
-    wait_for(lambda: h.runner.state is RunnerState.UNHEALTHY, 20, "the runner to leave the election")
+    wait_for(lambda: h.runner.state is ReplicaState.UNHEALTHY, 20, "the runner to leave the election")
     assert not h.events(BATCH_ATTEMPT_FAILED) and not h.events(BACKING_OFF)
     assert _failed_batch(zk_client, zk_group) is None
     h.career.poison = h.career.sick = None
@@ -370,7 +371,7 @@ def test_elected_while_spark_cannot_start_gives_the_lock_back_and_rejoins_when_h
     wait_for(lambda: bool(h.events(INAUGURATION_ABANDONED)), 20, "the inauguration to be abandoned")
     abandoned = h.events(INAUGURATION_ABANDONED)[0]
     assert "starting Spark did not answer" in abandoned["reason"]
-    assert any(e.get("new") == RunnerState.UNHEALTHY.value for e in h.events(RUNNER_STATE))
+    assert any(e.get("new") == ReplicaState.UNHEALTHY.value for e in h.events(RUNNER_STATE))
     wait_for(h.leading, 20, "the runner to rejoin and lead once healthy")
     assert h.career.contexts[-1].epoch > abandoned["epoch"], "it leads on a new node, the first was given back"
     assert not h.events(CAREER_FAILED) and not h.events(BACKING_OFF)

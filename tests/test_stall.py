@@ -19,7 +19,7 @@ import pytest
 from kazoo.client import KazooClient
 from prometheus_client import CollectorRegistry
 
-from tenure.career.lifecycle import HANDING_OVER, LEADERSHIP_SUSPENDED, LEFT_ELECTION, STALLED, StallReason
+from tenure.career.lifecycle import HANDING_OVER, LEADERSHIP_SUSPENDED, LEFT_ELECTION, STALLED, Stall, StallReason
 from tenure.election import GroupPaths, read_history
 from tenure.service.local import wait_for
 from tenure.service.ops._status import fetch_status, format_status_table
@@ -27,7 +27,7 @@ from tenure.service.replica import ReplicaSpec
 from tenure.service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
 from tenure.service.replica._metrics import Metrics
 from tenure.service.replica._progress import ProgressClock, ProgressView
-from tenure.service.replica._watchdog import WatchdogSettings, find_stall, loop_live
+from tenure.service.replica._watchdog import Watchdog, WatchdogSettings, find_stall, loop_live
 from tests._flaky_link import flaky_link
 from tests._replicas import (
     REPO,
@@ -103,8 +103,8 @@ def test_the_progress_owed_stands_still_while_paused_and_goes_on_after() -> None
     now = [100.0]
     progress = ProgressClock(Metrics(CollectorRegistry(), replica_id="r1", group="g"), clock=lambda: now[0])
     progress.working(True, new_term=True)
-    progress.backlog(1)
-    progress.batch_started(1)
+    progress.queue(0).backlog(1)
+    progress.queue(0).batch_started(1)
     for i in range(10):  # 10 × (3 s working, 5 s paused)
         now[0] += 3.0
         progress.working(False, paused=True)
@@ -113,11 +113,49 @@ def test_the_progress_owed_stands_still_while_paused_and_goes_on_after() -> None
         progress.working(True)
     assert progress.view().stalled_for() == pytest.approx(30.0)
     now[0] += 1.0
-    progress.batch_finished("committed", 1.0, {})
+    progress.queue(0).batch_finished("committed", 1.0, {})
     now[0] += 2.0
     assert progress.view().stalled_for() == pytest.approx(2.0)
     progress.working(False)
     assert progress.view().stalled_for() == 0.0
+
+
+def test_a_queues_stall_is_revoked_alone_and_is_the_replicas_only_when_it_outlasts_the_liveness_timeout() -> None:
+    """Two queues, queue 1's batch stuck: past the stall timeout the watchdog hands queue 1's stall to ``revoke``,
+    once, and reports no stall of the replica while queue 0 progresses; still stalled a liveness timeout after that
+    (the term never ended), it is the replica's stall, naming queue 1. A queue whose term ended owes nothing, so its
+    next stall is revoked anew."""
+    now = [100.0]
+    metrics = Metrics(CollectorRegistry(), replica_id="r1", group="g", queues=2, default_collectors=False)
+    progress = ProgressClock(metrics, clock=lambda: now[0])
+    revoked: list[Stall] = []
+    limits = WatchdogSettings(liveness_timeout_s=30.0, stall_timeout_s=10.0, first_batch_allowance_s=0.0)
+    watchdog = Watchdog(progress, limits, on_stall=lambda _stall: None, revoke=revoked.append, clock=lambda: now[0])
+
+    def seconds(n: int) -> Stall | None:
+        stall = None
+        for _ in range(n):
+            now[0] += 1.0
+            progress.tick()
+            progress.queue(0).batch_finished("committed", 0.1, {"written": 1})
+            stall = watchdog.check() or stall
+        return stall
+
+    for q in (0, 1):
+        progress.working(True, new_term=True, queue=q)
+        progress.queue(q).backlog(1)
+    progress.queue(1).batch_started(4)
+    assert seconds(10) is None and revoked == []
+    assert seconds(1) is None
+    assert [(s.queue, s.batch_id, s.reason) for s in revoked] == [(1, 4, StallReason.NO_PROGRESS)]
+    assert seconds(30) is None and len(revoked) == 1, "handed over once, and not the replica's yet"
+    stall = seconds(1)
+    assert stall is not None and stall.queue == 1 and "not revoked within the liveness timeout" in stall.detail
+    progress.working(False, queue=1)  # the term ended after all
+    assert seconds(1) is None
+    progress.working(True, new_term=True, queue=1)
+    progress.queue(1).batch_started(5)
+    assert seconds(11) is None and [s.batch_id for s in revoked] == [4, 5]
 
 
 #: Short watchdog limits for the counter replicas here.

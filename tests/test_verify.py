@@ -16,9 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 from kazoo.client import KazooClient
 
-from tenure.career.queue import REASONS, classify_line
+from tenure.career.output import QueueOutput, publish_batch
+from tenure.career.queue import REASONS, QueueLayout, classify_line
 from tenure.election import GroupPaths
-from tenure.service.ops import VERIFIED, write_lines
+from tenure.errors import ConfigError
+from tenure.service.ops import VERIFIED, produce, write_lines
 from tenure.service.ops._verify import (
     CONTENT_FIELDS,
     LATE_REASON,
@@ -113,7 +115,7 @@ def test_reasons_are_unique_and_cover_each_class() -> None:
     """REASONS lists each reason once, with one missing_field and bad_type entry per field."""
     assert len(REASONS) == len(set(REASONS))
     assert {r.split(":")[0] for r in REASONS} == {
-        "bad_json", "not_object", "missing_field", "bad_type", "oversized", "not_utf8", "empty_line"}
+        "bad_json", "not_object", "missing_field", "bad_type", "oversized", "not_utf8", "empty_line", "wrong_queue"}
     assert "bad_type:payload" not in REASONS  # payload is any JSON
 
 
@@ -475,12 +477,13 @@ def test_cli_refuses_a_data_root_that_does_not_exist(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("layout", "queue", "message"), [
     ("file", False, "is not a directory: check --data-root"),
-    ("no_layout", False, "is not a data root (no landing/, archive/ or table/ in it): check --data-root"),
+    ("no_layout", False, "is not a data root (no landing/, archive/, queues/ or table/ in it): check --data-root"),
     ("queue_missing", True, "queue dir {queue} does not exist: check --queue-dir"),
-    ("queue_without_folders", True, "is not a queue (no landing/ or archive/ in it): check --queue-dir"),
+    ("queue_without_folders", True, "is not a queue (no landing/, archive/ or queues/ in it): check --queue-dir"),
 ], ids=["file", "no_layout", "queue_missing", "queue_without_folders"])
 def test_not_a_data_root_is_a_clear_error(tmp_path: Path, layout: str, queue: bool, message: str) -> None:
-    """A file, a folder with none of landing/, archive/, table/, or a queue dir without a queue is refused."""
+    """A file, a folder with none of landing/, archive/, queues/, table/, or a queue dir without a queue is
+    refused."""
     root = tmp_path / "root"
     queue_dir = tmp_path / "queue"
     if layout == "file":
@@ -1029,7 +1032,7 @@ def _as_delta(root: Path, *, skip: tuple[int, ...] = (), epoch: int = 1, togethe
     from deltalake import DeltaTable
     from deltalake.transaction import CommitProperties, Transaction
 
-    from tenure.career.output import APP_ID, publish_batch
+    from tenure.career.output import APP_ID
     from tenure.career.output import _add as add_action
 
     for name in ("table", "quarantine"):
@@ -1090,3 +1093,121 @@ def test_a_delta_version_naming_another_epoch_than_its_rows_fails(root: Path) ->
     assert not report.ok
     reasons = {v["reason"] for v in report.examples["delta_versions_not_one_batch"]}
     assert reasons == {"its epoch is not the one the batch's rows carry"}
+
+
+# -- a topic of several queues -------------------------------------------------------------------------------
+
+
+def _publish_topic(root: Path, queues: int) -> None:
+    """Do what correct leaders of each queue do: one batch per queue file in the queue's order, each line classified
+    as found in that queue (a record of another queue's key is a wrong_queue bad line), ids deduplicated, the rows
+    in queue-<k>-batch-<B>-… files of the shared outputs with their _queue, each batch one Delta version of the
+    queue's application id, each file marked consumed by the group in its queue."""
+    seen: set[str] = set()
+    for queue in QueueLayout.each(root, queues):
+        output = QueueOutput(queue.queue, queues)
+        for batch, path in enumerate(sorted(iter_queue_files(queue))):
+            (queue.marks("default")).mkdir(parents=True, exist_ok=True)
+            (queue.marks("default") / path.name).touch()
+            good: list[dict[str, Any]] = []
+            bad: list[dict[str, Any]] = []
+            for number, raw in enumerate(path.read_bytes().split(b"\n")[:-1], start=1):
+                record, reason = classify_line(raw, queue=queue.queue, queues=queues)
+                columns = {"_epoch": 1, "_batch": batch, "_queue": queue.queue}
+                if record is None:
+                    bad.append({"value": raw.decode("utf-8", "replace"), "reason": reason, "source_file": str(path),
+                                "line": number, **columns})
+                elif record["id"] not in seen:
+                    seen.add(record["id"])
+                    good.append({**record, "payload": json.dumps(record["payload"]), **columns})
+            queued = pa.field("_queue", pa.int64())
+            for folder, rows, schema in ((root / "table", sorted(good, key=lambda r: (r["key"], r["seq"])),
+                                          _TABLE_SCHEMA.append(queued)),
+                                         (root / "quarantine", bad, _QUAR_SCHEMA.append(queued))):
+                if rows:
+                    folder.mkdir(parents=True, exist_ok=True)
+                    name = output.part_name(batch, "part-00000.parquet")
+                    pq.write_table(pa.Table.from_pylist(rows, schema), folder / name)
+                    publish_batch(folder, batch, epoch=1, replica_id="r1", parts=[name], queue=output)
+
+
+@pytest.fixture()
+def topic(tmp_path: Path) -> Path:
+    """A topic of three queues fed by `tenure produce` (repeats, bad lines, records sent to a wrong queue) and the
+    output correct leaders of its queues publish."""
+    summary = produce(tmp_path, records=300, keys=12, duplicates=0.1, bad=0.1, misroute=0.05, queues=3, seed=5,
+                      progress=False, batch_records=40)
+    assert summary.misrouted > 0 and summary.duplicates > 0 and summary.bad_lines > 0
+    _publish_topic(tmp_path, 3)
+    return tmp_path
+
+
+def test_a_topic_of_three_queues_is_audited_queue_by_queue_and_as_a_whole(topic: Path) -> None:
+    """Every queue of the topic is audited: the ids in, bad lines (each misrouted record a wrong_queue bad line,
+    quarantined), its files read, its rows and versions, per queue in --json; and the whole: each id once, each row
+    in its key's queue."""
+    report = verify(topic)
+    assert report.ok, report.render()
+    body = json.loads(report.to_json())
+    assert body["queues"] == 3 and [q["queue"] for q in body["per_queue"]] == [0, 1, 2]
+    assert sum(q["ids_in"] for q in body["per_queue"]) == report.ids_in == report.ids_written
+    assert sum(q["rows_written"] for q in body["per_queue"]) == report.rows_written
+    assert sum(q["wrong_queue"] for q in body["per_queue"]) == report.bad_by_reason["wrong_queue"] > 0
+    assert all(q["delta_versions"] > 0 and q["lost"] == 0 and q["waiting_files"] == 0 for q in body["per_queue"])
+    assert report.delta_versions == sum(q["delta_versions"] for q in body["per_queue"])
+    assert "queue 2:" in report.render()
+
+
+def test_a_misrouted_record_written_instead_of_quarantined_fails(topic: Path) -> None:
+    """A consumer that wrote a record found in a wrong queue (instead of quarantining it as wrong_queue) fails the
+    audit: its row is in another queue than its key's, its id unexpected, its bad line not quarantined."""
+    found = next((path, raw) for path in iter_queue_files(topic) for raw in path.read_bytes().split(b"\n")[:-1]
+                 if classify_line(raw, queue=int(path.parts[-3]), queues=3)[1] == "wrong_queue")
+    path, raw = found
+    record = json.loads(raw)
+    queue = int(path.parts[-3])
+    row = {**record, "payload": json.dumps(record["payload"]), "_epoch": 1, "_batch": 999, "_queue": queue}
+    name = f"queue-{queue}-batch-000000000999-part-00000.parquet"
+    pq.write_table(pa.Table.from_pylist([row], _TABLE_SCHEMA.append(pa.field("_queue", pa.int64()))),
+                   topic / "table" / name)
+    publish_batch(topic / "table", 999, epoch=1, replica_id="r1", parts=[name], queue=QueueOutput(queue, 3))
+    report = verify(topic)
+    assert not report.ok
+    assert report.rows_in_wrong_queue == 1 and report.examples["rows_in_wrong_queue"][0]["key"] == record["key"]
+
+
+def test_a_wrong_queue_line_left_unquarantined_fails(topic: Path) -> None:
+    """A wrong_queue line missing from quarantine/ is a bad line not quarantined, named with its queue."""
+    part = next(p for p in sorted((topic / "quarantine").glob("queue-*.parquet"))
+                if "wrong_queue" in pq.read_table(p).column("reason").to_pylist())
+    rows = pq.read_table(part).to_pylist()
+    dropped = next(r for r in rows if r["reason"] == "wrong_queue")
+    _rewrite(part, lambda found: [r for r in found if r is not dropped and r != dropped])
+    report = verify(topic)
+    assert not report.ok and report.unquarantined == 1
+    (example,) = report.examples["unquarantined"]
+    assert example["reason"] == "wrong_queue" and example["file"].startswith(f"queues/{dropped['_queue']}/")
+
+
+def test_another_number_of_queues_is_refused_naming_both(topic: Path) -> None:
+    """verify --queues 2 on a topic of three is refused in one line naming both numbers and the file."""
+    with pytest.raises(ConfigError, match=r"--queues 2 does not match the topic at .*, which has 3 queues"):
+        verify(topic, queues=2)
+    done = _tenure_verify("--data-root", str(topic), "--queues", "2")
+    assert done.returncode == 2 and "which has 3 queues" in done.stderr, done.stderr
+
+
+def test_a_quarantine_part_with_a_refused_entry_and_a_late_record_is_read_whole(tmp_path: Path) -> None:
+    """One batch that refused an entry (line 0) and held back a late record writes both in one quarantine part: the
+    audit reads the refusal, the late record and the bad line beside them (it failed on the part before)."""
+    from tenure.service.ops._verify._scan import scan_quarantine
+
+    rows = [{"value": "gone since", "reason": "gone", "source_file": "/q/landing/a.jsonl", "line": 0},
+            {"value": "{x", "reason": "bad_json", "source_file": "/q/landing/c.jsonl", "line": 2},
+            {"value": _line(GOOD).decode(), "reason": LATE_REASON, "source_file": "/q/landing/b.jsonl", "line": 3}]
+    pq.write_table(pa.Table.from_pylist([{**r, "_epoch": 1, "_batch": 4} for r in rows], _QUAR_SCHEMA),
+                   tmp_path / "batch-000000000004-part-00000.parquet")
+    scan = scan_quarantine(tmp_path)
+    assert scan.refused == {"a.jsonl": "gone"}
+    assert [(row.file, row.line, row.batch, row.record) for row in scan.late] == [("b.jsonl", 3, 4, GOOD)]
+    assert (dict(scan.bad), scan.bad_rows) == ({("c.jsonl", 2): 1}, 1)

@@ -1,6 +1,7 @@
-"""The lifecycle's control loop: the runner that drives a ``Career`` from election events, its states and
-transition table, the policies it consults (canary, drain, health gate, handover requests), the fail-stop, the
-poison-batch count, its log events and its ports.
+"""The lifecycle's control loop: the runner that drives the ``Career`` of each queue a replica may lead, one seat per
+queue, from election events, its states (the replica's and each seat's) and transition tables, the policies it
+consults (canary, drain, health gate, handover requests, the cap on queues led), the fail-stop, the poison-batch
+count, its log events and its ports.
 
 Knows nothing of ZooKeeper, processes, metrics or HTTP: ``tenure.election.Election`` implements ``Leadership`` and
 ``tenure.election.OperatorRequests`` ``RequestSource``; ``tenure.service.replica`` implements the other ports
@@ -9,7 +10,13 @@ Knows nothing of ZooKeeper, processes, metrics or HTTP: ``tenure.election.Electi
 
 from tenure.career.lifecycle._canary import CANARY, CanarySchedule
 from tenure.career.lifecycle._drain import DrainPolicy, DrainStep
-from tenure.career.lifecycle._events import DrainChanged, HandoverRequested, RunnerEvent, StopRequested
+from tenure.career.lifecycle._events import (
+    DrainChanged,
+    HandoverRequested,
+    QueueStalled,
+    RunnerEvent,
+    StopRequested,
+)
 from tenure.career.lifecycle._health_gate import HEALTH_EVERY_S, HealthGate, HealthStep
 from tenure.career.lifecycle._log_events import (
     BACKING_OFF,
@@ -33,6 +40,8 @@ from tenure.career.lifecycle._log_events import (
     INAUGURATION_ABANDONED,
     LEADERSHIP_SUSPENDED,
     LEFT_ELECTION,
+    LEFT_LINE_AT_CAP,
+    QUEUE_STALLED,
     RUNNER_LOGGER,
     RUNNER_STARTING,
     RUNNER_STATE,
@@ -47,11 +56,20 @@ from tenure.career.lifecycle._ports import (
     RequestSource,
     RunnerHealth,
     RunnerObserver,
+    SeatHealth,
     TermJournal,
 )
 from tenure.career.lifecycle._runner import Runner
 from tenure.career.lifecycle._stall import STALL_REASONS, Stall, StallReason
-from tenure.career.lifecycle._states import TRANSITIONS, RunnerSettings, RunnerState
+from tenure.career.lifecycle._states import (
+    REPLICA_TRANSITIONS,
+    SEAT_TRANSITIONS,
+    ReplicaState,
+    Role,
+    RunnerSettings,
+    SeatState,
+    role_of,
+)
 
 __all__ = [
     "BACKING_OFF",
@@ -77,13 +95,16 @@ __all__ = [
     "INAUGURATION_ABANDONED",
     "LEADERSHIP_SUSPENDED",
     "LEFT_ELECTION",
+    "LEFT_LINE_AT_CAP",
+    "QUEUE_STALLED",
+    "REPLICA_TRANSITIONS",
     "RUNNER_LOGGER",
     "RUNNER_STARTING",
     "RUNNER_STATE",
+    "SEAT_TRANSITIONS",
     "STALE_ELECTED_IGNORED",
     "STALLED",
     "STALL_REASONS",
-    "TRANSITIONS",
     "CanarySchedule",
     "DrainChanged",
     "DrainPolicy",
@@ -96,15 +117,20 @@ __all__ = [
     "LoopProgress",
     "PendingHandover",
     "ProcessControl",
+    "QueueStalled",
+    "ReplicaState",
     "RequestSource",
+    "Role",
     "Runner",
     "RunnerEvent",
     "RunnerHealth",
     "RunnerObserver",
     "RunnerSettings",
-    "RunnerState",
+    "SeatHealth",
+    "SeatState",
     "Stall",
     "StallReason",
     "StopRequested",
     "TermJournal",
+    "role_of",
 ]

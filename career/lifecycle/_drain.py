@@ -1,18 +1,18 @@
-"""The drain policy: a drained replica stays out of the election, handing over first when it leads."""
+"""The drain policy: a drained replica stays out of every queue's election, handing over first what it leads."""
 
 from __future__ import annotations
 
 import enum
 import time
 
-from tenure.career.lifecycle._states import RunnerState
+from tenure.career.lifecycle._states import ReplicaState
 from tenure.election import DrainRequest
 
 __all__ = ["DrainPolicy", "DrainStep"]
 
-_S = RunnerState
+_S = ReplicaState
 #: States a drain request takes the replica out of.
-_DRAINABLE = frozenset({_S.FOLLOWING, _S.LEADING, _S.PAUSED, _S.BACKING_OFF, _S.UNHEALTHY})
+_DRAINABLE = frozenset({_S.ACTIVE, _S.UNHEALTHY})
 
 
 class DrainStep(enum.Enum):
@@ -31,7 +31,7 @@ class DrainPolicy:
     def __init__(self) -> None:
         self.request: DrainRequest | None = None
 
-    def changed(self, request: DrainRequest | None, state: RunnerState, *, unhealthy: bool) -> DrainStep:
+    def changed(self, request: DrainRequest | None, state: ReplicaState, *, unhealthy: bool) -> DrainStep:
         self.request = request
         if request is not None and state in _DRAINABLE:
             return DrainStep.PARK if state is _S.UNHEALTHY else DrainStep.LEAVE

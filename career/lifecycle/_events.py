@@ -1,16 +1,18 @@
-"""What the runner's queue carries besides the election's events: a stop request and operators' requests.
+"""What the runner's queue carries besides the election's events: a stop request, operators' requests, a queue's
+stall.
 
-Plain values, posted from other threads (a signal handler, ZooKeeper watches); only the runner's control thread
-acts on them.
+Plain values, posted from other threads (a signal handler, ZooKeeper watches, the progress watchdog); only the
+runner's control thread acts on them. Those about one queue carry it, as the election's events do.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tenure.career.lifecycle._stall import Stall
 from tenure.election import DrainRequest, ElectionEvent, HandoverRequest
 
-__all__ = ["DrainChanged", "HandoverRequested", "RunnerEvent", "StopRequested"]
+__all__ = ["DrainChanged", "HandoverRequested", "QueueStalled", "RunnerEvent", "StopRequested"]
 
 
 @dataclass(frozen=True)
@@ -29,9 +31,18 @@ class DrainChanged:
 
 @dataclass(frozen=True)
 class HandoverRequested:
-    """The group's handover request changed: ``request`` is None once it is gone (or unreadable)."""
+    """Queue ``queue``'s handover request changed: ``request`` is None once it is gone (or unreadable)."""
 
     request: HandoverRequest | None
+    queue: int = 0
 
 
-RunnerEvent = ElectionEvent | StopRequested | DrainChanged | HandoverRequested
+@dataclass(frozen=True)
+class QueueStalled:
+    """The progress watchdog found the term of ``stall.queue`` stalled: revoke that term alone (a group of several
+    queues; in a group of one, a stall is the replica's fail-stop)."""
+
+    stall: Stall
+
+
+RunnerEvent = ElectionEvent | StopRequested | DrainChanged | HandoverRequested | QueueStalled

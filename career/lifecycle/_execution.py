@@ -1,4 +1,4 @@
-"""One unit of a leader's work (``Career.execute``), and what its failures mean for the runner.
+"""One unit of a leader's work on one queue (``Career.execute``), and what its failures mean for the runner.
 
 ZooKeeper's failures end the term without blaming the career (``Fenced``, ``CommitOutcomeUnknown``, any other
 ``ElectionError``), a JVM that stopped answering fails stop, a batch that failed on its own counts an attempt
@@ -44,7 +44,7 @@ class Executed:
 
 
 class Execution:
-    """Runs the career's units of work for one replica's runner, on its control thread.
+    """Runs the career's units of work of one queue (``queue``) for one replica's runner, on its control thread.
 
     Example::
 
@@ -54,7 +54,8 @@ class Execution:
     """
 
     def __init__(self, election: Leadership, career: Career, terms: TermJournal, progress: LoopProgress,
-                 observer: RunnerObserver, log: FilteringBoundLogger) -> None:
+                 observer: RunnerObserver, log: FilteringBoundLogger, queue: int = 0) -> None:
+        self._queue = queue
         self._election = election
         self._career = career
         self._terms = terms
@@ -67,7 +68,7 @@ class Execution:
         try:
             worked = self._career.execute()
             self._terms.progressed()
-            self._observer.lease_headroom(self._election.lease_headroom())
+            self._observer.lease_headroom(self._queue, self._election.lease_headroom())
             return Executed(Work.DONE, worked=worked)
         except NotLeader as exc:
             self._log.info(EXECUTE_NOT_LEADER, epoch=epoch, reason=str(exc))
@@ -90,7 +91,7 @@ class Execution:
             # The leader's JVM stopped answering: nothing can hand over cleanly (stopping the query is a call
             # into that JVM too). Fail-stop: the lock goes now, the JVM is killed, a supervisor restarts us.
             return Executed(Work.STALLED, stall=Stall(StallReason.SPARK_UNRESPONSIVE, str(exc),
-                                                      self._progress.batch_in_flight()))
+                                                      self._progress.batch_in_flight(self._queue), self._queue))
         except BatchFailed as exc:
             return Executed(Work.FAILED, error=exc, batch_id=exc.batch_id)
         except Exception as exc:

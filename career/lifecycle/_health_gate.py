@@ -1,22 +1,18 @@
-"""The health gate: a replica whose career cannot work (storage, Spark) waits out of the election, rather than
-fail its batches, and rejoins once it can (HDFS ZKFC's HealthMonitor)."""
+"""The health gate: a replica whose careers cannot work (storage, Spark) waits out of every queue's election, rather
+than fail their batches, and rejoins once they can (HDFS ZKFC's HealthMonitor). Its standby answers for them all."""
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable
 
-from tenure.career._protocol import Career
-from tenure.career.lifecycle._states import RunnerState
+from tenure.career._protocol import Standby
+from tenure.career.lifecycle._states import ReplicaState
 
 __all__ = ["HEALTH_EVERY_S", "HealthGate", "HealthStep"]
 
-#: How often the runner asks the career whether it can work (``Career.unhealthy``).
+#: How often the runner asks the standby whether the careers can work (``Standby.unhealthy``).
 HEALTH_EVERY_S = 2.0
-
-_S = RunnerState
-#: States an unhealthy career takes the replica out of (a drained replica stays drained).
-_GATED = frozenset({_S.FOLLOWING, _S.LEADING, _S.PAUSED, _S.BACKING_OFF})
 
 
 class HealthStep(enum.Enum):
@@ -28,10 +24,10 @@ class HealthStep(enum.Enum):
 
 
 class HealthGate:
-    """Asks the career every :data:`HEALTH_EVERY_S` whether it can work, and keeps the last answer."""
+    """Asks the standby every :data:`HEALTH_EVERY_S` whether the careers can work, and keeps the last answer."""
 
-    def __init__(self, career: Career, clock: Callable[[], float]) -> None:
-        self._career = career
+    def __init__(self, standby: Standby, clock: Callable[[], float]) -> None:
+        self._standby = standby
         self._clock = clock
         self._next_check = 0.0
         self.reason: str | None = None  # why the career cannot work, as last seen; None when it can
@@ -45,18 +41,19 @@ class HealthGate:
         return True
 
     def probe(self) -> str | None:
-        """``Career.unhealthy()``: why the career cannot work now, or None."""
-        check = getattr(self._career, "unhealthy", None)  # a career of one's own from before the check: healthy
+        """``Standby.unhealthy()``: why the careers cannot work now, or None."""
+        check = getattr(self._standby, "unhealthy", None)  # a career of one's own from before the check: healthy
         try:
             return check() if check is not None else None
         except Exception as exc:  # a health check that raises says the career is not well
             return f"the health check raised {type(exc).__name__}: {exc}"
 
-    def check(self, state: RunnerState) -> HealthStep:
-        """Probe the career, keep the answer, and say what it means in ``state``."""
+    def check(self, state: ReplicaState) -> HealthStep:
+        """Probe the standby, keep the answer, and say what it means in ``state`` (an active replica leaves; a drained
+        one stays drained)."""
         self.reason = self.probe()
-        if self.reason is not None and state in _GATED:
+        if self.reason is not None and state is ReplicaState.ACTIVE:
             return HealthStep.LEAVE
-        if self.reason is None and state is _S.UNHEALTHY:
+        if self.reason is None and state is ReplicaState.UNHEALTHY:
             return HealthStep.REJOIN
         return HealthStep.NOTHING

@@ -1,4 +1,5 @@
-"""The handover-request policy: which operators' handover requests (``tenure handover``) a term honours."""
+"""The handover-request policy: which operators' handover requests (``tenure handover``) a term of a queue
+honours."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from tenure.career.lifecycle._ports import RequestSource
-from tenure.career.lifecycle._states import RunnerState
+from tenure.career.lifecycle._states import SeatState
 from tenure.election import Contender, HandoverRequest
 
 __all__ = ["HandoverRequests", "PendingHandover"]
@@ -23,13 +24,14 @@ _NONE = PendingHandover(False, None)
 
 
 class HandoverRequests:
-    """Decides, for one replica, whether a handover request applies to it; times each request's life on this
-    replica's monotonic ``clock``."""
+    """Decides, for one replica's seat in queue ``queue``, whether a handover request applies to it; times each
+    request's life on this replica's monotonic ``clock``."""
 
-    def __init__(self, requests: RequestSource, replica_id: str, clock: Callable[[], float]) -> None:
+    def __init__(self, requests: RequestSource, replica_id: str, clock: Callable[[], float], queue: int = 0) -> None:
         self._requests = requests
         self._replica_id = replica_id
         self._clock = clock
+        self._queue = queue
         self._seen: dict[HandoverRequest, float] = {}  # request → when this replica first read it (monotonic)
 
     def live(self, request: HandoverRequest) -> bool:
@@ -42,17 +44,17 @@ class HandoverRequests:
         self._seen = {r: t for r, t in self._seen.items() if r == request or now - t < r.timeout_s}
         return now - first < request.timeout_s
 
-    def honour(self, request: HandoverRequest, state: RunnerState, epoch: int | None) -> bool:
+    def honour(self, request: HandoverRequest, state: SeatState, epoch: int | None) -> bool:
         """A request made to this term, live, and not naming this replica: hand over (to the target, or the next
         in line). Requests for other terms, or expired, are ignored."""
-        return (state in (RunnerState.LEADING, RunnerState.PAUSED) and request.epoch == epoch
+        return (state in (SeatState.LEADING, SeatState.PAUSED) and request.epoch == epoch
                 and self.live(request) and request.to != self._replica_id)
 
     def before_term(self, epoch: int, contenders: Callable[[], list[Contender]]) -> PendingHandover:
         """Before a term of ``epoch`` begins, the live handover request made to an earlier term. Step aside when it
         names another replica that is in the election; otherwise this term grants it (and deletes it once
         inaugurated). ZooKeeper's errors (``TenureError``s) pass through."""
-        request = self._requests.handover()
+        request = self._requests.handover(self._queue)
         if request is None or request.epoch >= epoch or not self.live(request):
             return _NONE
         if request.to in (None, self._replica_id):

@@ -1,14 +1,17 @@
-"""The runner: one control thread that drives a career from leadership events, stop requests and timers.
+"""The runner: one control thread that drives the careers of a replica's queues from leadership events, stop requests
+and timers.
 
-Every input — election events (posted from the election's thread), a stop request, operators' requests, the clock
-— arrives on one bounded queue, and only the control thread changes the runner's state (the seeds' singular update
-queue). The loop and the handlers of every event are here, sharing the runner's state, so a reader checks side by
-side that every state answers every event. What a term's steps mean lives beside it: its beginning
-(``_inauguration.py``), a unit of its work (``_execution.py``) and its end (``_term_end.py``) each answer with the
-step to take; the states and their transitions are in ``_states.py``; the policies the loop consults (canary,
-drain, the health gate, handover requests, the failure back-off), the fail-stop and the poison-batch count each in
-a module of their own. The election reaches the runner through the ``Leadership`` port, and what the process does
-(metrics, the watchdog, signals, killing the JVM) through the others (``_ports.py``).
+Every input — each queue's election events (posted from its election's thread, each carrying its queue), a stop
+request, operators' requests, a queue's stall, the clock — arrives on one bounded queue, and only the control thread
+changes the runner's state (the seeds' singular update queue): the replica's (in or out of every line) and each
+seat's (its place in one queue's line, ``_seat.py``). One turn of the loop executes each leading seat's career once.
+The loop and the handlers of every event are here, sharing that state, so a reader checks side by side that every
+state answers every event. What a term's steps mean lives beside it: its beginning (``_inauguration.py``), a unit of
+its work (``_execution.py``) and its end (``_term_end.py``) each answer with the step to take; the states and their
+transitions are in ``_states.py``; the policies the loop consults (canary, drain, the health gate, handover
+requests, the failure back-off), the fail-stop and the poison-batch count each in a module of their own. The
+elections reach the runner through the ``Leadership`` port, and what the process does (metrics, the watchdog,
+signals, killing the JVM) through the others (``_ports.py``).
 """
 
 from __future__ import annotations
@@ -16,20 +19,25 @@ from __future__ import annotations
 import contextlib
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import structlog
 
-from tenure.career._protocol import Career, Outcome
+from tenure.career._protocol import Career, Outcome, Standby
 from tenure.career.lifecycle._attempts import BatchAttempts
-from tenure.career.lifecycle._backoff import FailureBackoff
 from tenure.career.lifecycle._canary import CANARY, CanarySchedule
 from tenure.career.lifecycle._drain import DrainPolicy, DrainStep
-from tenure.career.lifecycle._events import DrainChanged, HandoverRequested, RunnerEvent, StopRequested
-from tenure.career.lifecycle._execution import Execution, Work
-from tenure.career.lifecycle._fail_stop import FailStop, GaveUp
+from tenure.career.lifecycle._events import (
+    DrainChanged,
+    HandoverRequested,
+    QueueStalled,
+    RunnerEvent,
+    StopRequested,
+)
+from tenure.career.lifecycle._execution import Work
+from tenure.career.lifecycle._fail_stop import FailStop, GaveUp, QueueRecords
 from tenure.career.lifecycle._health_gate import HealthGate, HealthStep
-from tenure.career.lifecycle._inauguration import Inauguration, Start
+from tenure.career.lifecycle._inauguration import Start
 from tenure.career.lifecycle._log_events import (
     BACKING_OFF,
     BATCH_ATTEMPT_FAILED,
@@ -43,11 +51,12 @@ from tenure.career.lifecycle._log_events import (
     INAUGURATED,
     LEADERSHIP_SUSPENDED,
     LEFT_ELECTION,
+    LEFT_LINE_AT_CAP,
+    QUEUE_STALLED,
     RUNNER_LOGGER,
     RUNNER_STARTING,
     RUNNER_STATE,
 )
-from tenure.career.lifecycle._pending_handover import HandoverRequests
 from tenure.career.lifecycle._ports import (
     Leadership,
     LoopProgress,
@@ -55,11 +64,20 @@ from tenure.career.lifecycle._ports import (
     RequestSource,
     RunnerHealth,
     RunnerObserver,
+    SeatHealth,
     TermJournal,
 )
+from tenure.career.lifecycle._seat import Seat
 from tenure.career.lifecycle._stall import Stall, StallReason
-from tenure.career.lifecycle._states import TRANSITIONS, RunnerSettings, RunnerState
-from tenure.career.lifecycle._term_end import TermEnd
+from tenure.career.lifecycle._states import (
+    REPLICA_TRANSITIONS,
+    SEAT_TRANSITIONS,
+    ReplicaState,
+    Role,
+    RunnerSettings,
+    SeatState,
+    role_of,
+)
 from tenure.election import (
     ConnectionChanged,
     DrainRequest,
@@ -79,67 +97,84 @@ _log = structlog.get_logger(RUNNER_LOGGER)
 
 
 class Runner:
-    """Drives ``career`` while the election (``Leadership``) says this replica leads.
+    """Drives each queue's career while that queue's election (``Leadership``) says this replica leads it.
 
-    A progress watchdog on a thread of the process (``ProcessControl``) gives the lock up when the loop stops
-    coming round or the leader stops finishing batches while input waits; so does the loop itself when Spark
-    stops answering, and a full event queue: :meth:`give_up` records why, closes the ZooKeeper session (the node
-    goes now) and has the process kill the JVM and exit (``FailStop``).
+    The replica's standby is prepared once, before any line is joined; each queue has a seat (``Seat``): its
+    election, its career, its state. Drain and the health gate act on the replica, every seat at once; handover
+    requests, the canary, the failure back-off and the poison-batch count act on one seat. With
+    ``max_queues_led``, a replica leading that many queues leaves the lines of the others and joins them again once
+    it leads fewer.
+
+    A progress watchdog on a thread of the process (``ProcessControl``) revokes the term of a queue that stops
+    finishing batches while input waits (:meth:`revoke_stalled`; in a group of one queue it gives the lock up as
+    below), and gives every lock up when the loop stops coming round; so does the loop itself when Spark stops
+    answering, and a full event queue: :meth:`give_up` records why, closes the ZooKeeper session (every node goes
+    now) and has the process kill the JVM and exit (``FailStop``).
 
     Example::
 
-        runner = Runner(lambda post: Election(client, group="orders", identity=identity, on_event=post), career,
-                        RunnerSettings(replica_id="r1"), observer=observer, progress=progress, process=process,
-                        requests=OperatorRequests(client, "orders"), terms=terms)
-        exit_code = runner.run()     # blocks; request_stop() = graceful handover, then 0
+        runner = Runner(lambda queue, post: Election(client, group="orders", queue=queue, queues=2,
+                                                     identity=identity, on_event=post),
+                        standby, [career_0, career_1], RunnerSettings(replica_id="r1"), observer=observer,
+                        progress=progress, process=process, requests=OperatorRequests(client, "orders", queues=2),
+                        terms=[terms_0, terms_1])
+        exit_code = runner.run()     # blocks; request_stop() = graceful handover of every led queue, then 0
 
     Args:
-        leadership_factory: builds the election, given the function its events are posted with.
+        leadership_factory: builds a queue's election, given the queue and the function its events are posted with.
+        standby: the replica's standby, shared by the careers.
+        careers: each queue's career, by queue (their number is the group's number of queues).
+        terms: each queue's term history, by queue.
     """
 
-    def __init__(self, leadership_factory: Callable[[Callable[[ElectionEvent], None]], Leadership], career: Career,
-                 settings: RunnerSettings, *, observer: RunnerObserver, progress: LoopProgress,
-                 process: ProcessControl, requests: RequestSource, terms: TermJournal,
-                 clock: Callable[[], float] = time.monotonic, queue_size: int = 1024) -> None:
+    def __init__(self, leadership_factory: Callable[[int, Callable[[ElectionEvent], None]], Leadership],
+                 standby: Standby, careers: Sequence[Career], settings: RunnerSettings, *, observer: RunnerObserver,
+                 progress: LoopProgress, process: ProcessControl, requests: RequestSource,
+                 terms: Sequence[TermJournal], clock: Callable[[], float] = time.monotonic,
+                 queue_size: int = 1024) -> None:
+        if not careers or len(careers) != len(terms):
+            raise ValueError(f"one career and one term history per queue: {len(careers)} careers, {len(terms)} "
+                             "term histories")
         self._events: queue.Queue[RunnerEvent] = queue.Queue(maxsize=queue_size)
-        self._election = leadership_factory(self._post)
-        self._career = career
+        elections = [leadership_factory(q, self._post) for q in range(len(careers))]
+        self._standby = standby
         self._observer = observer
         self._settings = settings
         self._clock = clock
-        self._state = RunnerState.STARTING
-        self._epoch: int | None = None
+        self._state = ReplicaState.STARTING
         self._zk_connected = False
         self._progress = progress
         self._process = process
         self._stop_requested = False
         self._exit_code = 0
-        self._log = _log.bind(replica_id=settings.replica_id, group=self._election.group)
-        self._terms = terms
-        self._seen_leader: str | None = None
+        self._log = _log.bind(replica_id=settings.replica_id, group=elections[0].group)
         self._requests = requests
         self._drain = DrainPolicy()
-        self._health = HealthGate(career, clock)
-        self._canary = CanarySchedule(settings.canary_handover_every_s, clock)
-        self._handovers = HandoverRequests(requests, settings.replica_id, clock)
-        self._attempts = BatchAttempts(settings.replica_id, settings.max_batch_attempts, settings.set_aside_after_s,
-                                       clock)
-        self._inauguration = Inauguration(self._election, career, self._attempts, self._handovers, self._log)
-        self._backoff = FailureBackoff(settings.failure_backoff_s, settings.failure_backoff_max_s, clock)
-        self._fail_stop = FailStop(self._election, self._attempts, terms, process, observer, self._log,
-                                   where=lambda: (self._epoch, self._state.value))
-        self._execution = Execution(self._election, career, terms, progress, observer, self._log)
-        self._term_end = TermEnd(self._election, career, self._attempts, terms, self._fail_stop, observer, self._log,
-                                 clock, settings.handover_timeout_s)
+        self._health = HealthGate(standby, clock)
+        attempts = [BatchAttempts(settings.replica_id, settings.max_batch_attempts, settings.set_aside_after_s,
+                                  clock) for _ in careers]
+        self._fail_stop = FailStop([QueueRecords(*parts) for parts in zip(elections, attempts, terms, strict=True)],
+                                   process, observer, self._log, where=self._where)
+        self._seats = [Seat(q, elections[q], careers[q], attempts[q], terms[q], settings, requests=requests,
+                            fail_stop=self._fail_stop, progress=progress, observer=observer, clock=clock,
+                            log=self._log.bind(queue=q)) for q in range(len(careers))]
 
     @property
-    def state(self) -> RunnerState:
+    def state(self) -> ReplicaState:
+        """The replica's state."""
         return self._state
 
-    @property
-    def epoch(self) -> int | None:
-        """The epoch of the current (or last) term, if any."""
-        return self._epoch
+    def seat_state(self, queue: int = 0) -> SeatState:
+        """Where the replica is in queue ``queue``'s line."""
+        return self._seats[queue].state
+
+    def role(self, queue: int = 0) -> Role:
+        """What queue ``queue``'s seat shows (``runner_state``'s values)."""
+        return role_of(self._state, self._seats[queue].state)
+
+    def queues_led(self) -> list[int]:
+        """The queues whose term is open now (leading, or paused in it)."""
+        return [seat.queue for seat in self._seats if seat.leading]
 
     # -- inputs: these run on other threads and only post --------------------------------------------------
 
@@ -147,7 +182,7 @@ class Runner:
         try:
             self._events.put_nowait(event)
         except queue.Full:
-            # Dropping an event (a Revoked, an Elected) would leave the runner and the election out of step for
+            # Dropping an event (a Revoked, an Elected) would leave the runner and an election out of step for
             # good, and a full queue means the control thread is not reading it: fail-stop instead.
             self.give_up(Stall(StallReason.EVENT_QUEUE_FULL,
                                f"the event queue is full ({self._events.maxsize} events); "
@@ -158,76 +193,93 @@ class Runner:
         self._stop_requested = True
         self._post(StopRequested(reason))
 
+    def revoke_stalled(self, stall: Stall) -> None:
+        """End the term of ``stall.queue`` alone, as stalled, and back that seat off (from any thread: the
+        progress watchdog calls it in a group of several queues)."""
+        self._post(QueueStalled(stall))
+
     # -- health ------------------------------------------------------------------------------------------------
 
     def health(self) -> RunnerHealth:
         """A snapshot for /livez, /readyz and /leader (safe to call from the HTTP threads)."""
         return RunnerHealth.of(
-            self._state, self._epoch, loop_on_time=self._process.loop_live(),
-            stalled=self._fail_stop.stalled, zk_connected=self._zk_connected,
+            self._state, [SeatHealth(seat.queue, seat.state, seat.epoch, seat.election.leads(seat.epoch))
+                          for seat in self._seats],
+            loop_on_time=self._process.loop_live(), stalled=self._fail_stop.stalled, zk_connected=self._zk_connected,
             drained=None if self._drain.request is None else self._drain.describe(), unhealthy=self._health.reason,
-            career_ready=self._career.ready(), leads=self._election.leads(self._epoch))
+            career_ready=self._standby.ready())
 
     # -- the control loop --------------------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Prepare, join, lead when elected, and return the exit code once stopped."""
-        self._log.info(RUNNER_STARTING)
-        self._career.prepare()
+        """Prepare, join every queue's line, lead when elected, and return the exit code once stopped."""
+        self._log.info(RUNNER_STARTING, queues=len(self._seats))
+        self._standby.prepare()
         if self._stop_requested:
-            self._transition(RunnerState.STOPPING)
-            self._transition(RunnerState.STOPPED)
+            self._change(ReplicaState.STOPPING)
+            self._change(ReplicaState.STOPPED)
             return 0
         try:
             self._drain.request = self._requests.drain(self._settings.replica_id)
         except TenureError as exc:  # the watch below tells the truth once ZooKeeper answers
             self._log.warning("drain_state_unknown", reason=f"{type(exc).__name__}: {exc}")
-        self._election.start(join=self._drain.request is None)
+        for seat in self._seats:
+            seat.election.start(join=self._drain.request is None)
         if self._drain.request is None:
-            self._transition(RunnerState.FOLLOWING)
+            self._change(ReplicaState.ACTIVE, dict.fromkeys(self._seats, SeatState.FOLLOWING))
         else:
             self._log.info(DRAINED, reason=self._drain.request.reason, at_start=True)
-            self._transition(RunnerState.DRAINED)
+            self._change(ReplicaState.DRAINED)
         self._requests.watch(self._settings.replica_id, lambda request: self._post(DrainChanged(request)),
-                             lambda request: self._post(HandoverRequested(request)))
+                             lambda q, request: self._post(HandoverRequested(request, q)))
         self._progress.tick()
         self._process.loop_started()
-        while self._state is not RunnerState.STOPPED:
+        while self._state is not ReplicaState.STOPPED:
             self._progress.tick()
             if self._fail_stop.stalled is not None:
-                # Given up (here or on another thread): the fail-stop thread records the term, ends the session
+                # Given up (here or on another thread): the fail-stop thread records the terms, ends the session
                 # and exits the process. No more work and no more events: they could only race it.
                 time.sleep(self._settings.tick_s)
                 continue
             with contextlib.suppress(GaveUp):  # the next turn idles until the fail-stop exits the process
                 self._step()
         self._process.loop_ended()
-        self._election.close()
+        for seat in self._seats:
+            seat.election.close()
         closing = self._clock()
-        self._career.close()
+        self._standby.close()
         self._log.info("career_closed", seconds=round(self._clock() - closing, 3))
         self._process.closed()
         return self._exit_code
 
     def _step(self) -> None:
-        """One turn of the control loop: the health check when due, then lead (one ``execute``) or wait for an
-        event."""
+        """One turn of the control loop: the health check when due, then one ``execute`` of each leading seat (or
+        a wait for an event when none leads), then the seats whose back-off is over, and the cap."""
         if self._health.due():
             self._check_career_health()
-        if self._state is RunnerState.LEADING:
+        if any(seat.state is SeatState.LEADING for seat in self._seats):
             self._drain_queue()
-            if self._state is RunnerState.LEADING and self._canary.due():
-                self._canary_handover()
-            elif self._state is RunnerState.LEADING and not self._execute_once():
+            worked = False
+            for seat in self._seats:
+                if seat.state is not SeatState.LEADING:  # an event handled since may have ended its term
+                    continue
+                if seat.canary.due():
+                    self._canary_handover(seat)
+                else:
+                    worked = self._execute_once(seat) or worked
+                self._drain_queue()
+            if not worked:
                 self._wait(self._settings.idle_backoff_s)
         else:
             self._wait(self._settings.tick_s)
-        if self._state is RunnerState.BACKING_OFF and self._backoff.due():
-            self._log.info("rejoining", failures=self._backoff.failures)
-            self._election.join()
-            self._transition(RunnerState.FOLLOWING)
+        for seat in self._seats:
+            if seat.state is SeatState.BACKING_OFF and seat.backoff.due():
+                self._rejoin_after_backoff(seat)
+        self._keep_cap()
 
     def _wait(self, timeout_s: float) -> None:
+        if self._state is ReplicaState.STOPPED:  # stopped within this turn (a seat's events): nothing more to act on
+            return
         try:
             event = self._events.get(timeout=timeout_s)
         except queue.Empty:
@@ -236,23 +288,37 @@ class Runner:
         self._drain_queue()
 
     def _drain_queue(self) -> None:
-        while self._state is not RunnerState.STOPPED:
+        while self._state is not ReplicaState.STOPPED:
             try:
                 event = self._events.get_nowait()
             except queue.Empty:
                 return
             self._handle(event)
 
-    def _transition(self, new: RunnerState) -> None:
-        if new not in TRANSITIONS[self._state]:
-            raise TenureError(f"runner cannot go from {self._state.value} to {new.value}: this is a bug, "
+    def _change(self, replica: ReplicaState | None = None, seats: dict[Seat, SeatState] | None = None) -> None:
+        """Move the replica to ``replica`` and each seat to its state in ``seats`` (a seat already there stays),
+        every step checked against its table before any is taken; then tell of each seat whose role changed."""
+        if replica is not None and replica not in REPLICA_TRANSITIONS[self._state]:
+            raise TenureError(f"runner cannot go from {self._state.value} to {replica.value}: this is a bug, "
                               "please report it with the log")
-        self._log.info(RUNNER_STATE, old=self._state.value, new=new.value, epoch=self._epoch)
-        old, self._state = self._state, new
-        leading = new is RunnerState.LEADING
-        self._progress.working(leading, new_term=leading and old is RunnerState.FOLLOWING,
-                               paused=new is RunnerState.PAUSED)
-        self._observer.role_changed(leading, self._epoch)
+        moves = {seat: new for seat, new in (seats or {}).items() if new is not seat.state}
+        for seat, new in moves.items():
+            if new not in SEAT_TRANSITIONS[seat.state]:
+                raise TenureError(f"the seat of queue {seat.queue} cannot go from {seat.state.value} to {new.value}: "
+                                  "this is a bug, please report it with the log")
+        before = [role_of(self._state, seat.state) for seat in self._seats]
+        if replica is not None:
+            self._state = replica
+        for seat, new in moves.items():
+            seat.state = new
+        for seat, old in zip(self._seats, before, strict=True):
+            new_role = role_of(self._state, seat.state)
+            if new_role is not old:
+                seat.log.info(RUNNER_STATE, old=old.value, new=new_role.value, epoch=seat.epoch)
+                leading = new_role is Role.LEADING
+                self._progress.working(leading, new_term=leading and old is Role.FOLLOWING,
+                                       paused=new_role is Role.PAUSED, queue=seat.queue)
+                self._observer.role_changed(seat.queue, leading, seat.epoch)
 
     def _handle(self, event: RunnerEvent) -> None:
         match event:
@@ -261,225 +327,316 @@ class Runner:
             case ConnectionChanged(connected=connected):
                 self._zk_connected = connected
                 self._observer.connection_changed(connected)
-            case Elected(epoch=epoch):
-                if self._state is RunnerState.FOLLOWING:
-                    self._inaugurate(epoch)
-            case Suspended(reason=reason):
-                if self._state is RunnerState.LEADING:
-                    self._log.warning(LEADERSHIP_SUSPENDED, reason=reason, epoch=self._epoch)
-                    self._transition(RunnerState.PAUSED)
-            case Resumed():
-                if self._state is RunnerState.PAUSED:
-                    self._transition(RunnerState.LEADING)
-            case Revoked(reason=reason):
-                if self._state in (RunnerState.LEADING, RunnerState.PAUSED):
-                    self._end_term(Outcome.REVOKED, reason)
-                    self._transition(RunnerState.FOLLOWING)
+            case Elected(epoch=epoch, queue=q):
+                if self._seats[q].state is SeatState.FOLLOWING:
+                    self._elected(self._seats[q], epoch)
+            case Suspended(reason=reason, queue=q):
+                seat = self._seats[q]
+                if seat.state is SeatState.LEADING:
+                    seat.log.warning(LEADERSHIP_SUSPENDED, reason=reason, epoch=seat.epoch)
+                    self._change(seats={seat: SeatState.PAUSED})
+            case Resumed(queue=q):
+                if self._seats[q].state is SeatState.PAUSED:
+                    self._change(seats={self._seats[q]: SeatState.LEADING})
+            case Revoked(reason=reason, queue=q):
+                seat = self._seats[q]
+                if seat.leading:
+                    self._end_term(seat, Outcome.REVOKED, reason)
+                    self._change(seats={seat: SeatState.FOLLOWING})
             case DrainChanged(request=request):
                 self._drain_changed(request)
-            case HandoverRequested(request=request):
+            case HandoverRequested(request=request, queue=q):
                 if request is not None:
-                    self._handover_requested(request)
-            case Following(leader_replica=leader):
+                    self._handover_requested(self._seats[q], request)
+            case Following(leader_replica=leader, queue=q):
                 if leader is not None:
-                    self._saw_leader(leader)
+                    self._saw_leader(self._seats[q], leader)
+            case QueueStalled(stall=stall):
+                self._queue_stalled(stall)
 
-    def _saw_leader(self, replica_id: str) -> None:
-        if replica_id != self._seen_leader:
-            if self._seen_leader is not None:
-                self._observer.leader_changed()
-            self._seen_leader = replica_id
+    def _saw_leader(self, seat: Seat, replica_id: str) -> None:
+        if replica_id != seat.seen_leader:
+            if seat.seen_leader is not None:
+                self._observer.leader_changed(seat.queue)
+            seat.seen_leader = replica_id
 
     # -- the lifecycle -----------------------------------------------------------------------------------------
 
-    def _inaugurate(self, epoch: int) -> None:
+    def _elected(self, seat: Seat, epoch: int) -> None:
+        """Begin the term of ``epoch`` in ``seat``'s queue, unless the replica leads its cap of queues already."""
+        if self._at_cap():
+            self._leave_line(seat)
+            return
         # Starting Spark (cold standby, a cluster's application) may outlast the liveness timeout: it is bounded
         # by the first-batch allowance instead, past which the watchdog gives the lock up.
         with self._progress.inaugurating():
-            self._begin_term(epoch)
+            self._begin_term(seat, epoch)
 
-    def _begin_term(self, epoch: int) -> None:
+    def _begin_term(self, seat: Seat, epoch: int) -> None:
         started = self._clock()
         elected_at = time.time()
-        begun = self._inauguration.admit(epoch)
+        begun = seat.inauguration.admit(epoch)
         if begun.start is Start.LEAD:
-            self._epoch = epoch
-            begun = self._inauguration.begin(epoch, begun.granted)
+            seat.epoch = epoch
+            begun = seat.inauguration.begin(epoch, begun.granted)
         if begun.start is Start.STALE:
             return
         if begun.start in (Start.STEP_ASIDE, Start.REJOIN):
-            self._release_and_rejoin()
+            self._release_and_rejoin(seat)
             return
         if begun.start is Start.UNHEALTHY:
             self._health.reason = str(begun.error)
-            self._leave_election(RunnerState.UNHEALTHY, f"unhealthy: {begun.error}", term_ended=True)
+            self._leave_election(ReplicaState.UNHEALTHY, f"unhealthy: {begun.error}")
             return
         if begun.start is Start.FAILED:
             assert begun.error is not None
-            self._career_failed("inaugurate", begun.error)
+            self._career_failed(seat, "inaugurate", begun.error)
             return
         ctx, fence = begun.ctx, begun.fence
         assert ctx is not None and fence is not None, "a term that began has its context and fence"
-        self._backoff.term_began()
-        self._canary.term_began()
-        self._terms.began(fence, ctx.previous_handover, elected_at)
-        self._fail_stop.term_began()
+        seat.backoff.term_began()
+        seat.canary.term_began()
+        seat.terms.began(fence, ctx.previous_handover, elected_at)
+        self._fail_stop.term_began(seat.queue)
         if begun.granted is not None:
             try:
-                self._requests.remove_handover(begun.granted)
+                self._requests.remove_handover(begun.granted, seat.queue)
             except TenureError as exc:  # it then lives out its timeout, as a request whose target died does
-                self._log.warning("handover_request_not_removed", reason=f"{type(exc).__name__}: {exc}")
-        self._saw_leader(self._settings.replica_id)
-        self._observer.inaugurated(self._clock() - started)
-        self._transition(RunnerState.LEADING)
-        self._log.info(INAUGURATED, epoch=epoch, seconds=round(self._clock() - started, 3))
+                seat.log.warning("handover_request_not_removed", reason=f"{type(exc).__name__}: {exc}")
+        self._saw_leader(seat, self._settings.replica_id)
+        self._observer.inaugurated(seat.queue, self._clock() - started)
+        self._change(seats={seat: SeatState.LEADING})
+        seat.log.info(INAUGURATED, epoch=epoch, seconds=round(self._clock() - started, 3))
 
-    def _execute_once(self) -> bool:
-        """One unit of work (``Execution.once``) and the step its outcome calls for; whether there was work."""
-        done = self._execution.once(self._epoch)
+    def _execute_once(self, seat: Seat) -> bool:
+        """One unit of ``seat``'s work (``Execution.once``) and the step its outcome calls for; whether there was
+        work."""
+        done = seat.execution.once(seat.epoch)
         if done.work is Work.REVOKED:
-            self._end_term(Outcome.REVOKED, done.reason)
-            self._release_and_rejoin()
+            self._end_term(seat, Outcome.REVOKED, done.reason)
+            self._release_and_rejoin(seat)
         elif done.work is Work.STALLED:
             assert done.stall is not None
             self.give_up(done.stall)
         elif done.work is Work.FAILED:
             assert done.error is not None
-            self._career_failed("execute", done.error, batch_id=done.batch_id)
+            self._career_failed(seat, "execute", done.error, batch_id=done.batch_id)
         return done.worked
 
-    def _end_term(self, outcome: Outcome, reason: str) -> int | None:
-        """End the term (``TermEnd.end``: raises ``GaveUp`` once given up); returns the last committed batch."""
-        last_batch = self._term_end.end(outcome, reason, self._epoch)
-        self._backoff.term_ended()
+    def _end_term(self, seat: Seat, outcome: Outcome, reason: str) -> int | None:
+        """End ``seat``'s term (``TermEnd.end``: raises ``GaveUp`` once given up); returns the last committed
+        batch."""
+        last_batch = seat.term_end.end(outcome, reason, seat.epoch)
+        seat.backoff.term_ended()
         return last_batch
 
-    def _release_and_rejoin(self) -> None:
-        self._term_end.rejoin(self._epoch)
-        if self._state is not RunnerState.FOLLOWING:
-            self._transition(RunnerState.FOLLOWING)
+    def _release_and_rejoin(self, seat: Seat) -> None:
+        seat.term_end.rejoin(seat.epoch)
+        if seat.state is not SeatState.FOLLOWING:
+            self._change(seats={seat: SeatState.FOLLOWING})
 
-    def _career_failed(self, phase: str, exc: Exception, *, batch_id: int | None = None) -> None:
-        """End the term after the career raised and back off; a batch that failed on its own, while storage, Spark
-        and ZooKeeper were well, counts one attempt against it in the handover record."""
+    def _career_failed(self, seat: Seat, phase: str, exc: Exception, *, batch_id: int | None = None) -> None:
+        """End the term after the career raised and back the seat off; a batch that failed on its own, while
+        storage, Spark and ZooKeeper were well, counts one attempt against it in the handover record."""
         reason = self._health.probe()
         if reason is not None:
             # The career failed because its storage (or Spark) did: no fault of the career, so no back-off
-            # counting towards it; out of the election until it heals (the successor recovers the term).
+            # counting towards it; out of every line until it heals (each successor recovers its term).
             self._health.reason = reason
-            self._log.warning("career_failed_unhealthy", phase=phase, reason=reason,
-                              error=f"{type(exc).__name__}: {exc}", epoch=self._epoch)
-            self._end_term(Outcome.FAILED, f"{phase} raised {type(exc).__name__} while unhealthy: {reason}")
-            self._leave_election(RunnerState.UNHEALTHY, f"unhealthy: {reason}", term_ended=True)
+            seat.log.warning("career_failed_unhealthy", phase=phase, reason=reason,
+                             error=f"{type(exc).__name__}: {exc}", epoch=seat.epoch)
+            self._end_term(seat, Outcome.FAILED, f"{phase} raised {type(exc).__name__} while unhealthy: {reason}")
+            self._leave_election(ReplicaState.UNHEALTHY, f"unhealthy: {reason}", ended=seat)
             return
-        self._backoff.failed()
-        self._observer.career_failed()
-        self._log.error(CAREER_FAILED, phase=phase, epoch=self._epoch, failures=self._backoff.failures,
-                        batch=batch_id, exc_info=exc)
-        ended = f"{phase} raised {type(exc).__name__}"
-        last_batch = self._end_term(Outcome.FAILED, ended)
-        if batch_id is not None and self._zk_connected:
-            failed = self._attempts.failed(batch_id, f"{type(exc).__name__}: {exc}")
-            self._log.warning(BATCH_ATTEMPT_FAILED, batch=batch_id, attempts=failed.attempts,
-                              max_attempts=self._settings.max_batch_attempts, failing_s=round(failed.failing_s, 3),
-                              set_aside_after_s=self._settings.set_aside_after_s, epoch=self._epoch)
-            self._term_end.record(self._epoch, clean=False, last_batch=last_batch,
-                                  reason=f"{ended} on batch {batch_id}")
-        self._term_end.release(self._epoch)
-        delay = self._backoff.wait()
-        self._log.warning(BACKING_OFF, seconds=delay, failures=self._backoff.failures)
-        self._transition(RunnerState.BACKING_OFF)
+        seat.backoff.failed()
+        self._observer.career_failed(seat.queue)
+        seat.log.error(CAREER_FAILED, phase=phase, epoch=seat.epoch, failures=seat.backoff.failures,
+                       batch=batch_id, exc_info=exc)
+        self._back_off(seat, Outcome.FAILED, f"{phase} raised {type(exc).__name__}", batch_id,
+                       f"{type(exc).__name__}: {exc}")
 
-    def _handover_requested(self, request: HandoverRequest) -> None:
+    def _queue_stalled(self, stall: Stall) -> None:
+        """The watchdog found the term of ``stall.queue`` stalled: end that term alone, as stalled, its career's
+        work stopped under its deadline (a JVM that does not answer makes it the replica's fail-stop, ``GaveUp``),
+        and back the seat off, as after a failure; the replica's other queues go on.
+
+        A stall is posted only while its term is open, and the events of the term's end are queued after it, so a
+        seat that is not leading when this is handled has ended that term already (and begun no other: its next
+        ``Elected`` is queued behind this)."""
+        assert stall.queue is not None, "a queue's stall names its queue"
+        seat = self._seats[stall.queue]
+        if not seat.leading:
+            return
+        seat.log.error(QUEUE_STALLED, reason=stall.reason.value, detail=stall.detail, batch=stall.batch_id,
+                       epoch=seat.epoch)
+        self._observer.stalled(stall.reason)
+        seat.backoff.failed()
+        self._back_off(seat, Outcome.STALLED, f"stalled: {stall.describe()}",
+                       stall.batch_id if stall.reason.counts_against_batch else None, stall.describe())
+
+    def _back_off(self, seat: Seat, outcome: Outcome, ended: str, batch_id: int | None, error: str) -> None:
+        """End ``seat``'s term as ``outcome`` (``ended`` says why), count an attempt against ``batch_id`` in the
+        handover record, release the node, and back off before rejoining."""
+        last_batch = self._end_term(seat, outcome, ended)
+        if batch_id is not None and self._zk_connected:
+            failed = seat.attempts.failed(batch_id, error)
+            seat.log.warning(BATCH_ATTEMPT_FAILED, batch=batch_id, attempts=failed.attempts,
+                             max_attempts=self._settings.max_batch_attempts, failing_s=round(failed.failing_s, 3),
+                             set_aside_after_s=self._settings.set_aside_after_s, epoch=seat.epoch)
+            seat.term_end.record(seat.epoch, clean=False, last_batch=last_batch, reason=f"{ended} on batch {batch_id}")
+        seat.term_end.release(seat.epoch)
+        delay = seat.backoff.wait()
+        seat.log.warning(BACKING_OFF, seconds=delay, failures=seat.backoff.failures)
+        self._change(seats={seat: SeatState.BACKING_OFF})
+
+    def _rejoin_after_backoff(self, seat: Seat) -> None:
+        """The seat's back-off is over: stand in its queue's line again (or stay out of it at the cap)."""
+        if self._at_cap():
+            self._change(seats={seat: SeatState.OUT})
+            return
+        seat.log.info("rejoining", failures=seat.backoff.failures)
+        seat.election.join()
+        self._change(seats={seat: SeatState.FOLLOWING})
+
+    def _handover_requested(self, seat: Seat, request: HandoverRequest) -> None:
         """An operator asked this term to hand over (to a named replica, or the next in line): hand over
         cleanly, then rejoin at the back of the line (``HandoverRequests.honour`` says which requests count)."""
-        if not self._handovers.honour(request, self._state, self._epoch):
+        if not seat.handovers.honour(request, seat.state, seat.epoch):
             return
-        self._log.info(HANDOVER_REQUESTED, to=request.to, epoch=self._epoch)
-        self._hand_over_and_rejoin(f"handover requested to {request.to or 'the next in line'}")
+        seat.log.info(HANDOVER_REQUESTED, to=request.to, epoch=seat.epoch)
+        self._hand_over_and_rejoin(seat, f"handover requested to {request.to or 'the next in line'}")
 
-    def _canary_handover(self) -> None:
+    def _canary_handover(self, seat: Seat) -> None:
         """Hand over on schedule to the next follower in line, so its successor's first commit tests the
         standby (``CanarySchedule``)."""
-        self._canary.fired()
+        seat.canary.fired()
         try:
-            successor = CanarySchedule.successor(self._election.contenders())
+            successor = CanarySchedule.successor(seat.election.contenders())
         except TenureError as exc:
-            self._log.warning(CANARY_SKIPPED, reason=f"the line is unreadable: {type(exc).__name__}: {exc}")
+            seat.log.warning(CANARY_SKIPPED, reason=f"the line is unreadable: {type(exc).__name__}: {exc}")
             return
         if successor is None:
-            self._log.info(CANARY_SKIPPED, reason="no follower in line")
+            seat.log.info(CANARY_SKIPPED, reason="no follower in line")
             return
-        self._log.info(CANARY_HANDOVER, to=successor, epoch=self._epoch)
-        self._hand_over_and_rejoin(CANARY)
+        seat.log.info(CANARY_HANDOVER, to=successor, epoch=seat.epoch)
+        self._hand_over_and_rejoin(seat, CANARY)
 
-    def _hand_over_and_rejoin(self, reason: str) -> None:
+    def _hand_over_and_rejoin(self, seat: Seat, reason: str) -> None:
         """Hand over cleanly (timed for the observer), then stand in line again at the back."""
         started = self._clock()
-        self._term_end.clean(self._epoch, reason)
-        self._observer.handover_took(self._clock() - started)
-        self._release_and_rejoin()
+        seat.term_end.clean(seat.epoch, reason)
+        self._observer.handover_took(seat.queue, self._clock() - started)
+        self._release_and_rejoin(seat)
+
+    # -- the cap on queues led ---------------------------------------------------------------------------------
+
+    def _at_cap(self) -> bool:
+        cap = self._settings.max_queues_led
+        return cap is not None and len(self.queues_led()) >= cap
+
+    def _leave_line(self, seat: Seat) -> None:
+        """Out of ``seat``'s queue's line while the replica leads its cap of queues (``max_queues_led``)."""
+        seat.log.info(LEFT_LINE_AT_CAP, leading=self.queues_led(), cap=self._settings.max_queues_led)
+        seat.term_end.release(seat.epoch)
+        self._change(seats={seat: SeatState.OUT})
+
+    def _keep_cap(self) -> None:
+        """At the cap, leave the lines of the queues not led; below it, join them again."""
+        if self._state is not ReplicaState.ACTIVE or self._settings.max_queues_led is None:
+            return
+        at_cap = self._at_cap()
+        for seat in self._seats:
+            if at_cap and seat.state is SeatState.FOLLOWING:
+                self._leave_line(seat)
+            elif not at_cap and seat.state is SeatState.OUT:
+                seat.log.info("rejoining_below_cap", leading=self.queues_led(), cap=self._settings.max_queues_led)
+                seat.election.join()
+                self._change(seats={seat: SeatState.FOLLOWING})
+
+    # -- the replica: health, drain, stop ----------------------------------------------------------------------
 
     def _check_career_health(self) -> None:
-        """Leave the election while the career cannot work (handing over first when leading), rather than fail
-        its batches; rejoin once it can. A drained replica stays drained (``HealthGate``)."""
+        """Leave every line while the careers cannot work (handing over first what it leads), rather than fail
+        their batches; rejoin once they can. A drained replica stays drained (``HealthGate``)."""
         match self._health.check(self._state):
             case HealthStep.LEAVE:
-                self._leave_election(RunnerState.UNHEALTHY, f"unhealthy: {self._health.reason}")
+                self._leave_election(ReplicaState.UNHEALTHY, f"unhealthy: {self._health.reason}")
             case HealthStep.REJOIN:
                 self._log.info(HEALTHY_AGAIN)
-                self._election.join()
-                self._transition(RunnerState.FOLLOWING)
+                self._join_every_line()
             case HealthStep.NOTHING:
                 pass
 
-    def _leave_election(self, to: RunnerState, reason: str, *, term_ended: bool = False) -> None:
-        """Hand over cleanly when leading (unless the term already ended), release the node, and wait out of the
-        election in state ``to``."""
-        was_leading = self._state in (RunnerState.LEADING, RunnerState.PAUSED) and not term_ended
-        self._term_end.clean_and_release(self._epoch, reason, leading=was_leading)
-        self._log.warning(LEFT_ELECTION, reason=reason, state=to.value, was_leading=was_leading,
-                          epoch=self._epoch)
-        self._transition(to)
+    def _join_every_line(self) -> None:
+        for seat in self._seats:
+            seat.election.join()
+        self._change(ReplicaState.ACTIVE, dict.fromkeys(self._seats, SeatState.FOLLOWING))
+
+    def _leave_election(self, to: ReplicaState, reason: str, *, ended: Seat | None = None) -> None:
+        """Hand over cleanly each queue it leads (but ``ended``, whose term already ended), release every node, and
+        wait out of every line in state ``to``."""
+        for seat in self._seats:
+            was_leading = seat.leading and seat is not ended
+            seat.term_end.clean_and_release(seat.epoch, reason, leading=was_leading)
+            seat.log.warning(LEFT_ELECTION, reason=reason, state=to.value, was_leading=was_leading, epoch=seat.epoch)
+        self._change(to, dict.fromkeys(self._seats, SeatState.OUT))
 
     def _drain_changed(self, request: DrainRequest | None) -> None:
-        """Leave the election when drained (handing over first when leading); join again when undrained
+        """Leave every line when drained (handing over first what it leads); join them again when undrained
         (``DrainPolicy``)."""
-        was_leading = self._state in (RunnerState.LEADING, RunnerState.PAUSED)
+        led = self.queues_led()
         match self._drain.changed(request, self._state, unhealthy=self._health.reason is not None):
             case DrainStep.LEAVE | DrainStep.PARK as step:
                 assert request is not None
-                self._log.info(DRAINED, reason=request.reason, was_leading=was_leading, epoch=self._epoch)
+                self._log.info(DRAINED, reason=request.reason, was_leading=bool(led), epoch=self._epoch_shown(),
+                               leading=led)
                 if step is DrainStep.PARK:
-                    self._transition(RunnerState.DRAINED)
+                    self._change(ReplicaState.DRAINED)
                 else:
-                    self._leave_election(RunnerState.DRAINED, f"drained: {request.reason}")
+                    self._leave_election(ReplicaState.DRAINED, f"drained: {request.reason}")
             case DrainStep.TO_UNHEALTHY:
                 self._log.info("undrained")
-                self._transition(RunnerState.UNHEALTHY)
+                self._change(ReplicaState.UNHEALTHY)
             case DrainStep.REJOIN:
                 self._log.info("undrained")
-                self._election.join()
-                self._transition(RunnerState.FOLLOWING)
+                self._join_every_line()
             case DrainStep.NOTHING:
                 pass
 
     def _stop(self, reason: str) -> None:
+        """Hand over every queue it leads, one after another, release every node, and stop."""
         started = self._clock()
-        was_leading = self._state in (RunnerState.LEADING, RunnerState.PAUSED)
-        self._transition(RunnerState.STOPPING)
-        if not self._term_end.clean_and_release(self._epoch, reason, leading=was_leading):
-            self._exit_code = 1
-        if was_leading:
-            self._log.info(HANDED_OVER, epoch=self._epoch, seconds=round(self._clock() - started, 3))
-        self._transition(RunnerState.STOPPED)
+        led = [seat for seat in self._seats if seat.leading]
+        self._change(ReplicaState.STOPPING)
+        for seat in self._seats:
+            if not seat.term_end.clean_and_release(seat.epoch, reason, leading=seat in led):
+                self._exit_code = 1
+            if seat in led:
+                seat.log.info(HANDED_OVER, epoch=seat.epoch, seconds=round(self._clock() - started, 3))
+        self._change(ReplicaState.STOPPED, dict.fromkeys(self._seats, SeatState.OUT))
+
+    def _epoch_shown(self) -> int | None:
+        """The epoch the replica's own log events name: its one seat's in a group of one queue, else the first led
+        queue's."""
+        if len(self._seats) == 1:
+            return self._seats[0].epoch
+        return next((seat.epoch for seat in self._seats if seat.leading), None)
+
+    def _where(self, queue: int | None) -> tuple[int | None, str]:
+        """The epoch and role of ``queue``'s seat (of the replica, for None), read by the fail-stop's log."""
+        if queue is None and len(self._seats) == 1:
+            queue = 0
+        if queue is None:
+            return self._epoch_shown(), self._state.value
+        seat = self._seats[queue]
+        return seat.epoch, role_of(self._state, seat.state).value
 
     # -- fail-stop ---------------------------------------------------------------------------------------------
 
     def give_up(self, stall: Stall) -> None:
-        """Give the lock up at once and have the process exit (``FailStop.give_up``); from any thread, once."""
+        """Give every lock up at once and have the process exit (``FailStop.give_up``); from any thread, once."""
         self._fail_stop.give_up(stall)
 
     def close_session(self) -> None:
-        """Close the ZooKeeper session, under a deadline: the node goes now (``FailStop.close_session``)."""
+        """Close the ZooKeeper session, under a deadline: every node goes now (``FailStop.close_session``)."""
         self._fail_stop.close_session()

@@ -28,11 +28,13 @@ STALL_REASONS: tuple[str, ...] = tuple(reason.value for reason in StallReason)
 
 @dataclass(frozen=True)
 class Stall:
-    """A stall: its reason, a one-line detail for people, and the batch in flight (if any)."""
+    """A stall: its reason, a one-line detail for people, the batch in flight (if any), and the queue whose term
+    stalled (None: the replica's own, its control loop or its event queue)."""
 
     reason: StallReason
     detail: str
     batch_id: int | None = None
+    queue: int | None = None
 
     def describe(self) -> str:
         """The detail and the batch in flight, in one line (the term history's reason; ``/readyz`` prefixes

@@ -1,7 +1,12 @@
-"""The runner's states, the transitions between them, and its settings.
+"""The runner's states — the replica's, and each of its seats' — the transitions between them, the role each seat
+shows, and the runner's settings.
 
-The runner (``career/lifecycle/_runner.py``) changes state only through :data:`TRANSITIONS`; a move outside it is
-a bug and raises.
+A replica is in or out of every queue's line at once (:class:`ReplicaState`); within an active replica, each seat —
+its place in one queue's line — follows, leads, is paused or backs off on its own (:class:`SeatState`). The runner
+(``career/lifecycle/_runner.py``) changes either only through its table (:data:`REPLICA_TRANSITIONS`,
+:data:`SEAT_TRANSITIONS`); a move outside it is a bug and raises. What a seat shows operators, in the
+``runner_state`` log event and ``/readyz``, is its :class:`Role`, the two read together: in a group of one queue
+exactly the states the runner had before queues.
 """
 
 from __future__ import annotations
@@ -12,37 +17,69 @@ from dataclasses import dataclass
 from tenure.errors import ConfigError
 from tenure.settings import setting
 
-__all__ = ["TRANSITIONS", "RunnerSettings", "RunnerState"]
+__all__ = ["REPLICA_TRANSITIONS", "SEAT_TRANSITIONS", "ReplicaState", "Role", "RunnerSettings", "SeatState",
+           "role_of"]
 
 
-class RunnerState(enum.Enum):
-    """Where the replica is in its career."""
+class ReplicaState(enum.Enum):
+    """Where the replica is: in every queue's line, or out of all of them."""
 
-    STARTING = "starting"  # warming the career up; not yet in the election
-    FOLLOWING = "following"  # in the election, waiting
-    LEADING = "leading"  # elected and inaugurated: execute() runs
-    PAUSED = "paused"  # leading but suspended (connection or safe-until): no execute, no commit
-    BACKING_OFF = "backing_off"  # the career raised: out of the election for a growing delay
-    DRAINED = "drained"  # out of the election on an operator's request (tenure drain), career warm
-    UNHEALTHY = "unhealthy"  # out of the election while the career cannot work (storage, Spark); rejoins when well
-    STOPPING = "stopping"  # a signal arrived: handing over
+    STARTING = "starting"  # warming the standby up; in no line yet
+    ACTIVE = "active"  # in the lines (each seat says where it is in its own)
+    DRAINED = "drained"  # out of every line on an operator's request (tenure drain), standby warm
+    UNHEALTHY = "unhealthy"  # out of every line while the careers cannot work (storage, Spark); rejoins when well
+    STOPPING = "stopping"  # a signal arrived: handing over every led queue
     STOPPED = "stopped"
 
 
-TRANSITIONS: dict[RunnerState, frozenset[RunnerState]] = {
-    RunnerState.STARTING: frozenset({RunnerState.FOLLOWING, RunnerState.DRAINED, RunnerState.STOPPING}),
-    RunnerState.FOLLOWING: frozenset({RunnerState.LEADING, RunnerState.BACKING_OFF, RunnerState.DRAINED,
-                                      RunnerState.UNHEALTHY, RunnerState.STOPPING}),
-    RunnerState.LEADING: frozenset({RunnerState.PAUSED, RunnerState.FOLLOWING, RunnerState.BACKING_OFF,
-                                    RunnerState.DRAINED, RunnerState.UNHEALTHY, RunnerState.STOPPING}),
-    RunnerState.PAUSED: frozenset({RunnerState.LEADING, RunnerState.FOLLOWING, RunnerState.BACKING_OFF,
-                                   RunnerState.DRAINED, RunnerState.UNHEALTHY, RunnerState.STOPPING}),
-    RunnerState.BACKING_OFF: frozenset({RunnerState.FOLLOWING, RunnerState.DRAINED, RunnerState.UNHEALTHY,
-                                        RunnerState.STOPPING}),
-    RunnerState.DRAINED: frozenset({RunnerState.FOLLOWING, RunnerState.UNHEALTHY, RunnerState.STOPPING}),
-    RunnerState.UNHEALTHY: frozenset({RunnerState.FOLLOWING, RunnerState.DRAINED, RunnerState.STOPPING}),
-    RunnerState.STOPPING: frozenset({RunnerState.STOPPED}),
-    RunnerState.STOPPED: frozenset(),
+class SeatState(enum.Enum):
+    """Where the replica is in one queue's line."""
+
+    OUT = "out"  # not in the line: the replica is not active, or it leads --max-queues-led queues already
+    FOLLOWING = "following"  # in the line, waiting
+    LEADING = "leading"  # elected and inaugurated: the queue's career executes
+    PAUSED = "paused"  # leading but suspended (connection or safe-until): no execute, no commit
+    BACKING_OFF = "backing_off"  # the queue's career raised (or stalled): out of its line for a growing delay
+
+
+class Role(enum.Enum):
+    """What one seat shows: its state while the replica is active, the replica's state otherwise (the states the
+    runner had before queues, and ``out``)."""
+
+    STARTING = "starting"
+    OUT = "out"
+    FOLLOWING = "following"
+    LEADING = "leading"
+    PAUSED = "paused"
+    BACKING_OFF = "backing_off"
+    DRAINED = "drained"
+    UNHEALTHY = "unhealthy"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+def role_of(replica: ReplicaState, seat: SeatState) -> Role:
+    """The role of a seat in ``seat`` of a replica in ``replica``."""
+    return Role(seat.value) if replica is ReplicaState.ACTIVE else Role(replica.value)
+
+
+_R = ReplicaState
+REPLICA_TRANSITIONS: dict[ReplicaState, frozenset[ReplicaState]] = {
+    _R.STARTING: frozenset({_R.ACTIVE, _R.DRAINED, _R.STOPPING}),
+    _R.ACTIVE: frozenset({_R.DRAINED, _R.UNHEALTHY, _R.STOPPING}),
+    _R.DRAINED: frozenset({_R.ACTIVE, _R.UNHEALTHY, _R.STOPPING}),
+    _R.UNHEALTHY: frozenset({_R.ACTIVE, _R.DRAINED, _R.STOPPING}),
+    _R.STOPPING: frozenset({_R.STOPPED}),
+    _R.STOPPED: frozenset(),
+}
+
+_S = SeatState
+SEAT_TRANSITIONS: dict[SeatState, frozenset[SeatState]] = {
+    _S.OUT: frozenset({_S.FOLLOWING}),
+    _S.FOLLOWING: frozenset({_S.LEADING, _S.BACKING_OFF, _S.OUT}),
+    _S.LEADING: frozenset({_S.PAUSED, _S.FOLLOWING, _S.BACKING_OFF, _S.OUT}),
+    _S.PAUSED: frozenset({_S.LEADING, _S.FOLLOWING, _S.BACKING_OFF, _S.OUT}),
+    _S.BACKING_OFF: frozenset({_S.FOLLOWING, _S.OUT}),
 }
 
 
@@ -64,7 +101,8 @@ class RunnerSettings:
     tick_s: float = 0.5
     handover_timeout_s: float = setting(
         5.0, unit="s", help="Graceful handover budget: the career's hand-over, the handover record, the release. "
-        "After SIGTERM the handover gets this + 2 s, then closing Spark gets as long again (`career_closed` logs "
+        "After SIGTERM the handover gets this + 2 s for each queue the replica leads (they hand over one after "
+        "another), then closing Spark gets this + 2 s (`career_closed` logs "
         "how long it took); past either, the replica kills its Spark processes and exits 3 (`handover_overrun`, "
         "`close_overrun`). A second signal exits at once (128 + the signal), killing them too.",
         hazard="Must be below the session timeout, or a stuck leader outlives its lease.")
@@ -91,6 +129,11 @@ class RunnerSettings:
         None, unit="s", default_text="never", help="A leader hands over to the next ready follower after this "
         "long, so a broken standby shows before a real failure needs it.",
         hazard="Each canary is a handover: output pauses for about a second.")
+    max_queues_led: int | None = setting(
+        None, unit="queues", default_text="no cap", help="A replica leading this many queues leaves the lines of the "
+        "queues it does not lead, and joins them again once it leads fewer, so that the others lead them.",
+        hazard="With fewer replicas than queues ÷ this cap, some queues have no leader (the TenureNoLeader alert "
+        "fires for each).")
 
     def __post_init__(self) -> None:
         if self.max_batch_attempts < 1:
@@ -103,6 +146,9 @@ class RunnerSettings:
         if self.canary_handover_every_s is not None and not self.canary_handover_every_s > 0:
             raise ConfigError(f"canary_handover_every_s={self.canary_handover_every_s!r} must be a positive number "
                               "of seconds (leave it unset for no canary handovers)")
+        if self.max_queues_led is not None and self.max_queues_led < 1:
+            raise ConfigError(f"max_queues_led={self.max_queues_led} is below 1: raise it to at least 1 (leave it "
+                              "unset for no cap)")
         if self.failure_backoff_max_s < self.failure_backoff_s:
             raise ConfigError(f"failure_backoff_max_s={self.failure_backoff_max_s:g} is below failure_backoff_s="
                               f"{self.failure_backoff_s:g}: raise failure_backoff_max_s")

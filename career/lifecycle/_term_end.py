@@ -1,5 +1,5 @@
-"""A term's end: the career's term handed over, its end recorded in the term history and the handover record, and
-the node released — to rejoin at the back of the line, or to stay out of it."""
+"""A term's end: the career's term of one queue handed over, its end recorded in the queue's term history and handover
+record, and its node released — to rejoin at the back of the line, or to stay out of it."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ __all__ = ["TermEnd"]
 
 
 class TermEnd:
-    """Ends one replica's terms, on the runner's control thread.
+    """Ends one replica's terms of one queue (``queue``), on the runner's control thread.
 
     Example::
 
@@ -31,7 +31,8 @@ class TermEnd:
 
     def __init__(self, election: Leadership, career: Career, attempts: BatchAttempts, terms: TermJournal,
                  fail_stop: FailStop, observer: RunnerObserver, log: FilteringBoundLogger,
-                 clock: Callable[[], float], handover_timeout_s: float) -> None:
+                 clock: Callable[[], float], handover_timeout_s: float, queue: int = 0) -> None:
+        self._queue = queue
         self._election = election
         self._handover_timeout_s = handover_timeout_s
         self._career = career
@@ -60,13 +61,14 @@ class TermEnd:
         except Unresponsive as exc:
             # Spark stopped answering while the term ended (a JVM frozen under a health-gated hand-over): nothing
             # of it can be trusted to stop, so fail-stop as from a stall, which records the term's end itself.
-            self._fail_stop.give_up(Stall(StallReason.SPARK_UNRESPONSIVE, f"while handing over: {exc}"))
+            self._fail_stop.give_up(Stall(StallReason.SPARK_UNRESPONSIVE, f"while handing over: {exc}",
+                                          queue=self._queue))
         except Exception:
             self._log.exception("hand_over_failed", outcome=outcome.value, epoch=epoch)
         if outcome is not Outcome.CLEAN:  # a clean handover is timed by its caller, up to the node's release
-            self._observer.handover_took(self._clock() - started)
-        self._observer.term_ended()
-        if self._fail_stop.term_ending():
+            self._observer.handover_took(self._queue, self._clock() - started)
+        self._observer.term_ended(self._queue)
+        if self._fail_stop.term_ending(self._queue):
             self._terms.ended(outcome, reason)
         return last_batch
 
@@ -112,5 +114,5 @@ class TermEnd:
             self.clean(epoch, reason)
         released = self.release(epoch)
         if leading:
-            self._observer.handover_took(self._clock() - started)
+            self._observer.handover_took(self._queue, self._clock() - started)
         return released

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from tenure.career.spark._progress import BATCH_PROGRESS
     from tenure.career.spark._publish import DELTA_VERSION_ADDED
     from tenure.career.spark._session import SPARK_SESSION_READY, build_session
-    from tenure.career.spark._standby import STANDBY_EXECUTORS_HELD, STANDBY_WITHOUT_EXECUTORS
+    from tenure.career.spark._standby import STANDBY_EXECUTORS_HELD, STANDBY_WITHOUT_EXECUTORS, SparkStandby
     from tenure.career.spark._worker_python import worker_python
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "SparkCareer",
     "SparkCareerConfig",
     "SparkCareerError",
+    "SparkStandby",
     "build_session",
     "worker_python",
 ]
@@ -63,7 +64,7 @@ _HOMES = {
     "HookError": "_hooks",
     "BATCH_PROGRESS": "_progress",
     **dict.fromkeys(["SPARK_SESSION_READY", "build_session"], "_session"),
-    **dict.fromkeys(["STANDBY_EXECUTORS_HELD", "STANDBY_WITHOUT_EXECUTORS"], "_standby"),
+    **dict.fromkeys(["STANDBY_EXECUTORS_HELD", "STANDBY_WITHOUT_EXECUTORS", "SparkStandby"], "_standby"),
     "DELTA_VERSION_ADDED": "_publish",
     "worker_python": "_worker_python",
 }

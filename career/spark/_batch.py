@@ -26,7 +26,7 @@ from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._errors import HandingOverError, SparkCareerError
 from tenure.career.spark._hooks import Hooks
 from tenure.career.spark._intake import batch_files, batch_offset, file_name
-from tenure.career.spark._layout import Layout, published_name
+from tenure.career.spark._layout import Layout
 from tenure.career.spark._order import HighWaterMarks, arrow_maxima, maxima, split_late
 from tenure.career.spark._pipeline import (
     CHANGED,
@@ -246,6 +246,11 @@ class BatchWriter:
                     term.last_seen = batch_id
                     term.completed += 1
 
+    @property
+    def _queue_field(self) -> dict[str, int]:
+        """The commit record's ``queue``, in a topic of several queues (a topic of one's records have none)."""
+        return {} if self._layout.queues == 1 else {"queue": self._layout.index}
+
     def _fault(self, point: str) -> None:
         """Call the fault hook at ``point``; what it raises is kept so ``execute`` re-raises it as is."""
         try:
@@ -315,12 +320,14 @@ class BatchWriter:
         # 4. The fenced commit: the only step that makes the batch count.
         committed_at = time.time()
         new_record: dict[str, Any] = {
+            **self._queue_field,
             "batch_id": batch_id,
             "epoch": term.epoch,
             "replica_id": self._replica_id,
             "committed_at": committed_at,
             "clock": term.clock.now(),
-            "published_path": f"{layout.relative(layout.table)}/batch-{batch_id:012d}-*.parquet",
+            "published_path": f"{layout.relative(layout.table)}/"
+                              f"{layout.published_name(layout.table, batch_id, '*.parquet')}",
             "staged": staged,
             "parts": staged_parts(layout, staged, batch_id),
             "counts": counts,
@@ -376,7 +383,8 @@ class BatchWriter:
         fresh, late = records(df), None
         late_keys = marks.late_keys(spans)
         if late_keys:
-            fresh, late = split_late(df, late_keys, df.sparkSession, epoch=term.epoch, batch_id=batch_id)
+            fresh, late = split_late(df, late_keys, df.sparkSession, epoch=term.epoch, batch_id=batch_id,
+                                     queue=layout.output.column)
             counts["late"] = late.count()
             counts["written"] -= counts["late"]
         if replay.records:
@@ -405,7 +413,7 @@ class BatchWriter:
                 processed.unpersist()
         if counts["quarantined"] or late is not None:
             path = layout.staging(layout.quarantine, term.epoch, batch_id)
-            bad = quarantine_rows(df, epoch=term.epoch, batch_id=batch_id)
+            bad = quarantine_rows(df, epoch=term.epoch, batch_id=batch_id, queue=layout.output.column)
             (bad if late is None else bad.unionByName(late)).coalesce(1) \
                 .write.mode("overwrite").parquet(str(path))
             staged["quarantine"] = layout.relative(path)
@@ -575,6 +583,7 @@ class BatchWriter:
         counts = {"set_aside": lines}
         new_record: dict[str, Any] = {
             **{name: (record or {})[name] for name in _CARRIED if name in (record or {})},
+            **self._queue_field,
             "batch_id": batch_id,
             "epoch": term.epoch,
             "replica_id": self._replica_id,
@@ -623,7 +632,7 @@ class BatchWriter:
             folder = layout.staging(layout.order, self._term.epoch, batch_id)
             write_parquet(new.to_arrow(), folder)
             staged["order"] = layout.relative(folder)
-            path = layout.relative(layout.order / published_name(batch_id, "part-00000.parquet"))
+            path = layout.relative(layout.order / layout.published_name(layout.order, batch_id, "part-00000.parquet"))
         return {"order": path}
 
     def _retry(self, fresh: DataFrame, held: Any, row_function: RowFunction, counts: dict[str, int],
@@ -657,7 +666,7 @@ class BatchWriter:
             processed.unpersist()
             raise
         snapshot = snapshot_table(rest)
-        dead = dead_letter_table(rest, epoch=term.epoch, batch_id=batch_id)
+        dead = dead_letter_table(rest, epoch=term.epoch, batch_id=batch_id, queue=layout.output.column)
         repeats = repeat_ids(rest)
         if repeats:
             term.log.info("held_repeats_dropped", batch=batch_id, epoch=term.epoch, records=len(repeats),
@@ -682,7 +691,8 @@ class BatchWriter:
             write_parquet(dead, path)
             staged["dead_letter"] = layout.relative(path)
         fields = {
-            "retry": layout.relative(layout.retry / published_name(batch_id, "part-00000.parquet")),
+            "retry": layout.relative(layout.retry
+                                     / layout.published_name(layout.retry, batch_id, "part-00000.parquet")),
             "retry_waiting": snapshot.num_rows,
             "retry_next_due": next_due(snapshot),
         }
@@ -695,7 +705,8 @@ class BatchWriter:
         if self._hooks.transform is not None:  # it may repartition: each key back into one partition, by seq
             rows = ordered(self._hooks.transform(rows), partitions=partitions)
         path = layout.staging(layout.table, term.epoch, batch_id)
-        with_batch(rows, epoch=term.epoch, batch_id=batch_id).write.mode("overwrite").parquet(str(path))
+        with_batch(rows, epoch=term.epoch, batch_id=batch_id, queue=layout.output.column) \
+            .write.mode("overwrite").parquet(str(path))
         staged["table"] = layout.relative(path)
         # A column whose type the transform changed could never join the Delta table: fail before the commit.
         check_batch_schema(layout.table, path.glob("part-*.parquet"))

@@ -15,7 +15,6 @@ from typing import Any, Final
 import structlog
 
 from tenure.career._deadline import call_within
-from tenure.career._health import StorageHealth
 from tenure.career._protocol import BatchFailed, CareerContext, CareerObserver, Outcome
 from tenure.career.lifecycle import HANDED_OVER, INAUGURATED
 from tenure.career.spark._batch import BatchWriter
@@ -23,7 +22,6 @@ from tenure.career.spark._checkpoints import StaleTermError, adopt_checkpoint, s
 from tenure.career.spark._cluster import ClusterMaster
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._errors import CommitRecordError, SparkCareerError
-from tenure.career.spark._hooks import Hooks, check_transform, load_hook
 from tenure.career.spark._housekeeping import Housekeeper
 from tenure.career.spark._layout import Layout
 from tenure.career.spark._marks import ConsumptionMarks
@@ -34,7 +32,7 @@ from tenure.career.spark._record import check_record
 from tenure.career.spark._recovery import repair_checkpoint, repair_delta_log
 from tenure.career.spark._standby import SparkStandby
 from tenure.career.spark._term import Term, TermClock, committed_batch, no_fault
-from tenure.errors import CommitOutcomeUnknown, ElectionError, Fenced, NotLeader, Unresponsive
+from tenure.errors import CommitOutcomeUnknown, ConfigError, ElectionError, Fenced, NotLeader, Unresponsive
 
 __all__ = ["QUERY_STARTED", "TORN_FILES_REMOVED", "SparkCareer"]
 
@@ -49,7 +47,8 @@ _INFRASTRUCTURE = (ElectionError, Unresponsive)
 
 
 class SparkCareer:
-    """The leader's work: a Structured Streaming consumer whose output is made visible by fenced commits.
+    """The leader's work for one queue of a topic: a Structured Streaming consumer whose output is made visible by
+    fenced commits.
 
     Implements ``career.Career``. The query runs on Spark's own thread with a processing-time trigger;
     ``execute`` (the runner's control thread) starts it, watches its health, archives consumed files and
@@ -57,6 +56,10 @@ class SparkCareer:
     ``_batch.BatchWriter``); a re-run of a committed batch id is skipped, so the output is exactly once. The
     session comes from the career's :class:`SparkStandby`, which also warms it up, keeps it warm while the
     replica follows and, on a cluster, holds the follower's executors and the leader's cores.
+
+    Queue ``queue`` of a topic of ``queues`` (default: the one queue of a topic of one) is read from its own
+    ``landing/`` and written beside the other queues' batches (``_layout.Layout``): the careers of several queues
+    of one replica share one standby (``standby``), so one SparkSession, each running its own query on it.
 
     Example::
 
@@ -67,6 +70,13 @@ class SparkCareer:
             career.execute() or time.sleep(0.1)
         last_batch = career.hand_over(Outcome.CLEAN)
         career.close()
+
+        # one replica, queues 0 and 1 of a topic of 4, on one session:
+        standby = SparkStandby.for_replica(config, replica_id="r1", group="g")
+        careers = [SparkCareer(config, observer, replica_id="r1", group="g", standby=standby, queue=k, queues=4)
+                   for k in (0, 1)]
+        ...                                    # each career through its own terms; then each closed, then
+        standby.close()
 
     Args:
         config: the career's settings.
@@ -83,37 +93,58 @@ class SparkCareer:
             batch, ``execute`` raises as is. Default None: no faults.
         cluster_master: on a cluster, the master's applications: a new leader kills there the applications of
             its group's earlier terms (a paused leader's) before it starts its own (``_cluster``). Default None:
-            a paused leader's application keeps its cores until it resumes or dies.
+            a paused leader's application keeps its cores until it resumes or dies. Used only by a standby the
+            career builds itself.
+        standby: the replica's standby (``SparkStandby.for_replica``, built from the same ``config``), which the
+            careers of the queues it may lead share, and whose owner closes it once every career is closed.
+            Default None: the career builds one of its own and closes it with itself.
+        queue: the queue of the topic this career reads (0 ≤ ``queue`` < ``queues``).
+        queues: the topic's number of queues (its ``_topic.json``'s); 1, the default, keeps every path, name and
+            column of before topics had several queues.
+
+    Raises:
+        ConfigError: ``queue`` is not one of ``queues``, or a topic of several queues with a source other than the
+            queue's own files or on a cluster master, or a ``standby`` built from other settings.
+        HookError: the user's code cannot be loaded (a standby of the career's own).
     """
 
     def __init__(self, config: SparkCareerConfig, observer: CareerObserver, *, replica_id: str,
                  clock: Callable[[], float] = time.monotonic, group: str = "default",
                  registered_groups: Callable[[], Collection[str]] | None = None,
-                 faults: Callable[[str], None] | None = None, cluster_master: ClusterMaster | None = None) -> None:
+                 faults: Callable[[str], None] | None = None, cluster_master: ClusterMaster | None = None,
+                 standby: SparkStandby | None = None, queue: int = 0, queues: int = 1) -> None:
         self._config = config
         self._observer = observer
         self._replica_id = replica_id
         self._clock = clock
         queue_root = Path(config.queue_dir).resolve() if config.queue_dir is not None else None
-        self._layout = Layout(Path(config.data_root).resolve(), queue_root)
+        self._layout = Layout(Path(config.data_root).resolve(), queue_root, queue, queues)
+        if queues > 1 and (not config.file_source or config.source_path is not None):
+            raise ConfigError(f"source_format={config.source_format!r} and source_path={config.source_path!r} read "
+                              f"no queue of a topic of {queues} queues: a topic of several queues is read from its "
+                              "queues' own landing/ folders (leave both unset)")
+        if queues > 1 and config.on_cluster:
+            # A term records its application so that a later term of higher epoch kills it (``_cluster``), and the
+            # application of a replica serves every queue it leads: another queue's new leader would kill it.
+            raise ConfigError(f"spark_master={config.spark_master!r}: a topic of {queues} queues runs on local "
+                              "Spark masters only for now (a cluster application serves every queue its replica "
+                              "leads, and a new term of another queue would kill it); use local[N], or --queues 1")
         self._marks = ConsumptionMarks(self._layout, group, registered_groups)
-        self._log = structlog.get_logger("tenure.career.spark").bind(replica_id=replica_id)
+        self._log = structlog.get_logger("tenure.career.spark").bind(
+            replica_id=replica_id, **({"queue": queue} if queues > 1 else {}))
         self._term: Term | None = None
         self._run_id: str | None = None  # the run of the term's query whose progress the standby keeps for us
         self._faults = faults if faults is not None else no_fault
         self._housekeeper = Housekeeper(self._layout, config, observer, clock, self._faults)
-        self._storage = StorageHealth(dict.fromkeys((config.data_root, config.queue_dir or config.data_root)),
-                                      min_free_bytes=config.health.min_free_bytes,
-                                      timeout_s=config.health.probe_timeout_s)
         split = config.handover_split()
         self._wait_s, self._stop_s = split.batch_s, split.query_stop_s
-        self._hooks = Hooks(
-            transform=load_hook("transform", config.transform) if config.transform else None,
-            row_function=load_hook("row_function", config.row_function) if config.row_function else None,
-            policy=config.retry_policy,
-        )
-        self._standby = SparkStandby(config, self._hooks, replica_id=replica_id, group=group, layout=self._layout,
-                                     clock=clock, cluster_master=cluster_master)
+        if standby is not None and standby.config != config:
+            raise ConfigError("the standby was built from other settings than this career's: build the replica's "
+                              "standby and its careers from one SparkCareerConfig")
+        self._owns_standby = standby is None
+        self._standby = standby if standby is not None else SparkStandby.for_replica(
+            config, replica_id=replica_id, group=group, clock=clock, cluster_master=cluster_master)
+        self._hooks = self._standby.hooks
         self._jvm = self._standby.jvm  # every call from the control thread into Spark's JVM
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -127,9 +158,7 @@ class SparkCareer:
         Raises:
             HookError: the transform fails on an empty batch or breaks the output schema.
         """
-        transform, path = self._hooks.transform, self._config.transform
-        self._standby.prepare(None if transform is None or path is None
-                              else lambda session: check_transform(session, path, transform))
+        self._standby.prepare()
 
     def ready(self) -> bool:
         """True once ``prepare`` has finished, and no standby application is starting after a term."""
@@ -141,9 +170,9 @@ class SparkCareer:
         ``probe_timeout_s`` (a frozen one does not lead).
 
         The runner calls this every few seconds in every state, so it is also where a follower on a cluster
-        starts its next standby application after a term (``SparkStandby.unhealthy``).
+        starts its next standby application after a term (``SparkStandby.unhealthy``, which answers all of it).
         """
-        return self._standby.unhealthy() or self._storage.problem()
+        return self._standby.unhealthy()
 
     def inaugurate(self, ctx: CareerContext) -> None:
         """Begin a term: take a checkpoint of its own, remove what a power loss left torn in it and in the Delta
@@ -325,15 +354,16 @@ class SparkCareer:
             term.log.debug("query_stop_error", error=repr(exc)[:500])
 
     def close(self) -> None:
-        """Stop the archive sweep, a running query and the standby (keep-warm, and Spark if the standby started
-        it)."""
+        """Stop the archive sweep, a running query and, when the career built it, the standby (keep-warm, and Spark
+        if the standby started it); a shared standby is its owner's to close."""
         self._housekeeper.close()
         if self._term is not None:
             try:
                 self.hand_over(Outcome.FAILED)
             except Unresponsive as exc:  # a frozen JVM at the end: the process's exit kills it
                 self._log.warning("spark_unresponsive_at_close", reason=str(exc))
-        self._standby.close()
+        if self._owns_standby:
+            self._standby.close()
 
     # -- internals -------------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from pyspark.sql.types import LongType, StringType
 from tenure.career.spark._retry import RetryPolicy, RowFunction
 from tenure.errors import TenureError
 
-__all__ = ["HookError", "Hooks", "Transform", "check_transform", "load_hook", "output_schema_problem"]
+__all__ = ["HookError", "Hooks", "Transform", "check_transform", "load_hook", "load_hooks", "output_schema_problem"]
 
 Transform = Callable[[DataFrame], DataFrame]
 """A transform takes the batch's validated, deduplicated, ordered records and returns the rows to write."""
@@ -41,6 +41,17 @@ class Hooks:
     transform: Transform | None = None
     row_function: RowFunction | None = None
     policy: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+def load_hooks(transform: str | None, row_function: str | None, policy: RetryPolicy) -> Hooks:
+    """The user's code the settings name (``package.module:function`` each, or None), loaded.
+
+    Raises:
+        HookError: one cannot be imported or is not callable.
+    """
+    return Hooks(transform=load_hook("transform", transform) if transform else None,
+                 row_function=load_hook("row_function", row_function) if row_function else None,
+                 policy=policy)
 
 
 def load_hook(setting: str, spec: str) -> Callable[..., Any]:

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 
-from tenure.career.spark._pipeline import KIND_ROW
+from tenure.career.spark._pipeline import KIND_ROW, batch_columns
 
 __all__ = ["LATE", "HighWaterMarks", "arrow_maxima", "maxima", "split_late"]
 
@@ -83,7 +83,7 @@ class HighWaterMarks:
 
 
 def split_late(classified: DataFrame, late: Mapping[str, int], spark: SparkSession, *,
-               epoch: int, batch_id: int) -> tuple[DataFrame, DataFrame]:
+               epoch: int, batch_id: int, queue: int | None = None) -> tuple[DataFrame, DataFrame]:
     """Split a batch's records into those in order and the late ones (in quarantine shape).
 
     Only called when :meth:`HighWaterMarks.late_keys` found some: the common batch pays nothing for this.
@@ -96,7 +96,7 @@ def split_late(classified: DataFrame, late: Mapping[str, int], spark: SparkSessi
                       F.lit(',"payload":'), F.col("payload"), F.lit("}"))
     quarantined = rows.where(is_late).select(
         record.alias("value"), F.lit(LATE).alias("reason"), "source_file", "line",
-        F.lit(epoch).cast("long").alias("_epoch"), F.lit(batch_id).cast("long").alias("_batch"))
+        *batch_columns(epoch=epoch, batch_id=batch_id, queue=queue))
     return on_time, quarantined
 
 

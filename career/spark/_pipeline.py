@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 
 # Re-exported (see __all__): tenure.career.spark._config, _query and _career import the first two from here.
-from tenure.career.queue import ENTRY_LINE, TICK_SUFFIX, FileIdentity, classify_line
+from tenure.career.queue import ENTRY_LINE, QUEUE_COLUMN, TICK_SUFFIX, FileIdentity, classify_line
 from tenure.career.spark._read import EntryChanged, EntryRefused, admitted_lines, path_of, split_stream
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "QUARANTINE_COLUMNS",
     "SMALL_BATCH_RECORDS",
     "TABLE_COLUMNS",
+    "batch_columns",
     "classified_batch",
     "classified_stream",
     "deduplicated",
@@ -68,6 +69,8 @@ clock), or null.
 
 TABLE_COLUMNS: tuple[str, ...] = ("id", "key", "seq", "ts", "payload", "_epoch", "_batch")
 QUARANTINE_COLUMNS: tuple[str, ...] = ("value", "reason", "source_file", "line", "_epoch", "_batch")
+"""The columns of ``table/`` and ``quarantine/`` rows; in a topic of several queues each row adds ``_queue``
+(:func:`batch_columns`)."""
 
 _CHUNK_ROWS = 8192  # rows per Arrow batch handed back to Spark …
 _CHUNK_BYTES = 16 << 20  # … or fewer, once their lines weigh this much: a worker's memory stays bounded
@@ -129,9 +132,10 @@ class _Columns:
         return pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA)
 
 
-def _add_line(out: _Columns, raw: bytes, source: str, stamp: str, number: int, max_line_bytes: int) -> bool:
+def _add_line(out: _Columns, raw: bytes, source: str, stamp: str, number: int, max_line_bytes: int,
+              route: tuple[int, int]) -> bool:
     out.weight += len(raw)
-    record, reason = classify_line(raw, max_line_bytes)
+    record, reason = classify_line(raw, max_line_bytes, queue=route[0], queues=route[1])
     if record is None:
         out.add(KIND_BAD, f"b{source}:{stamp}:{number}", source, number,
                 raw.decode("utf-8", errors="replace"), reason, None, None, None, None, None, None)
@@ -148,7 +152,7 @@ def _source_row(batch: pa.RecordBatch, name: str) -> list[Any]:
 
 def _split_file(out: _Columns, path: str, stamp: int, given: bytes | None, size: int | None, inode: int | None,
                 mtime_ns: int | None, refused: str | None, detail: str | None, *,
-                max_line_bytes: int) -> Iterator[pa.RecordBatch]:
+                max_line_bytes: int, route: tuple[int, int]) -> Iterator[pa.RecordBatch]:
     """Add one file's rows to ``out`` (see :func:`split_lines`), yielding each batch of rows as it fills."""
     # A reused name's new file is another file even within one tick of the clock: its inode tells.
     stamp_text = str(stamp) if mtime_ns is None else f"{mtime_ns}:{inode}"
@@ -164,7 +168,7 @@ def _split_file(out: _Columns, path: str, stamp: int, given: bytes | None, size:
     valid = number = 0
     try:
         for number, raw in enumerate(lines, start=1):
-            valid += _add_line(out, raw, path, stamp_text, number, max_line_bytes)
+            valid += _add_line(out, raw, path, stamp_text, number, max_line_bytes, route)
             if len(out) >= _CHUNK_ROWS or out.weight >= _CHUNK_BYTES:
                 yield out.flush()
     except EntryRefused as exc:  # the lines read before it stay read
@@ -177,7 +181,8 @@ def _split_file(out: _Columns, path: str, stamp: int, given: bytes | None, size:
     out.add(KIND_FILE, f"f{path}:{stamp_text}", path, None, None, outcome, None, None, None, None, None, valid)
 
 
-def split_lines(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def split_lines(max_line_bytes: int, route: tuple[int, int] = (0, 1)
+                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A ``mapInArrow`` function over ``binaryFile`` rows (``path``, ``modificationTime``, ``content``), or the
     queue source's (``content`` null: each file is read here, as its batch admitted it, from ``inode``,
     ``length`` and ``mtime_ns``; ``refused``/``detail``: an entry refused at admission; ``admitted`` carried on).
@@ -188,7 +193,8 @@ def split_lines(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], Ite
     ``reason`` is null for a file read; a refused entry's reason (one of ``ENTRY_REASONS``, with one bad row at
     line 0 naming it, its ``value`` the detail); or ``changed`` for a file that is no longer the one admitted (read
     again as new by a later batch: :mod:`tenure.career.spark._read`). A file is read in bounded memory, and the
-    rows go back to Spark every ``_CHUNK_ROWS`` rows or ``_CHUNK_BYTES`` bytes of lines.
+    rows go back to Spark every ``_CHUNK_ROWS`` rows or ``_CHUNK_BYTES`` bytes of lines. ``route`` is the queue the
+    files are in and the topic's number of queues: a record of another queue's key is bad (``wrong_queue``).
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -204,7 +210,7 @@ def split_lines(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], Ite
             for path, stamp, given, at, *entry in rows:
                 if (earlier := out.admit(at)) is not None:
                     yield earlier
-                yield from _split_file(out, path, stamp, given, *entry, max_line_bytes=max_line_bytes)
+                yield from _split_file(out, path, stamp, given, *entry, max_line_bytes=max_line_bytes, route=route)
         if len(out):
             yield out.flush()
 
@@ -229,7 +235,7 @@ def split_records(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], I
             valid = 0
             for raw, source, number in zip(values, sources, numbers, strict=True):
                 data = raw if isinstance(raw, bytes) else (raw or "").encode("utf-8")
-                valid += _add_line(out, data, str(source), "0", int(number), max_line_bytes)
+                valid += _add_line(out, data, str(source), "0", int(number), max_line_bytes, (0, 1))
             out.add(KIND_FILE, f"c{sources[0]}:{numbers[0]}", None, None, None, None, None, None, None, None,
                     None, valid)
             yield out.flush()
@@ -237,18 +243,20 @@ def split_records(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], I
     return run
 
 
-def classified_batch(raw: DataFrame, max_line_bytes: int, *, file_source: bool = True) -> DataFrame:
+def classified_batch(raw: DataFrame, max_line_bytes: int, *, file_source: bool = True,
+                     route: tuple[int, int] = (0, 1)) -> DataFrame:
     """Classify a source DataFrame (batch or streaming) into :data:`CLASSIFIED_SCHEMA` rows.
 
     Args:
         raw: ``binaryFile`` rows when ``file_source``, else rows with ``value``, ``source_file``, ``line``.
         max_line_bytes: the ``oversized`` limit.
         file_source: whether ``raw`` holds whole files (split into lines) or one line per row.
+        route: the queue a file source's files are in, and the topic's number of queues (:func:`split_lines`).
     """
     if file_source:
         columns = ["path", "modificationTime", "content",
                    *(c for c in ("admitted", *_ENTRY_COLUMNS) if c in raw.columns)]
-        return raw.select(*columns).mapInArrow(split_lines(max_line_bytes), CLASSIFIED_SCHEMA)
+        return raw.select(*columns).mapInArrow(split_lines(max_line_bytes, route), CLASSIFIED_SCHEMA)
     return raw.select(F.col("value").cast("binary").alias("value"), "source_file", "line").mapInArrow(
         split_records(max_line_bytes), CLASSIFIED_SCHEMA)
 
@@ -289,9 +297,11 @@ def classified_stream(
     line_expr: str,
     watermark_ms: int = 0,
     whole_files: bool = False,
+    route: tuple[int, int] = (0, 1),
 ) -> DataFrame:
     """The streaming side of the pipeline: source → classified lines → deduplicated (not yet ordered); for a
-    query resuming a checkpoint, ``watermark_ms`` is the watermark it holds (see :func:`deduplicated`).
+    query resuming a checkpoint, ``watermark_ms`` is the watermark it holds (see :func:`deduplicated`); ``route``
+    the queue of a topic the files are in (:func:`split_lines`).
 
     With ``binaryFile``, or a source of the same schema (``whole_files``: the queue source), each file is split
     into lines;
@@ -308,7 +318,8 @@ def classified_stream(
     if not file_source:
         raw = raw.select(F.col("value"), F.expr(source_file_expr).cast("string").alias("source_file"),
                          F.expr(line_expr).cast("long").alias("line"))
-    return deduplicated(classified_batch(raw, max_line_bytes, file_source=file_source), dedup_window, watermark_ms)
+    return deduplicated(classified_batch(raw, max_line_bytes, file_source=file_source, route=route), dedup_window,
+                        watermark_ms)
 
 
 def records(classified: DataFrame) -> DataFrame:
@@ -341,21 +352,28 @@ def ordered_records(classified: DataFrame, *, partitions: int) -> DataFrame:
     return ordered(records(classified), partitions=partitions)
 
 
-def with_batch(rows: DataFrame, *, epoch: int, batch_id: int) -> DataFrame:
-    """``rows`` with the ``_epoch`` and ``_batch`` columns every output row carries (a narrow step: order kept)."""
-    return rows.select("*", F.lit(epoch).cast("long").alias("_epoch"), F.lit(batch_id).cast("long").alias("_batch"))
+def batch_columns(*, epoch: int, batch_id: int, queue: int | None = None) -> list[Column]:
+    """The columns every output row carries: ``_epoch``, ``_batch`` and, in a topic of several queues (``queue``
+    not None), ``_queue`` (:data:`tenure.career.queue.QUEUE_COLUMN`)."""
+    columns = [F.lit(epoch).cast("long").alias("_epoch"), F.lit(batch_id).cast("long").alias("_batch")]
+    return columns if queue is None else [*columns, F.lit(queue).cast("long").alias(QUEUE_COLUMN)]
 
 
-def table_rows(classified: DataFrame, *, epoch: int, batch_id: int, partitions: int) -> DataFrame:
+def with_batch(rows: DataFrame, *, epoch: int, batch_id: int, queue: int | None = None) -> DataFrame:
+    """``rows`` with the columns every output row carries (:func:`batch_columns`; a narrow step: order kept)."""
+    return rows.select("*", *batch_columns(epoch=epoch, batch_id=batch_id, queue=queue))
+
+
+def table_rows(classified: DataFrame, *, epoch: int, batch_id: int, partitions: int,
+               queue: int | None = None) -> DataFrame:
     """The batch's records in output shape, each key's rows in one partition in (key, seq) order."""
-    return with_batch(ordered_records(classified, partitions=partitions), epoch=epoch, batch_id=batch_id)
+    return with_batch(ordered_records(classified, partitions=partitions), epoch=epoch, batch_id=batch_id, queue=queue)
 
 
-def quarantine_rows(classified: DataFrame, *, epoch: int, batch_id: int) -> DataFrame:
+def quarantine_rows(classified: DataFrame, *, epoch: int, batch_id: int, queue: int | None = None) -> DataFrame:
     """The batch's bad lines in quarantine shape (one partition: bad lines are few)."""
     return (
         classified.where(F.col("kind") == KIND_BAD)
-        .select("value", "reason", "source_file", "line",
-                F.lit(epoch).cast("long").alias("_epoch"), F.lit(batch_id).cast("long").alias("_batch"))
+        .select("value", "reason", "source_file", "line", *batch_columns(epoch=epoch, batch_id=batch_id, queue=queue))
         .coalesce(1)
     )

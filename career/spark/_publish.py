@@ -18,7 +18,7 @@ import structlog
 from tenure.career._durable import sync_dirs
 from tenure.career.output import adopt_table, covered_batch, covers, publish_batch
 from tenure.career.queue import is_hidden
-from tenure.career.spark._layout import Layout, epoch_of, published_name
+from tenure.career.spark._layout import Layout, epoch_of
 
 __all__ = [
     "DELTA_VERSION_ADDED",
@@ -39,12 +39,13 @@ DELTA_VERSION_ADDED: Final = "delta_version_added"
 def staged_parts(layout: Layout, staged: Mapping[str, str], batch_id: int) -> dict[str, list[str]]:
     """The published names of the part files staged for each Delta output (the commit record's ``parts``), so the
     batch's Delta step adds exactly these without listing the output folder, which keeps every published file."""
-    return {name: sorted(published_name(batch_id, entry.name) for entry in layout.resolve(staged[name]).iterdir()
+    return {name: sorted(layout.published_name(output, batch_id, entry.name)
+                         for entry in layout.resolve(staged[name]).iterdir()
                          if not is_hidden(entry.name) and entry.is_file())
-            for name in layout.delta_outputs() if name in staged}
+            for name, output in layout.delta_outputs().items() if name in staged}
 
 
-def _link_staged(staged: Path, output: Path, batch_id: int) -> int:
+def _link_staged(layout: Layout, staged: Path, output: Path, batch_id: int) -> int:
     """Hard-link each staged part file into ``output`` under its published name, durably; returns how many were
     linked.
 
@@ -61,7 +62,7 @@ def _link_staged(staged: Path, output: Path, batch_id: int) -> int:
             if is_hidden(entry.name) or not entry.is_file():
                 continue
             try:
-                os.link(entry, output / published_name(batch_id, entry.name), follow_symlinks=False)
+                os.link(entry, output / layout.published_name(output, batch_id, entry.name), follow_symlinks=False)
                 linked += 1
             except (FileExistsError, FileNotFoundError):  # linked by an earlier attempt; staging dropped by one
                 continue
@@ -87,7 +88,7 @@ def is_published(layout: Layout, record: Mapping[str, Any]) -> bool:
     if any(layout.resolve(path).exists() for path in staged.values()):
         return False
     batch_id = int(record["batch_id"])
-    return all(covers(covered_batch(output), batch_id)
+    return all(covers(covered_batch(output, layout.output), batch_id)
                for name, output in layout.delta_outputs().items() if name in staged)
 
 
@@ -96,7 +97,7 @@ def adopt_outputs(layout: Layout, record: Mapping[str, Any]) -> list[str]:
     the batches up to the committed ``record``'s (``career.output.adopt_table``); returns the outputs adopted."""
     return [name for name, output in layout.delta_outputs().items()
             if adopt_table(output, int(record["batch_id"]), epoch=int(record["epoch"]),
-                           replica_id=str(record.get("replica_id") or "")) is not None]
+                           replica_id=str(record.get("replica_id") or ""), queue=layout.output) is not None]
 
 
 @dataclass(frozen=True)
@@ -125,20 +126,21 @@ def finish_publish(layout: Layout, record: Mapping[str, Any], fault: Callable[[s
     for name, output in layout.outputs().items():
         if name in staged:
             output.mkdir(parents=True, exist_ok=True)
-            moved += _link_staged(layout.resolve(staged[name]), output, batch_id)
+            moved += _link_staged(layout, layout.resolve(staged[name]), output, batch_id)
     fault("after_rename")
     started, versions = time.monotonic(), 0
     for name, output in layout.delta_outputs().items():
         if name in staged:
             # Again, right before the version names them: a part file deleted since (a VACUUM) is back.
-            _link_staged(layout.resolve(staged[name]), output, batch_id)
+            _link_staged(layout, layout.resolve(staged[name]), output, batch_id)
             version = publish_batch(output, batch_id, epoch=int(record["epoch"]),
                                     replica_id=str(record.get("replica_id") or ""),
                                     parts=None if parts is None else parts.get(name, []),
-                                    before_commit=lambda: fault("inside_delta_commit"))
+                                    before_commit=lambda: fault("inside_delta_commit"), queue=layout.output)
             if version is not None:
                 versions += 1
-                _log.info(DELTA_VERSION_ADDED, output=name, path=str(output), batch=batch_id, version=version)
+                _log.info(DELTA_VERSION_ADDED, output=name, path=str(output), batch=batch_id, version=version,
+                          **({} if layout.queues == 1 else {"queue": layout.index}))
     delta_s = time.monotonic() - started
     for name in staged:  # last: until every version is in, a part file deleted from an output is linked again
         _drop_staging(layout.resolve(staged[name]))
@@ -157,16 +159,17 @@ def _drop_older_snapshots(folder: Path, batch_id: int) -> None:
 
 
 def remove_dead_staging(layout: Layout, live_epoch: int) -> list[str]:
-    """Delete the staging folders of epochs below ``live_epoch``; returns what was removed (relative paths).
+    """Delete the queue's staging folders of epochs below ``live_epoch``; returns what was removed (relative paths).
 
-    Safe whoever calls it, a stale leader included: term ``live_epoch`` was elected, so every election node
-    created before its own (every lower epoch) was gone by then, and a commit checks its own node: no lower
-    epoch can commit again, so its staging can never be named by a future commit. Higher epochs are never
-    touched. Call only after the committed batch has been rolled forward: its staging may be a lower epoch's.
+    Safe whoever calls it, a stale leader included: term ``live_epoch`` was elected, so every election node of the
+    queue's line created before its own (every lower epoch) was gone by then, and a commit checks its own node: no
+    lower epoch of the queue can commit again, so its staging can never be named by a future commit. Higher epochs
+    are never touched, nor another queue's staging (``Layout.staging_root``): its live term's epoch may be lower.
+    Call only after the committed batch has been rolled forward: its staging may be a lower epoch's.
     """
     removed: list[str] = []
     for output in layout.outputs().values():
-        base = output / "_staging"
+        base = layout.staging_root(output)
         if not base.is_dir():
             continue
         for entry in sorted(base.iterdir()):

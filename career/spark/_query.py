@@ -52,7 +52,8 @@ def source_stream(session: SparkSession, config: SparkCareerConfig, layout: Layo
     Args:
         session: the career's SparkSession.
         config: the career's settings (source, flow control, line limit, dedup window).
-        layout: the data root; its ``landing/`` is read by the queue source (:mod:`tenure.career.spark._intake`).
+        layout: the data root of one queue; its ``landing/`` is read by the queue source
+            (:mod:`tenure.career.spark._intake`), and a record of another queue's key there is bad (``wrong_queue``).
         sample: read ``layout.landing`` whatever the configured source (the warm-up's scratch sample).
         marks: this group's consumption marks folder (the queue source skips what it holds).
         checkpoint: the query's checkpoint (to resume one written by Spark's file source).
@@ -72,7 +73,7 @@ def source_stream(session: SparkSession, config: SparkCareerConfig, layout: Layo
         return classified_stream(session, source_format=QUEUE_SOURCE, path=None, options=options,
                                  schema=None, max_line_bytes=config.max_line_bytes,
                                  dedup_window=config.dedup_window, source_file_expr="", line_expr="",
-                                 watermark_ms=watermark_ms, whole_files=True)
+                                 watermark_ms=watermark_ms, whole_files=True, route=(layout.index, layout.queues))
     return classified_stream(session, source_format=config.source_format, path=config.source_path,
                              options=config.source_options, schema=config.source_schema,
                              max_line_bytes=config.max_line_bytes, dedup_window=config.dedup_window,

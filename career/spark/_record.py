@@ -3,8 +3,8 @@ written, kept under the size ZooKeeper takes.
 
 Every path a commit record names — the staged folders a roll-forward renames and deletes, the part files its Delta
 step adds, the order and retry snapshots a batch reads, the queue files it marks consumed — is one the layout builds
-from the record's own epoch and batch. Anyone who can write ``/tenure/<group>/commit`` (its ACL is open unless the
-group runs with ``--zk-auth``) could otherwise name ``../../etc`` or an absolute path, and a leader's roll-forward
+from the record's own queue, epoch and batch. Anyone who can write ``/tenure/<group>/commit`` (its ACL is open unless
+the group runs with ``--zk-auth``) could otherwise name ``../../etc`` or an absolute path, and a leader's roll-forward
 would move and delete files there. So a record whose paths are not exactly the layout's is refused, whole, before a
 file is touched (``docs/operating/security.md``).
 
@@ -26,7 +26,7 @@ from typing import Any
 
 from tenure.career.queue import is_hidden
 from tenure.career.spark._errors import CommitRecordError, SparkCareerError
-from tenure.career.spark._layout import Layout, published_name
+from tenure.career.spark._layout import Layout
 
 __all__ = ["MAX_RECORD_BYTES", "check_record", "check_size"]
 
@@ -39,7 +39,8 @@ _SNAPSHOT = re.compile(r"batch-(\d{12})-part-00000\.parquet")
 
 
 def check_record(layout: Layout, record: Mapping[str, Any] | None) -> None:
-    """Refuse a commit record that names a path the layout would not build for its own epoch and batch.
+    """Refuse a commit record that names a path the layout of its queue would not build for its own epoch and batch,
+    or that is another queue's (its ``queue``: absent in a topic of one queue's records, which are queue 0's).
 
     A record without a batch (none yet, or another career's) names no path and passes.
 
@@ -52,13 +53,16 @@ def check_record(layout: Layout, record: Mapping[str, Any] | None) -> None:
     if not _is_count(batch) or not _is_count(epoch):
         raise _refused(f"its batch_id {batch!r} and epoch {epoch!r} are not both whole numbers")
     assert isinstance(batch, int) and isinstance(epoch, int)
+    queue = record.get("queue", 0)
+    if queue != layout.index:
+        raise _refused(f"it is the record of queue {queue!r}, and this is queue {layout.index}'s")
     _check_staged(layout, record.get("staged"), epoch, batch)
     _check_parts(layout, record.get("parts"), batch)
     for field, folder in (("order", layout.order), ("retry", layout.retry)):
         if record.get(field) is not None:
             _check_snapshot(layout, field, record[field], folder, batch)
     published = record.get("published_path")
-    expected = f"{layout.relative(layout.table)}/{published_name(batch, '*.parquet')}"
+    expected = f"{layout.relative(layout.table)}/{layout.published_name(layout.table, batch, '*.parquet')}"
     if published is not None and published != expected:
         raise _refused(f"its published_path is {published!r}, not {expected!r} (batch {batch})")
     clock = record.get("clock")
@@ -110,10 +114,10 @@ def _check_parts(layout: Layout, parts: Any, batch: int) -> None:
     if not isinstance(parts, Mapping):
         raise _refused(f"its parts field is {parts!r}, not a map of outputs to part files")
     outputs = layout.delta_outputs()
-    prefix = published_name(batch, "")
     for name, names in parts.items():
         if name not in outputs or not isinstance(names, list):
             raise _refused(f"its parts name {name!r}: {names!r}, not part files of a Delta output")
+        prefix = layout.published_name(outputs[name], batch, "")
         for part in names:
             if not (_is_name(part) and part.startswith(prefix) and not is_hidden(part.removeprefix(prefix))
                     and part != prefix):
@@ -129,7 +133,7 @@ def _check_snapshot(layout: Layout, field: str, stored: Any, folder: Path, batch
     if not (isinstance(stored, str) and match and stored == layout.relative(folder / name)
             and int(match.group(1)) <= batch):
         raise _refused(f"its {field} snapshot is {stored!r}, not {layout.relative(folder)}/"
-                       f"{published_name(batch, 'part-00000.parquet')} or an earlier batch's")
+                       f"{layout.published_name(folder, batch, 'part-00000.parquet')} or an earlier batch's")
     _check_inside(folder / name, folder, f"its {field} snapshot {stored!r}")
 
 

@@ -239,7 +239,8 @@ class RedisSource(DataSource):
         return _Reader(self.options)
 
 
-def split_entries(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def split_entries(max_line_bytes: int, route: tuple[int, int] = (0, 1)
+                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A ``mapInArrow`` function from the Redis source's rows to the pipeline's classified rows
     (:data:`tenure.career.spark._pipeline.CLASSIFIED_SCHEMA`): each entry's line classified by ``classify_line``,
     or a refused entry a bad row with its reason and fields; ``source_file`` is ``<stream>/<id>`` and ``line`` the
@@ -264,14 +265,16 @@ def split_entries(max_line_bytes: int) -> Callable[[Iterator[pa.RecordBatch]], I
                     out.add(KIND_BAD, f"b{source}:0:{n}", source, n, detail, refused, None, None, None, None, None,
                             None)
                 else:
-                    valid += _add_line(out, value, source, "0", n, max_line_bytes)
+                    valid += _add_line(out, value, source, "0", n, max_line_bytes, route)
             out.add(KIND_FILE, f"c{first}", None, None, None, None, None, None, None, None, None, valid)
             yield out.flush()
 
     return run
 
 
-def classified_entries(raw: DataFrame, max_line_bytes: int) -> DataFrame:
-    """The Redis source's rows (batch or streaming) as the pipeline's classified rows (:func:`split_entries`)."""
+def classified_entries(raw: DataFrame, max_line_bytes: int, route: tuple[int, int] = (0, 1)) -> DataFrame:
+    """The Redis source's rows (batch or streaming) as the pipeline's classified rows (:func:`split_entries`);
+    ``route`` is the stream's queue and the topic's number of queues, so a record of another queue's key is
+    ``wrong_queue``."""
     return raw.select("stream", "id", "n", "value", "refused", "detail", "admitted").mapInArrow(
-        split_entries(max_line_bytes), CLASSIFIED_SCHEMA)
+        split_entries(max_line_bytes, route), CLASSIFIED_SCHEMA)

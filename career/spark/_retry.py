@@ -33,6 +33,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark alias)
 
 from tenure.career._deadline import call_within
+from tenure.career.queue import QUEUE_COLUMN
 from tenure.errors import Unresponsive
 
 __all__ = [
@@ -309,13 +310,15 @@ def repeat_ids(processed: pa.Table) -> list[str]:
             .column("id").to_pylist()]
 
 
-def dead_letter_table(processed: pa.Table, *, epoch: int, batch_id: int) -> pa.Table:
-    """The dead rows of a processed batch in dead-letter shape: the retry columns plus ``_epoch``, ``_batch``."""
+def dead_letter_table(processed: pa.Table, *, epoch: int, batch_id: int, queue: int | None = None) -> pa.Table:
+    """The dead rows of a processed batch in dead-letter shape: the retry columns plus ``_epoch``, ``_batch`` and,
+    in a topic of several queues (``queue`` not None), ``_queue``."""
     dead = processed.filter(pc.equal(processed.column("status"), DEAD)).select(list(RETRY_COLUMNS))
     dead = dead.cast(_RETRY_SCHEMA)
     n = dead.num_rows
-    return dead.append_column("_epoch", pa.array([epoch] * n, pa.int64())) \
+    dead = dead.append_column("_epoch", pa.array([epoch] * n, pa.int64())) \
         .append_column("_batch", pa.array([batch_id] * n, pa.int64()))
+    return dead if queue is None else dead.append_column(QUEUE_COLUMN, pa.array([queue] * n, pa.int64()))
 
 
 def next_due(snapshot: pa.Table) -> float | None:

@@ -82,8 +82,9 @@ def stage_set_aside(layout: Layout, staging: Path, *, batch_id: int, epoch: int,
         "failing_s": round(failed.failing_s, 3),
         "error": failed.error,
         "set_aside_at": time.time(),
-        "how_to_replay": f"fix the cause, then `tenure replay --data-root <data root> --batch {batch_id}`: the next "
-                         "batch writes these records, past their keys' order marks",
+        "how_to_replay": f"fix the cause, then `tenure replay --data-root <data root> --batch {batch_id}"
+                         f"{'' if layout.queues == 1 else f' --queue {layout.index}'}`: the next batch writes these "
+                         "records, past their keys' order marks",
     }
     write_json(staging / MANIFEST, manifest)
     return count

@@ -1,4 +1,5 @@
-"""The Spark career's standby: the replica's SparkSession through its life, and what keeps it ready to lead.
+"""The Spark career's standby: the replica's SparkSession through its life, and what keeps it ready to lead (its
+storage and JVM healthy, the user's transform checked, the pipeline warmed up).
 
 The session is started for the warm-up, for a term or for a follower's standby application on a cluster, and
 stopped after a term when it lives per term; its query listener is the standby's, and each query registers its
@@ -25,6 +26,7 @@ import structlog
 from pyspark.sql import SparkSession
 
 from tenure.career._deadline import Probe, call_within
+from tenure.career._health import StorageHealth
 from tenure.career.spark._cluster import (
     STALE_APPLICATIONS_LEFT,
     ClusterMaster,
@@ -35,7 +37,7 @@ from tenure.career.spark._cluster import (
 )
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._executors import StandbyExecutors, standby_conf
-from tenure.career.spark._hooks import Hooks
+from tenure.career.spark._hooks import Hooks, check_transform, load_hooks
 from tenure.career.spark._layout import Layout
 from tenure.career.spark._progress import ProgressInbox
 from tenure.career.spark._session import build_session, use_driver_python
@@ -75,7 +77,7 @@ class SparkStandby:
 
     Example::
 
-        standby = SparkStandby(config, hooks, replica_id="r1", group="g", layout=layout)
+        standby = SparkStandby.for_replica(config, replica_id="r1", group="g")  # or SparkStandby(config, hooks, …)
         standby.prepare()                              # warmed up: a leader's first batch runs hot
         session = standby.session_for_term(epoch, log)  # elected
         standby.term_began()
@@ -121,19 +123,51 @@ class SparkStandby:
         self._closing = threading.Event()
         split = config.handover_split()
         self._stop_s, self._session_stop_s = split.query_stop_s, split.application_stop_s
+        self._storage = StorageHealth(dict.fromkeys((config.data_root, config.queue_dir or config.data_root)),
+                                      min_free_bytes=config.health.min_free_bytes,
+                                      timeout_s=config.health.probe_timeout_s)
+
+    @classmethod
+    def for_replica(cls, config: SparkCareerConfig, *, replica_id: str, group: str,
+                    clock: Callable[[], float] = time.monotonic,
+                    cluster_master: ClusterMaster | None = None) -> SparkStandby:
+        """The standby of a replica whose Spark careers (one per queue it may lead) share it: the user's code the
+        settings name loaded once (:attr:`hooks`), the data root's own folders (not a queue's) for a cluster's
+        warm-up and applications.
+
+        Raises:
+            HookError: the transform or row function cannot be loaded.
+        """
+        layout = Layout(Path(config.data_root).resolve())
+        return cls(config, load_hooks(config.transform, config.row_function, config.retry_policy),
+                   replica_id=replica_id, group=group, layout=layout, clock=clock, cluster_master=cluster_master)
+
+    @property
+    def config(self) -> SparkCareerConfig:
+        """The settings the standby was built with, which every career on it shares."""
+        return self._config
+
+    @property
+    def hooks(self) -> Hooks:
+        """The user's transform and row function, loaded once for every career on the standby."""
+        return self._hooks
 
     # -- a follower's ---------------------------------------------------------------------------------------
 
-    def prepare(self, check: Callable[[SparkSession], None] | None = None) -> None:
-        """Warm standby: start Spark and run the real pipeline once on a scratch sample; on a cluster, hold the
-        standby application's executors (``standby_executors``). Cold standby does nothing here but ``check``.
+    def prepare(self) -> None:
+        """Check the user's transform; warm standby: start Spark and run the real pipeline once on a scratch sample;
+        on a cluster, hold the standby application's executors (``standby_executors``). Cold standby does nothing
+        here unless a transform is configured: then Spark starts for the check (on the session the follower warms
+        up on) and stops again. Once done, nothing: the careers of every queue may each call it.
 
-        Args:
-            check: run first on the session the follower warms up on (started for it, and stopped again after it
-                on cold standby): the career's check of the user's transform.
+        Raises:
+            HookError: the transform fails on an empty batch or breaks the output schema.
         """
         if self._prepared:
             return
+        transform, spec = self._hooks.transform, self._config.transform
+        check = None if transform is None or spec is None else (
+            lambda session: check_transform(session, spec, transform))
         if check is not None:
             check(self._ensure_session(standby=True) if self._holds_standby
                   else self._ensure_session(master=self._warmup_master))
@@ -154,8 +188,9 @@ class SparkStandby:
         return self._prepared and (restandby is None or not restandby.is_alive())
 
     def unhealthy(self) -> str | None:
-        """Once prepared, what is wrong with the session: stopped (a dead one does not come back: restart the
-        replica), or its JVM not answering within ``probe_timeout_s`` (a frozen one does not lead); None if well.
+        """Why no career of the replica can work now, or None: once prepared, the session stopped (a dead one does
+        not come back: restart the replica) or its JVM not answering within ``probe_timeout_s`` (a frozen one does
+        not lead); the data root (and a shared queue folder) not writable, or short of disk.
 
         The career's health check calls this every few seconds in every state, so it is also where a follower on a
         cluster starts its next standby application after a term, on a thread of its own: not in ``term_ended``,
@@ -173,7 +208,7 @@ class SparkStandby:
                 return f"{exc} (frozen, or stuck in a long GC pause)"
             if stopped:
                 return "the SparkSession has stopped (its JVM died?): restart the replica"
-        return None
+        return self._storage.problem()
 
     # -- a leader's -----------------------------------------------------------------------------------------
 

@@ -52,7 +52,7 @@ from tenure.election import (
 )
 from tenure.service.local import ReplicaProcess, Topology
 from tenure.service.ops import sample_key, scrape
-from tenure.service.replica import BATCHES, COMMITS_FENCED, FAULT_INJECTED, IS_LEADER, LEADER_EPOCH, RunnerState
+from tenure.service.replica import BATCHES, COMMITS_FENCED, FAULT_INJECTED, IS_LEADER, LEADER_EPOCH, Role
 
 __all__ = [
     "BACKING_OFF",
@@ -97,11 +97,11 @@ __all__ = [
 # HANDED_OVER too, under its own logger), the election's and the fence's from tenure.election, the batch outcomes
 # from tenure.career.spark, FAULT_INJECTED from tenure.service.replica.
 
-#: ``runner_state``'s values the drill reads (career/lifecycle/_states.py ``RunnerState``)
-FOLLOWING: Final = RunnerState.FOLLOWING.value
-LEADING: Final = RunnerState.LEADING.value
+#: ``runner_state``'s values the drill reads (career/lifecycle/_states.py ``Role``)
+FOLLOWING: Final = Role.FOLLOWING.value
+LEADING: Final = Role.LEADING.value
 #: the runner states of a term: leading, or leading but paused
-TERM_STATES: Final = (LEADING, RunnerState.PAUSED.value)
+TERM_STATES: Final = (LEADING, Role.PAUSED.value)
 
 # -- the metric samples the drill reads (names from service/replica/_metrics.py, keys as ``scrape`` makes them) --
 _BATCHES_COMMITTED: Final = sample_key(f"{BATCHES}_total", outcome="committed")

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 
 from tenure.service.local._ensemble import die_with_parent
-from tenure.service.ops import sample_key, scrape
+from tenure.service.ops import by_queue, scrape
 from tenure.service.replica import (
     BATCHES,
     IS_LEADER,
@@ -170,16 +170,18 @@ class ReplicaProcess:
         return scrape(self.port, host=self.metrics_host) if self.alive else {}
 
     def status(self) -> ReplicaStatus:
+        """The replica's row, over every queue of its group: leading one of them, its highest epoch, the batches and
+        records of all, the backlog of all."""
         m = self.metrics()
         return ReplicaStatus(
             replica_id=self.replica_id,
             pid=self.pid if self.alive else None,
             up=bool(m),
-            leader=m.get(IS_LEADER) == 1.0,
-            epoch=int(m.get(LEADER_EPOCH, 0)),
-            batches=int(m.get(sample_key(f"{BATCHES}_total", outcome="committed"), 0)),
-            records=int(m.get(sample_key(f"{RECORDS}_total", outcome="written"), 0)),
-            backlog=int(m.get(SOURCE_BACKLOG_FILES, 0)),
+            leader=1.0 in by_queue(m, IS_LEADER).values(),
+            epoch=int(max(by_queue(m, LEADER_EPOCH).values(), default=0)),
+            batches=int(sum(by_queue(m, f"{BATCHES}_total", outcome="committed").values())),
+            records=int(sum(by_queue(m, f"{RECORDS}_total", outcome="written").values())),
+            backlog=int(sum(by_queue(m, SOURCE_BACKLOG_FILES).values())),
             zk_connected=m.get(ZK_CONNECTED) == 1.0,
         )
 

@@ -21,7 +21,7 @@ from tenure.service.ops._handover import HandoverDone, HandoverError, request_ha
 from tenure.service.ops._history import format_history, show_history
 from tenure.service.ops._produce import Producer, ProducerError, produce, write_lines
 from tenure.service.ops._replay import ReplayError, Requested, request_replay
-from tenure.service.ops._scrape import sample_key, scrape
+from tenure.service.ops._scrape import by_queue, sample_key, scrape
 from tenure.service.ops._status import fetch_status, format_status_table, show_status
 from tenure.service.ops._verify import (
     CONTENT_FIELDS,
@@ -44,6 +44,7 @@ __all__ = [
     "ReplayError",
     "Requested",
     "VerifyReport",
+    "by_queue",
     "check_data_root",
     "check_group_data",
     "drain",

@@ -48,19 +48,28 @@ class GroupError(TenureError):
 
 
 def queue_lag(queue_dir: str | os.PathLike[str], group: str) -> int | None:
-    """Queue files in ``landing/`` that ``group`` has not consumed yet; None when the queue is not readable here."""
-    queue = QueueLayout(Path(queue_dir))
-    try:
-        waiting = {e.name for e in os.scandir(queue.landing) if is_queue_file(e.name)}
-    except OSError:
-        return None
-    try:
-        consumed = set(os.listdir(queue.marks(group)))
-    except FileNotFoundError:
-        consumed = set()
-    except OSError:
-        return None
-    return len(waiting - consumed)
+    """Queue files in the ``landing/`` of each queue of the topic that ``group`` has not consumed yet; None when a
+    queue is not readable here."""
+    lag = 0
+    for queue in _queues(queue_dir):
+        try:
+            waiting = {e.name for e in os.scandir(queue.landing) if is_queue_file(e.name)}
+        except OSError:
+            return None
+        try:
+            consumed = set(os.listdir(queue.marks(group)))
+        except FileNotFoundError:
+            consumed = set()
+        except OSError:
+            return None
+        lag += len(waiting - consumed)
+    return lag
+
+
+def _queues(queue_dir: str | os.PathLike[str]) -> list[QueueLayout]:
+    """Every queue of the topic in ``queue_dir`` (one without a ``_topic.json``)."""
+    topic = read_topic(Path(queue_dir))
+    return QueueLayout.each(Path(queue_dir), 1 if topic is None else topic.queues)
 
 
 def queue_key(queue_dir: str | os.PathLike[str]) -> QueueKey:
@@ -68,7 +77,7 @@ def queue_key(queue_dir: str | os.PathLike[str]) -> QueueKey:
     the entries of an earlier release.
 
     Raises:
-        ConfigError: ``_topic.json`` is unreadable or names a topic of several queues.
+        ConfigError: ``_topic.json`` is unreadable.
     """
     topic = read_topic(Path(queue_dir))
     return QueueKey(None if topic is None else topic.topic_id, str(queue_dir))
@@ -81,7 +90,7 @@ def check_group_data(client: ZooKeeperClient, group: str, data_root: str | os.Pa
 
     Raises:
         GroupError: one line naming the group's data and this data root's (ids and paths).
-        ConfigError: an identity file is unreadable, or the topic has several queues.
+        ConfigError: an identity file is unreadable.
     """
     bound = read_group_identity(client, group)
     if bound is None:
@@ -98,7 +107,8 @@ def check_group_data(client: ZooKeeperClient, group: str, data_root: str | os.Pa
 
 def remove_group(client: ZooKeeperClient, queue_dir: str | os.PathLike[str], group: str, *,
                  force: bool = False) -> tuple[RegisteredGroup, int]:
-    """Unregister ``group`` from ``queue_dir`` and delete its consumption marks; returns (entry, marks deleted).
+    """Unregister ``group`` from ``queue_dir`` and delete its consumption marks in every queue of the topic; returns
+    (entry, marks deleted).
 
     The other groups' leaders then archive what it held back (within a housekeeping round, about a second).
 
@@ -118,9 +128,11 @@ def remove_group(client: ZooKeeperClient, queue_dir: str | os.PathLike[str], gro
         raise GroupError(f"group {group!r} still has {len(contenders)} live election contender(s): stop its "
                          "replicas first (a running leader would keep consuming), or pass --force")
     unregister_group(client, key, group)
-    marks = QueueLayout(Path(queue_dir)).marks(group)
-    deleted = len(os.listdir(marks)) if marks.is_dir() else 0
-    shutil.rmtree(marks, ignore_errors=True)
+    deleted = 0
+    for each in _queues(queue_dir):
+        marks = each.marks(group)
+        deleted += len(os.listdir(marks)) if marks.is_dir() else 0
+        shutil.rmtree(marks, ignore_errors=True)
     _log.info("group_removed", group=group, queue_dir=queue, marks=deleted, forced=force,
               contenders=len(contenders))
     return entry, deleted

@@ -8,7 +8,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["sample_key", "scrape"]
+__all__ = ["by_queue", "sample_key", "scrape"]
 
 
 def sample_key(metric: str, **labels: str) -> str:
@@ -29,3 +29,26 @@ def scrape(port: int, timeout_s: float = 1.0, host: str = "127.0.0.1") -> dict[s
         for sample in family.samples:
             out[sample_key(sample.name, **sample.labels)] = sample.value
     return out
+
+
+def by_queue(metrics: dict[str, float], metric: str, **labels: str) -> dict[int, float]:
+    """The samples of ``metric`` with ``labels`` in a :func:`scrape`, by queue: a group of several queues labels each
+    with its ``queue``; a group of one exports them unlabelled, which is queue 0's.
+
+    Example::
+
+        by_queue(scrape(9400), "tenure_is_leader")                            # {0: 1.0, 1: 0.0, 2: 1.0}
+        sum(by_queue(scrape(9400), "tenure_batches_total", outcome="committed").values())
+    """
+    found: dict[int, float] = {}
+    if (plain := metrics.get(sample_key(metric, **labels))) is not None:
+        found[0] = plain
+    for key, value in metrics.items():
+        name, _, inner = key.partition("{")
+        if name != metric or not inner:
+            continue
+        sample = dict(pair.split("=", 1) for pair in inner.rstrip("}").split(","))
+        queue = sample.pop("queue", None)
+        if queue is not None and sample == labels:
+            found[int(queue)] = value
+    return dict(sorted(found.items()))

@@ -4,7 +4,7 @@ Imports nothing from ``tenure.service.ops``, ``tenure.service.local`` or ``tenur
 replica carries no operator tool and no local infrastructure.
 """
 
-from tenure.career.lifecycle import RunnerState, StallReason
+from tenure.career.lifecycle import Role, StallReason
 from tenure.service.replica._config import SETTINGS, ReplicaConfig, load_config, setting_named
 from tenure.service.replica._faults import FAULT_INJECTED, FAULT_POINTS, FaultFile, InjectedFault, arm
 from tenure.service.replica._health import HTTP_REQUEST_FAILED, HealthServer
@@ -17,6 +17,7 @@ from tenure.service.replica._metrics import (
     IS_LEADER,
     LEADER_EPOCH,
     PROGRESS_AGE,
+    QUEUES_LED,
     RECORDS,
     SOURCE_BACKLOG_FILES,
     STALLS,
@@ -41,6 +42,7 @@ __all__ = [
     "LEADER_EPOCH",
     "PER_PROCESS",
     "PROGRESS_AGE",
+    "QUEUES_LED",
     "RECORDS",
     "SETTINGS",
     "SOURCE_BACKLOG_FILES",
@@ -52,7 +54,7 @@ __all__ = [
     "Metrics",
     "ReplicaConfig",
     "ReplicaSpec",
-    "RunnerState",
+    "Role",
     "StallReason",
     "arm",
     "load_config",

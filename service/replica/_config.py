@@ -54,8 +54,14 @@ class ReplicaConfig:
     replica_id: str = setting(factory=socket.gethostname, default_text="the host name", help="Unique per replica.")
     metrics_host: str = setting("0.0.0.0", help="Address for /metrics and health.")
     metrics_port: int = setting(9400, help="Port for /metrics and health (0 picks a free one).")
+    queues: int | None = setting(
+        None, unit="queues", default_text="the group's recorded number, or 1 for a new group",
+        help="The group's number of queues: each has its own election line, commit record and term history, and "
+        "this replica stands in every queue's line and may lead several. Recorded by the group's first replica; "
+        "a replica given another number refuses to start.",
+        hazard="Fixed for the group's life: progress is laid out per queue.")
     career: str = setting("spark", help="spark, counter, or package.module:factory for a career of your own "
-                          "(factory(config, observer) -> Career).")
+                          "(factory(config, observer) -> Career; for several queues, -> Careers).")
     connect_timeout_s: float = setting(15.0, unit="s", help="How long to wait for ZooKeeper at start-up.")
     zk_auth: str | None = setting(None, help="Digest credential user:password for the znodes.")
     fault_file: Path | None = setting(None, help="Tests and drills: a file that arms one fault (POINT ACTION) at "
@@ -72,7 +78,7 @@ class ReplicaConfig:
         if not _HOSTS.match(self.zk):
             raise ConfigError(f"zk={self.zk!r} is not a ZooKeeper connect string: use host:port[,host:port…], "
                               "e.g. 127.0.0.1:2181,127.0.0.1:2182")
-        GroupPaths(self.group)  # the election's rule: the name becomes a znode
+        GroupPaths(self.group, queues=self.queues or 1)  # the election's rules: the name becomes a znode
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port={self.metrics_port} is not a TCP port: choose 1024–65535 (0 picks a "
                               "free one)")

@@ -13,13 +13,13 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 import structlog
 
-from tenure.career import Career
-from tenure.career.lifecycle import Leadership, RequestSource, Runner, RunnerSettings, RunnerState, StallReason
+from tenure.career import Career, Standby
+from tenure.career.lifecycle import Leadership, ReplicaState, RequestSource, Runner, RunnerSettings, StallReason
 from tenure.election import ElectionEvent, TermHistory
 from tenure.service.replica._metrics import Metrics
 from tenure.service.replica._proctree import tree_pids
@@ -40,37 +40,44 @@ _HANDOVER_GRACE_S = 2.0
 
 
 class RunnerMetrics:
-    """The runner's ``RunnerObserver``: what it reports, as Prometheus metrics."""
+    """The runner's ``RunnerObserver``: what it reports, as Prometheus metrics (each queue's on its series)."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
+        self._led: set[int] = set()
 
-    def role_changed(self, leading: bool, epoch: int | None) -> None:
-        self._metrics.is_leader.set(1 if leading else 0)
-        self._metrics.leader_epoch.set(epoch if leading and epoch is not None else 0)
+    def role_changed(self, queue: int, leading: bool, epoch: int | None) -> None:
+        series = self._metrics.queue(queue)
+        series.is_leader.set(1 if leading else 0)
+        series.leader_epoch.set(epoch if leading and epoch is not None else 0)
+        if leading:
+            self._led.add(queue)
+        else:
+            self._led.discard(queue)
+        self._metrics.queues_led.set(len(self._led))
 
     def connection_changed(self, connected: bool) -> None:
         self._metrics.zk_connected.set(1 if connected else 0)
 
-    def leader_changed(self) -> None:
-        self._metrics.leader_changes.inc()
+    def leader_changed(self, queue: int) -> None:
+        self._metrics.queue(queue).leader_changes.inc()
 
-    def lease_headroom(self, seconds: float) -> None:
-        self._metrics.lease_headroom.set(seconds)
+    def lease_headroom(self, queue: int, seconds: float) -> None:
+        self._metrics.queue(queue).lease_headroom.set(seconds)
 
-    def inaugurated(self, seconds: float) -> None:
-        self._metrics.inauguration_seconds.observe(seconds)
-        self._metrics.leadership_changes.inc()
+    def inaugurated(self, queue: int, seconds: float) -> None:
+        self._metrics.queue(queue).inauguration_seconds.observe(seconds)
+        self._metrics.queue(queue).leadership_changes.inc()
 
-    def term_ended(self) -> None:
-        self._metrics.lease_headroom.set(0)
-        self._metrics.leadership_changes.inc()
+    def term_ended(self, queue: int) -> None:
+        self._metrics.queue(queue).lease_headroom.set(0)
+        self._metrics.queue(queue).leadership_changes.inc()
 
-    def handover_took(self, seconds: float) -> None:
-        self._metrics.handover_seconds.observe(seconds)
+    def handover_took(self, queue: int, seconds: float) -> None:
+        self._metrics.queue(queue).handover_seconds.observe(seconds)
 
-    def career_failed(self) -> None:
-        self._metrics.career_failures.inc()
+    def career_failed(self, queue: int) -> None:
+        self._metrics.queue(queue).career_failures.inc()
 
     def stalled(self, reason: StallReason) -> None:
         self._metrics.stalls.labels(reason.value).inc()
@@ -79,8 +86,9 @@ class RunnerMetrics:
 class ReplicaControl:
     """The runner's ``ProcessControl``, and the process's signal handling.
 
-    SIGTERM and SIGINT ask the runner to hand over gracefully, within ``handover_timeout_s`` plus a grace; past
-    it the session is closed and the process exits with :data:`EXIT_HANDOVER_OVERRUN`. Closing the career after
+    SIGTERM and SIGINT ask the runner to hand over gracefully, within ``handover_timeout_s`` plus a grace for each
+    queue it leads (they hand over one after another); past it the session is closed and the process exits with
+    :data:`EXIT_HANDOVER_OVERRUN`. Closing the career after
     the loop (stopping Spark) gets the same budget again, past which the process exits the same way: a JVM that
     does not answer (frozen) would otherwise hold the process for ever. A second signal exits at once. Each of
     these exits kills the career's process tree first: a frozen JVM would not notice the exit and stay behind. A
@@ -99,7 +107,9 @@ class ReplicaControl:
 
     def attach(self, runner: Runner) -> None:
         self._runner = runner
-        self._watchdog = Watchdog(self._progress, self._watchdog_settings, runner.give_up)
+        # In a group of several queues a queue's stall is revoked alone; in a group of one it is the fail-stop.
+        revoke = runner.revoke_stalled if self._progress.queues > 1 else None
+        self._watchdog = Watchdog(self._progress, self._watchdog_settings, runner.give_up, revoke)
 
     # -- ProcessControl ----------------------------------------------------------------------------------------
 
@@ -115,7 +125,7 @@ class ReplicaControl:
             self._watchdog.stop()
         if self._overrun is not None:  # a signal's stop: closing the career is timed too
             self._overrun.cancel()
-            self._overrun = self._budget(self._close_overrun)
+            self._overrun = self._budget(self._close_overrun, 1)
 
     def closed(self) -> None:
         if self._overrun is not None:
@@ -143,7 +153,7 @@ class ReplicaControl:
         assert runner is not None
         self._signals += 1
         name = signal.Signals(signum).name
-        if runner.state is RunnerState.STARTING:
+        if runner.state is ReplicaState.STARTING:
             # Still warming up, not in the election: nothing to hand over, and prepare() cannot be interrupted.
             # Spark's JVM exits with us (its gateway watches our stdin).
             _log.info("stopped_while_starting", signal=name)
@@ -151,16 +161,18 @@ class ReplicaControl:
         if self._signals > 1:  # the career's processes go too: a frozen JVM would not notice our exit
             _log.warning("second_signal_exit", signal=name)
             self._kill_and_exit(128 + signum)
-        # The budget covers finishing the execute() in flight and the whole handover. The career may spend all
-        # of handover_timeout_s waiting for its batch; the grace is for what follows it (record, release).
-        self._overrun = self._budget(self._handover_overrun)
+        # The budget covers finishing the execute() in flight and the whole handover of each queue led, one after
+        # another. Each career may spend all of handover_timeout_s waiting for its batch; the grace is for what
+        # follows it (record, release).
+        self._overrun = self._budget(self._handover_overrun, max(1, len(runner.queues_led())))
         runner.request_stop(name)
 
-    def _budget(self, overrun: Callable[[], None]) -> threading.Timer:
-        """Call ``overrun`` once the stop's budget (``handover_timeout_s`` + the grace) has passed (in this thread's
-        context: its log events keep the replica and group bound here)."""
+    def _budget(self, overrun: Callable[[], None], queues: int) -> threading.Timer:
+        """Call ``overrun`` once the stop's budget (``handover_timeout_s`` + the grace, for each of ``queues``) has
+        passed (in this thread's context: its log events keep the replica and group bound here)."""
         context = contextvars.copy_context()
-        timer = threading.Timer(self._settings.handover_timeout_s + _HANDOVER_GRACE_S, context.run, (overrun,))
+        timer = threading.Timer(queues * (self._settings.handover_timeout_s + _HANDOVER_GRACE_S), context.run,
+                                (overrun,))
         timer.daemon = True
         timer.start()
         return timer
@@ -190,15 +202,18 @@ class ReplicaControl:
         os._exit(code)
 
 
-def build_runner(leadership_factory: Callable[[Callable[[ElectionEvent], None]], Leadership], career: Career,
-                 metrics: Metrics, settings: RunnerSettings, *, watchdog: WatchdogSettings, progress: ProgressClock,
-                 requests: RequestSource, history: TermHistory) -> tuple[Runner, ReplicaControl]:
+def build_runner(leadership_factory: Callable[[int, Callable[[ElectionEvent], None]], Leadership],
+                 standby: Standby, careers: Sequence[Career], metrics: Metrics, settings: RunnerSettings, *,
+                 watchdog: WatchdogSettings, progress: ProgressClock, requests: RequestSource,
+                 histories: Sequence[TermHistory]) -> tuple[Runner, ReplicaControl]:
     """The runner of one replica, its ports implemented by this process (``control`` installs the signals):
-    operators' ``requests`` and the term ``history`` are its group's, in ZooKeeper."""
+    operators' ``requests`` are its group's, each queue's term history one of ``histories`` (by queue), in
+    ZooKeeper."""
     control = ReplicaControl(progress, settings, watchdog)
-    log = _log.bind(replica_id=settings.replica_id, group=history.group)
-    terms = TermRecorder(history, metrics, settings.replica_id, log)
-    runner = Runner(leadership_factory, career, settings, observer=RunnerMetrics(metrics), progress=progress,
-                    process=control, requests=requests, terms=terms)
+    log = _log.bind(replica_id=settings.replica_id, group=histories[0].group)
+    terms = [TermRecorder(history, metrics.queue(q), settings.replica_id, log.bind(queue=q))
+             for q, history in enumerate(histories)]
+    runner = Runner(leadership_factory, standby, careers, settings, observer=RunnerMetrics(metrics),
+                    progress=progress, process=control, requests=requests, terms=terms)
     control.attach(runner)
     return runner, control

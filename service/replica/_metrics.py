@@ -1,10 +1,18 @@
-"""Prometheus metrics of one replica, on an injected registry; also the career's observer."""
+"""Prometheus metrics of one replica, on an injected registry: the replica's own, and each queue's (the observer of the
+queue's career forwards to them).
+
+In a group of several queues, every series about one queue carries a ``queue`` label (``"0"``, ``"1"`` …), each
+created at zero for every queue so that a queue without a leader shows as a sum of zeros. In a group of one queue
+the series keep the shape they had before queues, without the label: dashboards and alerts aggregate ``by
+(queue)``, which reads a missing label as one queue, so they show both.
+"""
 
 from __future__ import annotations
 
 import platform
 import threading
 from dataclasses import dataclass
+from typing import TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -15,6 +23,7 @@ from prometheus_client import (
     ProcessCollector,
 )
 from prometheus_client.gc_collector import GCCollector
+from prometheus_client.metrics import MetricWrapperBase
 
 from tenure import __version__
 from tenure.career.lifecycle import STALL_REASONS
@@ -31,12 +40,14 @@ __all__ = [
     "LEADER_EPOCH",
     "LEASE_HEADROOM",
     "PROGRESS_AGE",
+    "QUEUES_LED",
     "RECORDS",
     "RECORD_OUTCOMES",
     "SOURCE_BACKLOG_FILES",
     "STALLS",
     "ZK_CONNECTED",
     "Metrics",
+    "QueueMetrics",
     "TermCounts",
 ]
 
@@ -55,11 +66,14 @@ CANARY_GAP = "tenure_canary_gap_seconds"
 CONTROL_LOOP_AGE = "tenure_control_loop_age_seconds"
 PROGRESS_AGE = "tenure_progress_age_seconds"
 STALLS = "tenure_stalls"
+QUEUES_LED = "tenure_queues_led"
 
 BATCH_OUTCOMES = ("committed", "skipped", "set_aside", "fenced", "failed")
 DROPPED_BY_WATERMARK = "dropped_by_watermark"  # rows Spark dropped as older than the dedup watermark (a bug)
 RECORD_OUTCOMES = ("written", "duplicate", "quarantined", "late", "retried", "dead_lettered", "set_aside",
                    DROPPED_BY_WATERMARK)
+
+_M = TypeVar("_M", bound=MetricWrapperBase)
 
 # Failover-scale buckets: handovers and inaugurations range from milliseconds (warm) to tens of seconds (cold).
 _LIFECYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60)
@@ -77,84 +91,139 @@ class TermCounts:
 
 
 class Metrics:
-    """Every metric a replica exports; series are created at zero so alerts see them from the start.
+    """Every metric a replica exports; series are created at zero so alerts see them from the start. The series of
+    one queue are :meth:`queue`'s.
 
     Example::
 
         registry = CollectorRegistry()
-        metrics = Metrics(registry, replica_id="r1", group="orders")
-        metrics.is_leader.set(1)
+        metrics = Metrics(registry, replica_id="r1", group="orders", queues=4)
+        metrics.queue(2).is_leader.set(1)
     """
 
-    def __init__(self, registry: CollectorRegistry, *, replica_id: str, group: str,
+    def __init__(self, registry: CollectorRegistry, *, replica_id: str, group: str, queues: int = 1,
                  default_collectors: bool = True) -> None:
         self.registry = registry
+        self.queues = queues
         if default_collectors:
             ProcessCollector(registry=registry)
             PlatformCollector(registry=registry)
             GCCollector(registry=registry)
+        per = ["queue"] if queues > 1 else []  # the label of a queue's series (none in a group of one queue)
         self.info = Gauge("tenure_info", "Replica identity (value is always 1).",
                           ["replica_id", "group", "version", "host"], registry=registry)
         self.info.labels(replica_id, group, __version__, platform.node()).set(1)
-        self.is_leader = Gauge(IS_LEADER, "1 while this replica leads with its writer active.",
+        self.is_leader = Gauge(IS_LEADER, "1 while this replica leads the queue with its writer active.", per,
                                registry=registry)
-        self.leader_epoch = Gauge(LEADER_EPOCH, "Fencing token of the current term (0 when following).",
+        self.leader_epoch = Gauge(LEADER_EPOCH, "Fencing token of the queue's current term (0 when following).", per,
                                   registry=registry)
         self.leadership_changes = Counter("tenure_leadership_changes_total",
-                                          "Terms this replica began or ended.", registry=registry)
+                                          "Terms this replica began or ended.", per, registry=registry)
         self.inauguration_seconds = Histogram("tenure_inauguration_seconds",
-                                              "From elected to ready to execute.",
+                                              "From elected to ready to execute.", per,
                                               buckets=_LIFECYCLE_BUCKETS, registry=registry)
         self.handover_seconds = Histogram("tenure_handover_seconds",
-                                          "From the decision to step down to the election node released.",
+                                          "From the decision to step down to the election node released.", per,
                                           buckets=_LIFECYCLE_BUCKETS, registry=registry)
-        self.batches = Counter(BATCHES, "Batches by outcome.", ["outcome"], registry=registry)
-        self.records = Counter(RECORDS, "Records by outcome.", ["outcome"], registry=registry)
-        for outcome in BATCH_OUTCOMES:
-            self.batches.labels(outcome)
-        for outcome in RECORD_OUTCOMES:
-            self.records.labels(outcome)
-        self.batch_duration = Histogram("tenure_batch_duration_seconds", "Wall time of one batch.",
+        self.batches = Counter(BATCHES, "Batches by outcome.", ["outcome", *per], registry=registry)
+        self.records = Counter(RECORDS, "Records by outcome.", ["outcome", *per], registry=registry)
+        self.batch_duration = Histogram("tenure_batch_duration_seconds", "Wall time of one batch.", per,
                                         buckets=_LIFECYCLE_BUCKETS, registry=registry)
         self.commit_duration = Histogram("tenure_commit_duration_seconds",
-                                         "Latency of one fenced commit transaction.",
+                                         "Latency of one fenced commit transaction.", per,
                                          buckets=_COMMIT_BUCKETS, registry=registry)
-        self.backlog_files = Gauge(SOURCE_BACKLOG_FILES, "Landing files not yet consumed.",
+        self.backlog_files = Gauge(SOURCE_BACKLOG_FILES, "Landing files not yet consumed.", per,
                                    registry=registry)
         self.retry_waiting_records = Gauge("tenure_retry_waiting_records",
-                                           "Records held in the retry store (failed, or behind a failed one).",
+                                           "Records held in the retry store (failed, or behind a failed one).", per,
                                            registry=registry)
         self.last_commit = Gauge("tenure_last_commit_timestamp_seconds",
-                                 "Unix time of this replica's last fenced commit.", registry=registry)
+                                 "Unix time of this replica's last fenced commit.", per, registry=registry)
         self.zk_connected = Gauge(ZK_CONNECTED, "1 while the ZooKeeper session is connected.",
                                   registry=registry)
-        self.commits_fenced = Counter(COMMITS_FENCED, "Commits rejected by the fence.",
+        self.commits_fenced = Counter(COMMITS_FENCED, "Commits rejected by the fence.", per,
                                       registry=registry)
         self.career_failures = Counter("tenure_career_failures",
-                                       "Terms ended because the career raised.", registry=registry)
-        self.leader_changes = Counter(LEADER_CHANGES, "Changes of the group's leader this replica saw (its own "
-                                      "terms included).", registry=registry)
+                                       "Terms ended because the career raised.", per, registry=registry)
+        self.leader_changes = Counter(LEADER_CHANGES, "Changes of the queue's leader this replica saw (its own "
+                                      "terms included).", per, registry=registry)
         self.lease_headroom = Gauge(LEASE_HEADROOM, "Seconds until the leader's safe-until deadline (0 when "
-                                    "not leading): how close the lease came to stopping commits.", registry=registry)
+                                    "not leading): how close the lease came to stopping commits.", per,
+                                    registry=registry)
         self.handover_gap = Histogram(HANDOVER_GAP, "Seen by a new leader at its first commit: seconds since the "
-                                      "previous term's last commit (the pause the output saw).",
+                                      "previous term's last commit (the pause the output saw).", per,
                                       buckets=_LIFECYCLE_BUCKETS, registry=registry)
         self.canary_gap = Gauge(CANARY_GAP, "The last canary handover's gap, seen by the leader that followed it "
-                                "(--canary-handover-every-s).", registry=registry)
+                                "(--canary-handover-every-s).", per, registry=registry)
         # Computed at scrape time from the progress clock (``_progress``), so they rise while the loop is stuck.
         self.control_loop_age = Gauge(CONTROL_LOOP_AGE, "Seconds since the control loop last came round.",
                                       registry=registry)
         self.progress_age = Gauge(PROGRESS_AGE, "Seconds the leader has owed progress: input waiting and no "
-                                  "batch finished since (0 when following or when nothing waits).",
+                                  "batch finished since (0 when following or when nothing waits).", per,
                                   registry=registry)
-        self.stalls = Counter(STALLS, "Times this replica gave its lock up because its work stopped progressing, "
-                              "by reason.", ["reason"], registry=registry)
+        self.stalls = Counter(STALLS, "Times this replica gave a lock up (one queue's, or every one) because its "
+                              "work stopped progressing, by reason.", ["reason"], registry=registry)
         for reason in STALL_REASONS:
             self.stalls.labels(reason)
-        self.row_timeouts = Counter("tenure_row_timeouts", "Row-function calls that ran past --row-timeout-s.",
+        self.row_timeouts = Counter("tenure_row_timeouts", "Row-function calls that ran past --row-timeout-s.", per,
                                     registry=registry)
+        self.queues_led = Gauge(QUEUES_LED, "Queues this replica leads now.", registry=registry)
+        self._queues = [QueueMetrics(self, q) for q in range(queues)]
+
+    def queue(self, queue: int) -> QueueMetrics:
+        """The series of queue ``queue``."""
+        return self._queues[queue]
+
+
+class QueueMetrics:
+    """The series of one queue (created at zero here), and the counts of its current term; what the queue's career
+    observes is forwarded here by its ``QueueProgress``.
+
+    Example::
+
+        metrics.queue(1).batch_finished("committed", 0.4, {"written": 500})
+    """
+
+    def __init__(self, metrics: Metrics, queue: int) -> None:
+        self._labels: dict[str, str] = {"queue": str(queue)} if metrics.queues > 1 else {}
+        self._metrics = metrics
+        child = self._child
+        self.is_leader = child(metrics.is_leader)
+        self.leader_epoch = child(metrics.leader_epoch)
+        self.leadership_changes = child(metrics.leadership_changes)
+        self.inauguration_seconds = child(metrics.inauguration_seconds)
+        self.handover_seconds = child(metrics.handover_seconds)
+        self.batch_duration = child(metrics.batch_duration)
+        self.commit_duration = child(metrics.commit_duration)
+        self.backlog_files = child(metrics.backlog_files)
+        self.retry_waiting_records = child(metrics.retry_waiting_records)
+        self.last_commit = child(metrics.last_commit)
+        self.commits_fenced = child(metrics.commits_fenced)
+        self.career_failures = child(metrics.career_failures)
+        self.leader_changes = child(metrics.leader_changes)
+        self.lease_headroom = child(metrics.lease_headroom)
+        self.handover_gap = child(metrics.handover_gap)
+        self.canary_gap = child(metrics.canary_gap)
+        self.progress_age = child(metrics.progress_age)
+        self.row_timeouts = child(metrics.row_timeouts)
+        for outcome in BATCH_OUTCOMES:
+            child(metrics.batches, outcome=outcome)
+        for outcome in RECORD_OUTCOMES:
+            child(metrics.records, outcome=outcome)
         self._term_lock = threading.Lock()
         self._term = TermCounts()
+
+    def _child(self, family: _M, **labels: str) -> _M:
+        """``family``'s series of this queue (and of ``labels``); the family itself when it has no labels."""
+        return family.labels(**labels, **self._labels) if labels or self._labels else family
+
+    def batches(self, outcome: str) -> Counter:
+        """The queue's batch counter of ``outcome``."""
+        return self._child(self._metrics.batches, outcome=outcome)
+
+    def records(self, outcome: str) -> Counter:
+        """The queue's record counter of ``outcome``."""
+        return self._child(self._metrics.records, outcome=outcome)
 
     def begin_term(self) -> None:
         """Start counting a new term's commits from zero."""
@@ -166,10 +235,10 @@ class Metrics:
         with self._term_lock:
             return self._term
 
-    # What the career observes, forwarded by ``ProgressClock`` (the career's observer).
+    # What the queue's career observes, forwarded by its ``QueueProgress`` (the career's observer).
     def batch_finished(self, outcome: str, duration_s: float, records: dict[str, int], *,
                        progressed: bool = True) -> None:
-        self.batches.labels(outcome).inc()
+        self.batches(outcome).inc()
         if outcome == "committed":
             with self._term_lock:
                 t = self._term
@@ -180,7 +249,7 @@ class Metrics:
         self.batch_duration.observe(duration_s)
         for name, count in records.items():
             if count and name in RECORD_OUTCOMES:
-                self.records.labels(name).inc(count)
+                self.records(name).inc(count)
         if records.get("timed_out"):
             self.row_timeouts.inc(records["timed_out"])
 
@@ -198,4 +267,4 @@ class Metrics:
         self.retry_waiting_records.set(records)
 
     def records_dropped(self, records: int) -> None:
-        self.records.labels(DROPPED_BY_WATERMARK).inc(records)
+        self.records(DROPPED_BY_WATERMARK).inc(records)

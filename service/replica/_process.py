@@ -1,4 +1,5 @@
-"""Wires one replica together: ZooKeeper client, election, career, metrics and health, the runner (``_lifecycle``)."""
+"""Wires one replica together: ZooKeeper client, one election per queue of its group on it, the standby and each
+queue's career, metrics and health, the runner (``_lifecycle``)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from collections.abc import Callable, Collection
 import structlog
 from prometheus_client import CollectorRegistry
 
-from tenure.career import Career, CareerObserver, CounterCareer
-from tenure.career.identity import ensure_data_root_id, ensure_topic
+from tenure.career import Career, CareerObserver, Careers, Standby, counter_careers
+from tenure.career.identity import ensure_data_root_id, ensure_topic, read_topic
 from tenure.election import (
     Election,
     ElectionEvent,
@@ -28,6 +29,7 @@ from tenure.election import (
     disconnect,
     four_letter_word,
     is_connected,
+    read_group_identity,
     register_group,
     registered_groups,
 )
@@ -37,7 +39,7 @@ from tenure.service.replica._config import ReplicaConfig
 from tenure.service.replica._health import HealthServer
 from tenure.service.replica._lifecycle import build_runner
 from tenure.service.replica._metrics import Metrics
-from tenure.service.replica._progress import ProgressClock
+from tenure.service.replica._progress import ProgressClock, QueueProgress
 
 __all__ = ["run_replica"]
 
@@ -83,20 +85,38 @@ def _queue_groups(config: ReplicaConfig, client: ZooKeeperClient,
     return lambda: registered_groups(client, queue, timeout_s=timeout_s)
 
 
-def _queue(config: ReplicaConfig) -> QueueKey:
-    """The Spark career's queue, its ``_topic.json`` written first if it has none (this replica is its first)."""
+def _queue(config: ReplicaConfig, queues: int) -> QueueKey:
+    """The Spark career's topic, its ``_topic.json`` written first if it has none (this replica is its first), of
+    ``queues`` queues, or refused when it records another number."""
     queue_dir = config.queue_dir or config.data_root
     queue_dir.mkdir(parents=True, exist_ok=True)
-    return QueueKey(ensure_topic(queue_dir).topic_id, str(queue_dir))
+    return QueueKey(ensure_topic(queue_dir, queues).topic_id, str(queue_dir))
 
 
-def _bind_group(config: ReplicaConfig, client: ZooKeeperClient, queue: QueueKey | None) -> str:
-    """Tie the group to this replica's data root (its ``_data_root.json``, written first if it has none) and queue,
-    or refuse to start when the group is tied to other data; returns the data root's id."""
+def _queue_count(config: ReplicaConfig, client: ZooKeeperClient) -> int:
+    """The group's number of queues: ``--queues`` when given (``_bind_group`` then checks it against the group's),
+    else what the group records, else what the Spark career's topic records, else one (a new group)."""
+    if config.queues is not None:
+        return config.queues
+    try:
+        recorded = read_group_identity(client, config.group, timeout_s=config.election.session_timeout_s)
+    except ElectionError as exc:
+        raise ConfigError(f"group={config.group!r}: its number of queues cannot be read in ZooKeeper ({exc}): check "
+                          f"--zk-auth and the ACLs of /tenure/{config.group}") from exc
+    if recorded is not None:
+        return recorded.queue_count
+    topic = read_topic(config.queue_dir or config.data_root) if config.career == "spark" else None
+    return 1 if topic is None else topic.queues
+
+
+def _bind_group(config: ReplicaConfig, client: ZooKeeperClient, queue: QueueKey | None, queues: int) -> str:
+    """Tie the group to this replica's data root (its ``_data_root.json``, written first if it has none), queue and
+    number of queues, or refuse to start when the group is tied to other data or counts other queues; returns the
+    data root's id."""
     data_root_id = ensure_data_root_id(config.data_root)
     wanted = GroupIdentity(data_root_id=data_root_id, data_root=str(config.data_root.resolve()),
                            topic_id=None if queue is None else queue.topic_id,
-                           queue_dir=None if queue is None else queue.queue_dir)
+                           queue_dir=None if queue is None else queue.queue_dir, queues=queues)
     try:
         bind_group(client, config.group, wanted, credential=config.credential,
                    timeout_s=config.election.session_timeout_s)
@@ -123,8 +143,10 @@ def _cluster_master(config: ReplicaConfig, spark_master: str) -> StandaloneMaste
     return StandaloneMaster(webuis, timeout_s=timeout_s) if webuis else None
 
 
-def _make_career(config: ReplicaConfig, observer: CareerObserver,
-                 registered: Callable[[], Collection[str]] | None = None) -> Career:
+def _careers(config: ReplicaConfig, queues: int, observer: QueueProgress,
+             registered: Callable[[], Collection[str]] | None = None) -> Careers:
+    """The replica's standby and how each queue's career is made: the counter's, the Spark career's, or those a
+    factory of one's own returns (``observer`` is queue 0's)."""
     if ":" in config.career:
         module_name, _, attr = config.career.partition(":")
         try:
@@ -132,21 +154,45 @@ def _make_career(config: ReplicaConfig, observer: CareerObserver,
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"career={config.career!r} cannot be loaded ({exc}): check the module is "
                               "importable and defines that factory") from exc
-        career: Career = factory(config, observer)
-        return career
+        made = factory(config, observer)
+        if isinstance(made, Careers):
+            return made
+        if queues > 1:
+            raise ConfigError(f"career={config.career!r} returned one career, which serves a group of one queue, "
+                              f"and this group has {queues}: have the factory return tenure.career.Careers (its "
+                              "standby, and a career for each queue)")
+        return Careers.solo(made)
     if config.career == "counter":
-        return CounterCareer(config.data_root / "counter.log", interval_s=config.counter.counter_interval_s,
-                             observer=observer, health=config.health)
-    from tenure.career.spark import HookError, SparkCareer  # imported only when Spark is the career
+        return counter_careers(config.data_root, queues, config.counter, config.health)
+    return _spark_careers(config, queues, observer, registered)
+
+
+def _spark_careers(config: ReplicaConfig, queues: int, observer: QueueProgress,
+                   registered: Callable[[], Collection[str]] | None) -> Careers:
+    """The Spark career: for a group of one queue, one ``SparkCareer``, its own standby, as before queues; for
+    several, one ``SparkStandby`` (one SparkSession) shared by a ``SparkCareer`` per queue, each reading its queue's
+    ``landing/`` and publishing beside the others."""
+    from tenure.career.spark import HookError, SparkCareer, SparkStandby  # imported only when Spark is the career
 
     spark = config.spark
     assert spark is not None, "the Spark career's settings are built for the Spark career"
+    cluster_master = _cluster_master(config, spark.spark_master)
     try:
-        return SparkCareer(spark, observer, replica_id=config.replica_id, group=config.group,
-                           registered_groups=registered, faults=config.faults,
-                           cluster_master=_cluster_master(config, spark.spark_master))
+        if queues == 1:
+            return Careers.solo(SparkCareer(spark, observer, replica_id=config.replica_id, group=config.group,
+                                            registered_groups=registered, faults=config.faults,
+                                            cluster_master=cluster_master))
+        standby = SparkStandby.for_replica(spark, replica_id=config.replica_id, group=config.group,
+                                           cluster_master=cluster_master)
     except (ValueError, HookError) as exc:  # what only the career can check: the dedup interval, the hooks
         raise ConfigError(str(exc)) from exc
+
+    def career_of(queue: int, queue_observer: CareerObserver) -> Career:
+        return SparkCareer(spark, queue_observer, replica_id=config.replica_id, group=config.group,
+                           registered_groups=registered, faults=config.faults, standby=standby, queue=queue,
+                           queues=queues)
+
+    return Careers(standby, career_of)
 
 
 def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = None) -> int:
@@ -157,8 +203,6 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
     """
     structlog.contextvars.bind_contextvars(replica_id=config.replica_id, group=config.group)
     registry = registry or CollectorRegistry()
-    metrics = Metrics(registry, replica_id=config.replica_id, group=config.group)
-    progress = ProgressClock(metrics)  # the career's observer
     try:
         server = HealthServer(config.metrics_host, config.metrics_port, registry)
     except OSError as exc:
@@ -172,13 +216,18 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
         server.stop()
         raise
     try:
+        queues = _queue_count(config, client)
+        metrics = Metrics(registry, replica_id=config.replica_id, group=config.group, queues=queues)
+        progress = ProgressClock(metrics)  # each queue's career observes its own queue's progress
         # The Spark career reads a queue other groups may share: archiving waits for every registered group.
         # Its settings are checked first, so a bad value registers nothing.
-        queue = _queue(config) if config.career == "spark" else None
-        career = _make_career(config, progress, _queue_groups(config, client, queue) if queue else None)
-        data_root_id = _bind_group(config, client, queue)
+        queue = _queue(config, queues) if config.career == "spark" else None
+        careers = _careers(config, queues, progress.queue(0), _queue_groups(config, client, queue) if queue else None)
+        data_root_id = _bind_group(config, client, queue, queues)
         if queue is not None:
             _register_group(config, client, queue, data_root_id)
+        standby: Standby = careers.standby
+        per_queue: list[Career] = [careers.career_of(q, progress.queue(q)) for q in range(queues)]
     except BaseException:
         server.stop()
         disconnect(client)
@@ -193,20 +242,22 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
     )
     timing = config.election
 
-    def election_factory(on_event: Callable[[ElectionEvent], None]) -> Election:
-        return Election(client, group=config.group, identity=identity, on_event=on_event,
+    def election_factory(queue: int, on_event: Callable[[ElectionEvent], None]) -> Election:
+        return Election(client, group=config.group, queue=queue, queues=queues, identity=identity, on_event=on_event,
                         credential=config.credential, session_timeout_s=timing.session_timeout_s,
                         safe_fraction=timing.safe_fraction, op_timeout_s=timing.op_timeout_s, faults=config.faults)
 
     runner, control = build_runner(
-        election_factory, career, metrics, config.runner, watchdog=config.watchdog, progress=progress,
-        requests=OperatorRequests(client, config.group, credential=config.credential, timeout_s=timing.op_timeout_s),
-        history=TermHistory(client, config.group, credential=config.credential, timeout_s=timing.op_timeout_s))
+        election_factory, standby, per_queue, metrics, config.runner, watchdog=config.watchdog, progress=progress,
+        requests=OperatorRequests(client, config.group, queues=queues, credential=config.credential,
+                                  timeout_s=timing.op_timeout_s),
+        histories=[TermHistory(client, config.group, queue=q, queues=queues, credential=config.credential,
+                               timeout_s=timing.op_timeout_s) for q in range(queues)])
 
     control.install_signal_handlers()
     metrics.zk_connected.set(1 if is_connected(client) else 0)
     server.start(runner.health)
-    _log.info("replica_started", metrics_port=server.port, career=config.career, zk=config.zk)
+    _log.info("replica_started", metrics_port=server.port, career=config.career, zk=config.zk, queues=queues)
     try:
         return runner.run()
     finally:

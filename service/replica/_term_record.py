@@ -1,4 +1,4 @@
-"""Each term's entry in the group's term history: begun at inauguration, updated at the first commit and at the end.
+"""Each term's entry in its queue's term history: begun at inauguration, updated at the first commit and at the end.
 
 The runner calls it from its control thread. The history is for operators, so a ZooKeeper error here is logged
 (``term_history_not_written``) and the term goes on; the next write, or the successor, catches up.
@@ -16,7 +16,7 @@ from tenure.career import HandoverRecord, Outcome
 from tenure.career.lifecycle import CANARY
 from tenure.election import Fence, TermHistory, TermRecord
 from tenure.errors import TenureError
-from tenure.service.replica._metrics import Metrics
+from tenure.service.replica._metrics import QueueMetrics
 
 __all__ = ["CANARY_GAP", "TermRecorder"]
 
@@ -27,9 +27,11 @@ _PROGRESS_EVERY_S = 30.0
 
 
 class TermRecorder:
-    """Keeps one replica's terms in the history (the runner's ``TermJournal``)."""
+    """Keeps one replica's terms of one queue in that queue's history (the runner's ``TermJournal``), with the
+    queue's series (``metrics``)."""
 
-    def __init__(self, history: TermHistory, metrics: Metrics, replica_id: str, log: FilteringBoundLogger) -> None:
+    def __init__(self, history: TermHistory, metrics: QueueMetrics, replica_id: str,
+                 log: FilteringBoundLogger) -> None:
         self._history = history
         self._metrics = metrics
         self._replica_id = replica_id

@@ -1,4 +1,5 @@
-"""The producer library: :class:`Producer` buffers records and writes them as batch files in ``landing/``.
+"""The producer library: :class:`Producer` buffers records and writes them as batch files in the ``landing/`` of
+each record's queue.
 
 Each batch file is written by :mod:`~tenure.service.ops._produce._atomic`'s steps and retried per :class:`WriteRetry`
 (the retry of a file write, not to be confused with the consumer's per-record retry,
@@ -21,7 +22,8 @@ from typing import Any
 import structlog
 import tenacity
 
-from tenure.career.queue import QUEUE_SUFFIX, QueueLayout
+from tenure.career.identity import ensure_topic, read_topic
+from tenure.career.queue import QUEUE_SUFFIX, QueueLayout, queue_of
 from tenure.errors import TenureError
 from tenure.service.ops._produce._atomic import fsync_dir, join_lines, write_hidden_then_rename
 
@@ -81,24 +83,40 @@ class _Batch:
     name: str
     data: bytes
     lines: int
+    queue: int = 0
     renamed: bool = False  # once renamed, a retry only has the directory fsync left to do
 
 
-class Producer:
-    """Buffers records and writes them to ``<data_root>/landing/`` as batch files, atomically and durably.
+@dataclass
+class _Buffer:
+    """One queue's lines not yet cut into a file."""
 
-    A batch file is cut when ``batch_records`` lines or ``batch_bytes`` bytes are buffered, or when the oldest
-    buffered line is ``flush_interval_s`` old (checked on ``send()`` and by a background thread), or on
-    ``flush()``/``close()``. Each file is written under a hidden name, fsynced, renamed, and the directory
+    lines: list[bytes]
+    size: int = 0
+    first_at: float = 0.0  # when its oldest line came
+
+
+class Producer:
+    """Buffers records and writes them to their queue's ``landing/`` as batch files, atomically and durably.
+
+    The queue folder's topic (``_topic.json``) says how many queues it has (one without it): a record goes to its
+    key's queue (:func:`tenure.career.queue.queue_of`), ``<data_root>/landing/`` for a topic of one,
+    ``<data_root>/queues/<k>/landing/`` for queue k of more; each queue's lines are cut into files of their own.
+
+    A batch file is cut when a queue's ``batch_records`` lines or ``batch_bytes`` bytes are buffered, or when its
+    oldest buffered line is ``flush_interval_s`` old (checked on ``send()`` and by a background thread), or on
+    ``flush()``/``close()`` (one file per queue that has lines). Each file is written under a hidden name, fsynced,
+    renamed, and the directory
     fsynced; only then are its lines acknowledged (``acked``, ``on_ack``). A failed write (disk full,
     directory gone, permission denied, any ``OSError``) is retried with exponential back-off, logged as
     ``write_failed``, and after ``retry.max_attempts`` raises :class:`ProducerError` — with every record still
     buffered, in order, for the next ``flush()``. Acknowledged data is never dropped; unacknowledged data
     lives in memory and dies with the process.
 
-    File names sort in production order: ``p<start-ms>-<pid>-<counter>.jsonl``. The producer never recreates
-    a ``landing/`` that vanished after start-up: that may be an unmounted volume, and writing into the mount
-    point would hide the data; it retries until the folder is back, then fails clearly.
+    File names sort in production order: ``p<start-ms>-<pid>-<counter>.jsonl``, the counter shared by the queues
+    (no two files of a run share a name). The producer never recreates a ``landing/`` that vanished after start-up:
+    that may be an unmounted volume, and writing into the mount point would hide the data; it retries until the
+    folder is back, then fails clearly.
 
     Thread-safe; ``send()`` blocks while a write (and its retries) is in progress, which is the back-pressure.
 
@@ -113,6 +131,7 @@ class Producer:
         self,
         data_root: str | os.PathLike[str],
         *,
+        queues: int | None = None,
         batch_records: int = DEFAULT_BATCH_RECORDS,
         batch_bytes: int = DEFAULT_BATCH_BYTES,
         flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
@@ -123,10 +142,12 @@ class Producer:
         wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        """Create ``<data_root>/landing/`` if needed and start the interval flusher.
+        """Create each queue's ``landing/`` if needed and start the interval flusher.
 
         Args:
-            data_root: the data root; files go to its ``landing/``.
+            data_root: the queue folder (the data root, or a shared one): files go to its queues' ``landing/``.
+            queues: the topic's number of queues (``--queues``), checked against its ``_topic.json``, or written
+                there if it has none; None: the file's (without one, a topic of one queue, and none is written).
             batch_records: cut a file at this many lines (default 1000). Small files cost the consumer a
                 listing entry and a task each; large ones delay visibility.
             batch_bytes: cut a file at this many bytes (default 4 MiB); a file may exceed it by one line.
@@ -138,6 +159,10 @@ class Producer:
             clock: monotonic seconds, for buffer age.
             wall_clock: epoch seconds, for the file-name prefix.
             sleep: the back-off sleep (tests pass a fast one).
+
+        Raises:
+            ConfigError: ``queues`` is not the topic's number, or its ``_topic.json`` is unreadable.
+            ProducerError: a ``landing/`` cannot be created.
         """
         if batch_records < 1:
             raise ValueError(f"batch_records={batch_records} must be at least 1")
@@ -145,11 +170,14 @@ class Producer:
             raise ValueError(f"batch_bytes={batch_bytes} must be at least 1")
         if flush_interval_s <= 0:
             raise ValueError(f"flush_interval_s={flush_interval_s} must be positive")
-        self._landing = QueueLayout(Path(data_root)).landing
-        try:
-            self._landing.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ProducerError(f"cannot create the landing folder {self._landing}: {exc}") from exc
+        topic = read_topic(Path(data_root)) if queues is None else ensure_topic(Path(data_root), queues)
+        self._queues = 1 if topic is None else topic.queues
+        self._landings = [queue.landing for queue in QueueLayout.each(Path(data_root), self._queues)]
+        for landing in self._landings:
+            try:
+                landing.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ProducerError(f"cannot create the landing folder {landing}: {exc}") from exc
         self._batch_records = batch_records
         self._batch_bytes = batch_bytes
         self._interval_s = flush_interval_s
@@ -160,16 +188,15 @@ class Producer:
         self._prefix = f"p{int(wall_clock() * 1000):013d}-{os.getpid():07d}"
         self._counter = 0
         self._lock = threading.RLock()
-        self._buffer: list[bytes] = []
-        self._buffer_bytes = 0
-        self._first_at = 0.0
+        self._buffers = [_Buffer([]) for _ in self._landings]
         self._pending: deque[_Batch] = deque()
         self._acked = 0
         self._files = 0
         self._bytes = 0
         self._failures = 0
         self._closed = False
-        self._log = structlog.get_logger("tenure.producer").bind(landing=str(self._landing))
+        where = {"landing": str(self._landings[0])} if self._queues == 1 else {"topic": str(data_root)}
+        self._log = structlog.get_logger("tenure.producer").bind(**where)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if autoflush:
@@ -179,9 +206,19 @@ class Producer:
     # -- public surface -------------------------------------------------------------------------------------
 
     @property
+    def queues(self) -> int:
+        """The topic's number of queues."""
+        return self._queues
+
+    @property
     def landing(self) -> Path:
-        """The folder files are renamed into."""
-        return self._landing
+        """The folder files are renamed into: queue 0's (a topic of one queue's only)."""
+        return self._landings[0]
+
+    @property
+    def landings(self) -> list[Path]:
+        """Each queue's folder files are renamed into, by number."""
+        return list(self._landings)
 
     @property
     def acked(self) -> int:
@@ -193,7 +230,7 @@ class Producer:
     def pending(self) -> int:
         """Lines sent but not yet acknowledged (buffered, or in a batch whose write is failing)."""
         with self._lock:
-            return len(self._buffer) + sum(b.lines for b in self._pending)
+            return self._buffered() + sum(b.lines for b in self._pending)
 
     @property
     def files_written(self) -> int:
@@ -214,55 +251,68 @@ class Producer:
             return self._failures
 
     def send(self, record: Mapping[str, Any]) -> None:
-        """Buffer one record as a JSON line (compact, UTF-8); the record is not validated here.
+        """Buffer one record as a JSON line (compact, UTF-8) for its key's queue; the record is not validated here.
 
         Raises:
-            ValueError: the record is not JSON-serialisable (NaN and lone surrogates included).
+            ValueError: the record is not JSON-serialisable (NaN and lone surrogates included), or, in a topic of
+                several queues, has no string ``key`` to route it by.
             ProducerError: a threshold was reached and the write failed after every retry.
         """
         try:
             line = json.dumps(record, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
         except (TypeError, ValueError, UnicodeEncodeError) as exc:
             raise ValueError(f"record is not serialisable as a JSON line: {exc}") from exc
-        self.send_raw(line)
+        key = record.get("key")
+        if self._queues > 1 and not isinstance(key, str):
+            raise ValueError(f"record has no string key ({key!r}) to route it to one of {self._queues} queues")
+        self.send_raw(line, queue=queue_of(key, self._queues) if isinstance(key, str) else 0)
 
-    def send_raw(self, line: bytes) -> None:
-        """Buffer one line as given (bad lines included); the producer adds the ``\\n``.
+    def send_raw(self, line: bytes, *, queue: int | None = None) -> None:
+        """Buffer one line as given (bad lines included) for ``queue``; the producer adds the ``\\n``.
+
+        Args:
+            line: the line, without its ``\\n``.
+            queue: the queue it goes to; None: its key's, when it is a JSON object with a string ``key``, else
+                queue 0 (a topic of one queue: always 0).
 
         Raises:
-            ValueError: the line contains ``\\n``.
+            ValueError: the line contains ``\\n``, or ``queue`` is not one of the topic's.
             ProducerError: a threshold was reached and the write failed after every retry.
         """
         if b"\n" in line:
             raise ValueError(f"a line must not contain b'\\n': {line[:80]!r}")
+        index = self._queue_of_line(line) if queue is None else self._checked(queue)
         with self._lock:
             self._check_open()
-            if not self._buffer:
-                self._first_at = self._clock()
-            self._buffer.append(line + b"\n")
-            self._buffer_bytes += len(line) + 1
+            buffer = self._buffers[index]
+            if not buffer.lines:
+                buffer.first_at = self._clock()
+            buffer.lines.append(line + b"\n")
+            buffer.size += len(line) + 1
             if (
-                len(self._buffer) >= self._batch_records
-                or self._buffer_bytes >= self._batch_bytes
-                or self._clock() - self._first_at >= self._interval_s
+                len(buffer.lines) >= self._batch_records
+                or buffer.size >= self._batch_bytes
+                or self._clock() - buffer.first_at >= self._interval_s
             ):
-                self._flush_locked()
+                self._cut_locked(index)
+                self._drain_locked()
 
-    def write_file(self, lines: Sequence[bytes]) -> Path:
-        """Write exactly ``lines`` as the next file (zero-byte if empty), with retries, and return it.
+    def write_file(self, lines: Sequence[bytes], *, queue: int = 0) -> Path:
+        """Write exactly ``lines`` as the next file of ``queue`` (zero-byte if empty), with retries, and return it.
 
-        Buffered lines are written first, so that file names keep production order; an empty file has no
-        order to keep, so it leaves the buffer alone (and batches stay full).
+        The queue's buffered lines are written first, so that file names keep production order; an empty file has
+        no order to keep, so it leaves the buffer alone (and batches stay full).
         """
         data = join_lines(lines)
+        index = self._checked(queue)
         with self._lock:
             self._check_open()
             if lines:
-                self._cut_locked()
-            batch = _Batch(self._next_name(), data, len(lines))
+                self._cut_locked(index)
+            batch = _Batch(self._next_name(), data, len(lines), index)
             self._pending.append(batch)
             self._drain_locked()
-            return self._landing / batch.name
+            return self._landings[index] / batch.name
 
     def flush(self) -> None:
         """Write everything buffered now; returns once it is durable and acknowledged.
@@ -299,20 +349,40 @@ class Producer:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ProducerError(f"producer for {self._landing} is closed")
+            raise ProducerError(f"producer for {self._landings[0]} is closed")
+
+    def _checked(self, queue: int) -> int:
+        if isinstance(queue, bool) or not isinstance(queue, int) or not 0 <= queue < self._queues:
+            raise ValueError(f"queue={queue!r} is not one of the topic's {self._queues} queues (0 to "
+                             f"{self._queues - 1})")
+        return queue
+
+    def _queue_of_line(self, line: bytes) -> int:
+        """A line's key's queue, when it is a JSON object with a string ``key``; else queue 0."""
+        if self._queues == 1:
+            return 0
+        try:
+            key = json.loads(line).get("key")
+        except (ValueError, AttributeError, RecursionError):  # not JSON, not UTF-8, or not an object
+            return 0
+        return queue_of(key, self._queues) if isinstance(key, str) else 0
+
+    def _buffered(self) -> int:
+        return sum(len(buffer.lines) for buffer in self._buffers)
 
     def _next_name(self) -> str:
         self._counter += 1
         return f"{self._prefix}-{self._counter:08d}{QUEUE_SUFFIX}"
 
-    def _cut_locked(self) -> None:
-        if self._buffer:
-            self._pending.append(_Batch(self._next_name(), b"".join(self._buffer), len(self._buffer)))
-            self._buffer = []
-            self._buffer_bytes = 0
+    def _cut_locked(self, queue: int) -> None:
+        buffer = self._buffers[queue]
+        if buffer.lines:
+            self._pending.append(_Batch(self._next_name(), b"".join(buffer.lines), len(buffer.lines), queue))
+            self._buffers[queue] = _Buffer([])
 
     def _flush_locked(self) -> None:
-        self._cut_locked()
+        for queue in range(self._queues):
+            self._cut_locked(queue)
         self._drain_locked()
 
     def _drain_locked(self) -> None:
@@ -324,16 +394,18 @@ class Producer:
             self._acked += batch.lines
             self._files += 1
             self._bytes += len(batch.data)
-            self._log.debug("file_written", file=batch.name, lines=batch.lines, bytes=len(batch.data))
+            self._log.debug("file_written", file=batch.name, lines=batch.lines, bytes=len(batch.data),
+                            **({"queue": batch.queue} if self._queues > 1 else {}))
             if self._on_ack is not None:
-                self._on_ack(self._landing / batch.name, batch.lines)
+                self._on_ack(self._landings[batch.queue] / batch.name, batch.lines)
 
     def _write_once(self, batch: _Batch) -> None:
-        final = self._landing / batch.name
+        landing = self._landings[batch.queue]
+        final = landing / batch.name
         if not batch.renamed:
-            write_hidden_then_rename(self._landing, batch.name, batch.data)
+            write_hidden_then_rename(landing, batch.name, batch.data)
             batch.renamed = True
-        fsync_dir(self._landing)
+        fsync_dir(landing)
         if not final.exists():
             # The folder vanished (and maybe came back) between rename and directory fsync: the file went with
             # it, so the whole write must be redone. Worst case the consumer saw the first copy too: a
@@ -365,11 +437,11 @@ class Producer:
                         )
                         raise
         except OSError as exc:
-            pending = len(self._buffer) + sum(b.lines for b in self._pending)
+            pending = self._buffered() + sum(b.lines for b in self._pending)
             self._log.error("write_gave_up", file=batch.name, attempts=policy.max_attempts, pending=pending)
             raise ProducerError(
-                f"could not write {self._landing / batch.name} after {policy.max_attempts} attempts: {exc}; "
-                f"{pending} unacknowledged lines stay buffered (nothing acknowledged is lost) — free space, "
+                f"could not write {self._landings[batch.queue] / batch.name} after {policy.max_attempts} attempts: "
+                f"{exc}; {pending} unacknowledged lines stay buffered (nothing acknowledged is lost) — free space, "
                 f"restore the folder or its permissions, then flush again"
             ) from exc
 
@@ -377,11 +449,15 @@ class Producer:
         """Enforce ``flush_interval_s`` when no ``send()`` comes along to do it."""
         while not self._stop.wait(self._interval_s / 2):
             with self._lock:
-                due = bool(self._buffer) and self._clock() - self._first_at >= self._interval_s
+                now = self._clock()
+                due = [k for k, buffer in enumerate(self._buffers)
+                       if buffer.lines and now - buffer.first_at >= self._interval_s]
                 if not (due or self._pending) or self._closed:
                     continue
                 try:
-                    self._flush_locked()
+                    for queue in due:
+                        self._cut_locked(queue)
+                    self._drain_locked()
                 except ProducerError as exc:
                     # Already logged per attempt; the next send()/flush() retries and raises to the caller.
                     self._log.debug("autoflush_failed", error=str(exc))

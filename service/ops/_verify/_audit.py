@@ -11,22 +11,27 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import structlog
 
-from tenure.career.output import DEAD_LETTER, QUARANTINE, SET_ASIDE, TABLE
-from tenure.career.queue import DEFAULT_MAX_LINE_BYTES, printable_name
+from tenure.career.identity import read_topic
+from tenure.career.output import DEAD_LETTER, QUARANTINE, TABLE
+from tenure.career.queue import DEFAULT_MAX_LINE_BYTES, printable_name, queue_of
+from tenure.career.spark._layout import Layout
 from tenure.election import GroupPaths, ZooKeeperClient, read_commit
 from tenure.service.ops._verify._content import CONTENT_FIELDS, EXAMPLES, QueueContent
 from tenure.service.ops._verify._delta import audit_delta
-from tenure.service.ops._verify._files import VerifyError, read_consumption
+from tenure.service.ops._verify._files import VerifyError, find_group, read_consumption
 from tenure.service.ops._verify._late import PublishedSeqs, check_late
 from tenure.service.ops._verify._report import VerifyReport
 from tenure.service.ops._verify._scan import (
     BatchEpochs,
+    QueueScan,
+    RetryScan,
+    SetAsideScan,
     scan_quarantine,
     scan_queue,
     scan_refused,
@@ -34,6 +39,9 @@ from tenure.service.ops._verify._scan import (
     scan_set_aside,
     scan_table,
 )
+
+Committed = int | Mapping[int, int]
+"""A group's committed batch (a topic of one queue), or each queue's (by number; a queue without one: absent)."""
 
 __all__ = ["VERIFIED", "read_committed_batch", "verify"]
 
@@ -61,8 +69,8 @@ def verify(
     data_root: str | os.PathLike[str], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     queue_dir: str | os.PathLike[str] | None = None, allow_empty: bool = False,
     content_fields: Collection[str] = CONTENT_FIELDS, now: float | None = None, group: str | None = None,
-    allow_waiting: bool = False, committed_batch: int | Callable[[], int] | None = None,
-    max_retry_age_s: float | None = None,
+    allow_waiting: bool = False, committed_batch: Committed | Callable[[], Committed] | None = None,
+    max_retry_age_s: float | None = None, queues: int | None = None,
 ) -> VerifyReport:
     """Audit a data root: each valid queue id written exactly once, as it was, in order; each bad line
     quarantined once.
@@ -92,6 +100,12 @@ def verify(
     The commit record: a ``_batch`` published with two ``_epoch`` values (by two terms) fails, and so does, given
     ``committed_batch``, a ``_batch`` above it (output no commit covers).
 
+    A topic of several queues (its ``_topic.json``) is audited queue by queue — each queue's files classified as
+    found in it (a record of another queue's key is a bad line, ``wrong_queue``, that must be quarantined), its
+    group's marks and checkpoint, its set-aside batches and retry store, its batches by its ``_queue`` and
+    application id — and as a whole: each valid id once across the outputs, each row in its key's queue, per-key
+    order within the key's queue's batches. ``report.per_queue`` has each queue's figures.
+
     Args:
         data_root: the data root (``landing/``, ``archive/``, ``table/``, ``quarantine/``).
         max_line_bytes: the pipeline's line size limit; must match it or oversized lines disagree.
@@ -104,14 +118,21 @@ def verify(
         group: the consumer group whose marks count (``--group``); default: the only group with a marks folder
             in the queue's ``consumed/``, else ``default``.
         allow_waiting: ids and bad lines in files the group has not read yet pass (an audit of a live system).
-        committed_batch: the group's committed batch (from its commit record), or a function reading it, called
-            once the output is read (so a batch published meanwhile is covered); None: not checked.
+        committed_batch: the group's committed batch (from its commit record), each queue's in a topic of several
+            (by number), or a function reading it, called once the output is read (so a batch published meanwhile
+            is covered); None: not checked.
         max_retry_age_s: ids held for retry longer than this since their first failure fail; None: no limit.
+        queues: the topic's number of queues (``--queues``), checked against its ``_topic.json``; None: the
+            file's (1 without one).
 
     Returns:
         The report; ``report.ok`` is False on any loss, waiting id (unless ``allow_waiting``), duplicate,
         unexpected row, unquarantined bad line, order inversion, content mismatch, wrongly late record, batch of
-        two epochs or above the committed one, id held for retry too long, or when the queue held no valid id.
+        two epochs or above the committed one, id held for retry too long, row in another queue than its key's,
+        or when the queue held no valid id.
+
+    Raises:
+        ConfigError: ``queues`` is not the topic's number of queues.
     """
     if max_line_bytes < 1:
         raise ValueError(f"max_line_bytes={max_line_bytes} must be at least 1")
@@ -119,22 +140,33 @@ def verify(
     root = Path(data_root)
     content = QueueContent(tuple(content_fields))
     queue_root = root if queue_dir is None else Path(queue_dir)
-    consumption = read_consumption(queue_root, root, group)  # first: a file read later counts as waiting
-    queue = scan_queue(queue_root, max_line_bytes, content, consumption)
-    quarantine = scan_quarantine(root / QUARANTINE)
+    topic = read_topic(queue_root, queues)
+    n = topic.queues if topic is not None else queues or 1
+    layouts = [Layout(root, None if queue_dir is None else queue_root, k, n) for k in range(n)]
+    group = group if group is not None else find_group([layout.queue for layout in layouts])
+    # First what each queue's group has read: a file read later counts as waiting, never as lost.
+    consumption = [read_consumption(layout.queue, layout.checkpoint, group) for layout in layouts]
+    queue = QueueScan(content)
+    for layout, read in zip(layouts, consumption, strict=True):
+        scan_queue(layout.queue, max_line_bytes, read, queue)
+    quarantine = scan_quarantine(root / QUARANTINE, n)
     late_keys = {r.record["key"] for r in quarantine.late if r.record}
-    set_aside = scan_set_aside(root / SET_ASIDE, max_line_bytes)
-    table = scan_table(root / TABLE, content, late_keys, set_aside.replayed)
-    retry = scan_retry_store(root, time.time() if now is None else now, late_keys, max_retry_age_s)
-    committed = committed_batch() if callable(committed_batch) else committed_batch
+    set_aside = SetAsideScan()
+    for layout in layouts:
+        scan_set_aside(layout.set_aside, max_line_bytes, set_aside, layout.index, n)
+    table = scan_table(root / TABLE, content, late_keys, set_aside.replayed, n)
+    retry = scan_retry_store(root / DEAD_LETTER, [layout.retry for layout in layouts],
+                             time.time() if now is None else now, late_keys, max_retry_age_s)
+    found = committed_batch() if callable(committed_batch) else committed_batch
+    committed = {0: found} if isinstance(found, int) else found
     row_epochs = {TABLE: table.batch_epochs, QUARANTINE: quarantine.batch_epochs, DEAD_LETTER: retry.batch_epochs}
-    two_epochs, above = _check_commits(row_epochs, committed)
-    delta = audit_delta(root, row_epochs)
+    two_epochs, above = _check_commits(row_epochs, committed, n)
+    delta = audit_delta(root, row_epochs, n)
     late = check_late(quarantine.late, PublishedSeqs(table.late_seqs + retry.dead_seqs + set_aside.seqs), content,
                       table.content)
     # Entries set apart as a whole (after the queue: a refusal is published before its entry is archived).
     apart = {**dict.fromkeys(set_aside.not_kept, "not kept with its set-aside batch"), **quarantine.refused}
-    refused = scan_refused(queue_root, apart, max_line_bytes)
+    refused = scan_refused([layout.queue for layout in layouts], apart, max_line_bytes)
     unreadable = {name: error for name, error in queue.unreadable.items() if name not in apart}
     if unreadable:
         name, error = sorted(unreadable.items())[0]
@@ -187,6 +219,7 @@ def verify(
         "batches_with_two_epochs": two_epochs[:EXAMPLES],
         "batches_above_commit": above[:EXAMPLES],
         "retry_too_old": retry.too_old_examples,
+        "rows_in_wrong_queue": table.misrouted_examples,
         "files_outside_delta_versions": delta.outside[:EXAMPLES],
         "files_missing_from_delta_tables": delta.missing[:EXAMPLES],
         "delta_versions_not_one_batch": delta.bad_versions[:EXAMPLES],
@@ -214,7 +247,7 @@ def verify(
         seconds=round(time.monotonic() - started, 3),
         ids_dead_lettered=len(dead),
         ids_waiting=len(waiting),
-        retry_batch=retry.batch,
+        retry_batch=retry.batches.get(0) if n == 1 else None,
         retry_oldest_age_s=retry.oldest_age_s,
         ids_set_aside=len(set_aside.ids - accounted),
         set_aside_batches=len(set_aside.batches),
@@ -234,13 +267,13 @@ def verify(
         allow_empty=allow_empty,
         bad_by_reason=dict(Counter(queue.bad.values())),
         examples={k: v for k, v in examples.items() if v},
-        group=consumption.group,
+        group=group,
         waiting=len(waiting_ids),
         waiting_files=len(queue.unread_files),
         waiting_bad_lines=len(waiting_bad),
         allow_waiting=allow_waiting,
         batches_with_two_epochs=len(two_epochs),
-        committed_batch=committed,
+        committed_batch=None if committed is None or n > 1 else committed.get(0),
         batches_above_commit=len(above),
         max_retry_age_s=max_retry_age_s,
         retry_too_old=len(retry.too_old),
@@ -249,6 +282,10 @@ def verify(
         files_outside_delta_versions=len(delta.outside),
         files_missing_from_delta_tables=len(delta.missing),
         delta_versions_not_one_batch=len(delta.bad_versions),
+        queues=n,
+        rows_in_wrong_queue=table.misrouted,
+        per_queue=_per_queue(n, queue, table.by_queue, quarantine.by_queue, retry, set_aside, delta.by_queue,
+                             committed, content, lost_ids) if n > 1 else [],
     )
     _log.info(VERIFIED, ok=report.ok, ids_in=report.ids_in, written=report.ids_written, lost=report.lost,
               waiting=report.waiting, waiting_files=report.waiting_files,
@@ -258,20 +295,38 @@ def verify(
     return report
 
 
-def _check_commits(published: dict[str, BatchEpochs], committed: int | None
+def _check_commits(published: dict[str, BatchEpochs], committed: Mapping[int, int] | None, queues: int
                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The batches of the output (``published``: each folder's ``(_batch, _epoch)`` pairs) that two epochs
-    published, and those above ``committed`` (none when it is None), by batch, each as ``{"batch", "epochs":
-    {epoch: folders}}``."""
-    found: defaultdict[int, defaultdict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for where, pairs in published.items():
-        for batch, epoch in pairs:
-            found[batch][epoch].add(where)
+    """The batches of the output (``published``: each folder's ``(_queue, _batch, _epoch)`` triples) that two epochs
+    published, and those above their queue's ``committed`` batch (none when it is None; every batch of a queue
+    without one), by queue and batch, each as ``{"batch", "epochs": {epoch: folders}}`` (and ``"queue"`` in a topic
+    of several queues)."""
+    found: defaultdict[tuple[int, int], defaultdict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for where, triples in published.items():
+        for queue, batch, epoch in triples:
+            found[(queue, batch)][epoch].add(where)
 
-    def shown(batch: int) -> dict[str, Any]:
-        return {"batch": batch, "epochs": {str(e): sorted(w) for e, w in sorted(found[batch].items())}}
+    def shown(queue: int, batch: int) -> dict[str, Any]:
+        return {**({"queue": queue} if queues > 1 else {}), "batch": batch,
+                "epochs": {str(e): sorted(w) for e, w in sorted(found[(queue, batch)].items())}}
 
     batches = sorted(found)
-    two_epochs = [shown(b) for b in batches if len(found[b]) > 1]
-    above = [] if committed is None else [shown(b) for b in batches if b > committed]
+    two_epochs = [shown(q, b) for q, b in batches if len(found[(q, b)]) > 1]
+    above = [] if committed is None else [shown(q, b) for q, b in batches if b > committed.get(q, -1)]
     return two_epochs, above
+
+
+def _per_queue(queues: int, scan: QueueScan, rows: Mapping[int, int], quarantined: Mapping[int, int],
+               retry: RetryScan, set_aside: SetAsideScan, versions: Mapping[int, int],
+               committed: Mapping[int, int] | None, content: QueueContent, lost: set[str]) -> list[dict[str, Any]]:
+    """Each queue's figures: its files, lines, ids first seen in it, bad lines (and of them ``wrong_queue``), files
+    not read yet, ids lost (by their key's queue, when keys are compared), rows in ``table/`` and ``quarantine/``,
+    records held for retry, set-aside batches, Delta versions, and its committed batch when given."""
+    lost_by_queue: Counter[int] = Counter(queue_of(str(key), queues) for rid in lost
+                                          if (key := content.first[rid][0]) is not None)
+    return [{"queue": k, **scan.by_queue.get(k, {}), "lost": lost_by_queue[k], "rows_written": rows.get(k, 0),
+             "quarantine_rows": quarantined.get(k, 0), "held_for_retry": retry.held[k],
+             "retry_batch": retry.batches.get(k),
+             "set_aside_batches": sum(1 for q, _b in set_aside.batches if q == k),
+             "delta_versions": versions.get(k, 0),
+             **({} if committed is None else {"committed_batch": committed.get(k)})} for k in range(queues)]

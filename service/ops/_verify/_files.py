@@ -1,5 +1,8 @@
 """The files ``tenure verify`` reads: queue files and their lines, what the group has read of them (its marks
-and checkpoint), published Parquet, and the data root check."""
+and checkpoint), published Parquet, and the data root check.
+
+A queue file is named in the audit by its name, with its queue in a topic of several queues (:func:`qualified`):
+two queues may hold files of one name."""
 
 from __future__ import annotations
 
@@ -15,8 +18,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake.exceptions import DeltaError
 
-from tenure.career.output import CHECKPOINT, TABLE, has_version, snapshot_files
-from tenure.career.queue import FileIdentity, QueueLayout, is_hidden, is_queue_file, mark_covers, read_mark
+from tenure.career.identity import read_topic
+from tenure.career.output import TABLE, has_version, snapshot_files
+from tenure.career.queue import (
+    QUEUES_FOLDER,
+    FileIdentity,
+    QueueLayout,
+    is_hidden,
+    is_queue_file,
+    mark_covers,
+    read_mark,
+)
 from tenure.errors import TenureError
 
 __all__ = [
@@ -25,10 +37,12 @@ __all__ = [
     "VerifyError",
     "base_name",
     "check_data_root",
+    "find_group",
     "iter_lines",
     "iter_queue_files",
     "output_files",
     "parquet_files",
+    "qualified",
     "read_columns",
     "read_consumption",
 ]
@@ -41,26 +55,37 @@ class VerifyError(TenureError):
     """The output cannot be audited: not a data root, or a Parquet file unreadable or lacking a required column."""
 
 
-def iter_queue_files(queue_dir: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield every queue file under ``landing/`` and ``archive/``, recursively, in a stable order.
+def iter_queue_files(queue_dir: str | os.PathLike[str] | QueueLayout) -> Iterator[Path]:
+    """Yield every queue file under ``landing/`` and ``archive/``, recursively, in a stable order: of one queue, or of
+    every queue of the topic in a folder (by number), as its ``_topic.json`` says (one queue without one).
 
     Queue files and hidden names are as :mod:`tenure.career.queue` defines them; hidden folders on the way are skipped
     too, as Spark's file source skips them: they are files still being written, or internal folders. So is a folder
     under a queue file's name: the consumer refuses it as an entry (``not_a_file``) and reads nothing in it.
 
     Args:
-        queue_dir: the folder holding ``landing/`` and ``archive/`` (either may be absent): the data root,
-            or a shared queue.
+        queue_dir: one queue, or the folder of a topic: the data root, or a shared queue folder.
     """
-    queue = QueueLayout(Path(queue_dir))
-    for top in (queue.landing, queue.archive):
-        if not top.is_dir():
-            continue
-        for dirpath, dirnames, filenames in os.walk(top):
-            dirnames[:] = sorted(d for d in dirnames if not is_hidden(d) and not is_queue_file(d))
-            for name in sorted(filenames):
-                if is_queue_file(name):
-                    yield Path(dirpath) / name
+    if isinstance(queue_dir, QueueLayout):
+        queues = [queue_dir]
+    else:
+        topic = read_topic(Path(queue_dir))
+        queues = QueueLayout.each(Path(queue_dir), 1 if topic is None else topic.queues)
+    for queue in queues:
+        for top in (queue.landing, queue.archive):
+            if not top.is_dir():
+                continue
+            for dirpath, dirnames, filenames in os.walk(top):
+                dirnames[:] = sorted(d for d in dirnames if not is_hidden(d) and not is_queue_file(d))
+                for name in sorted(filenames):
+                    if is_queue_file(name):
+                        yield Path(dirpath) / name
+
+
+def qualified(name: str, queue: int, queues: int) -> str:
+    """How the audit names queue file ``name`` of queue ``queue`` of a topic of ``queues``: as it is in a topic of
+    one queue, ``queues/<k>/<name>`` in a topic of more (quarantine rows and set-aside files say their queue too)."""
+    return name if queues == 1 else f"{QUEUES_FOLDER}/{queue}/{name}"
 
 
 @dataclass(frozen=True)
@@ -86,19 +111,24 @@ class Consumption:
         return marked is not None and mark_covers(marked, identity)
 
 
-def read_consumption(queue_dir: Path, data_root: Path, group: str | None) -> Consumption:
-    """What ``group`` has read of the queue in ``queue_dir``, from its marks and ``data_root``'s checkpoint.
-
-    ``group`` None: the only group with a marks folder in the queue, else :data:`DEFAULT_GROUP`. Read before the
-    queue and the output: a file read later counts as waiting, never as lost.
-    """
-    queue = QueueLayout(queue_dir)
-    if group is None:
+def find_group(queues: list[QueueLayout]) -> str:
+    """The group an audit reads the consumption of when none is named: the only group with a marks folder in the
+    topic's queues, else :data:`DEFAULT_GROUP`."""
+    found: set[str] = set()
+    for queue in queues:
         try:
-            folders = [e.name for e in os.scandir(queue.consumed) if e.is_dir() and not is_hidden(e.name)]
+            found.update(e.name for e in os.scandir(queue.consumed) if e.is_dir() and not is_hidden(e.name))
         except FileNotFoundError:
-            folders = []
-        group = folders[0] if len(folders) == 1 else DEFAULT_GROUP
+            continue
+    return found.pop() if len(found) == 1 else DEFAULT_GROUP
+
+
+def read_consumption(queue: QueueLayout, checkpoint: Path, group: str) -> Consumption:
+    """What ``group`` has read of ``queue``, from its marks and the queue's Spark checkpoints (``checkpoint``, the
+    folder of its terms' own).
+
+    Read before the queue and the output: a file read later counts as waiting, never as lost.
+    """
     marks: dict[str, FileIdentity] = {}
     try:
         entries = [e for e in os.scandir(queue.marks(group)) if not is_hidden(e.name)]
@@ -109,8 +139,8 @@ def read_consumption(queue_dir: Path, data_root: Path, group: str | None) -> Con
             marks[entry.name] = read_mark(Path(entry.path))
         except FileNotFoundError:  # its file archived and the mark removed meanwhile: archive/ says it is read
             continue
-    checkpoint = _newest_checkpoint(data_root / CHECKPOINT)
-    committed = {} if checkpoint is None else _committed_files(checkpoint)
+    newest = _newest_checkpoint(checkpoint)
+    committed = {} if newest is None else _committed_files(newest)
     return Consumption(group, marks, committed)
 
 
@@ -189,8 +219,9 @@ def parquet_files(folder: Path) -> list[Path]:
 def check_data_root(data_root: str | os.PathLike[str], queue_dir: str | os.PathLike[str] | None = None) -> None:
     """Refuse a path that is not a data root (or a queue) before an audit reads it as merely empty.
 
-    A data root is a directory holding at least one of ``landing/``, ``archive/`` and ``table/``; with
-    ``queue_dir``, the data root need only be a directory and the queue must hold ``landing/`` or ``archive/``.
+    A data root is a directory holding at least one of ``landing/``, ``archive/``, ``queues/`` (a topic of several
+    queues) and ``table/``; with ``queue_dir``, the data root need only be a directory and the queue must hold
+    ``landing/``, ``archive/`` or ``queues/``.
     (:func:`~tenure.service.ops._verify.verify` itself reads an absent folder as empty: a consumer that is starting
     has none yet.)
 
@@ -205,14 +236,16 @@ def check_data_root(data_root: str | os.PathLike[str], queue_dir: str | os.PathL
             raise VerifyError(f"{what} {path} {problem}: check {flag}")
     if queue is not None:
         if not _holds_queue(queue):
-            raise VerifyError(f"queue dir {queue} is not a queue (no landing/ or archive/ in it): check --queue-dir")
+            raise VerifyError(f"queue dir {queue} is not a queue (no landing/, archive/ or queues/ in it): check "
+                              "--queue-dir")
     elif not (_holds_queue(root) or (root / TABLE).is_dir()):
-        raise VerifyError(f"{root} is not a data root (no landing/, archive/ or table/ in it): check --data-root")
+        raise VerifyError(f"{root} is not a data root (no landing/, archive/, queues/ or table/ in it): check "
+                          "--data-root")
 
 
 def _holds_queue(path: Path) -> bool:
     queue = QueueLayout(path)
-    return queue.landing.is_dir() or queue.archive.is_dir()
+    return queue.landing.is_dir() or queue.archive.is_dir() or (path / QUEUES_FOLDER).is_dir()
 
 
 def read_columns(path: Path, columns: list[str], optional: tuple[str, ...] = ()) -> pa.Table:

@@ -16,7 +16,8 @@ __all__ = ["VerifyReport"]
 class VerifyReport:
     """What :func:`verify` found; ``ok`` is the verdict, :meth:`render` and :meth:`to_json` present it.
 
-    Counts of ids are of distinct ids; counts of bad lines are of distinct ``(file base name, line)`` pairs.
+    Counts of ids are of distinct ids; counts of bad lines are of distinct ``(file base name, line)`` pairs (the
+    file named with its queue in a topic of several queues: ``queues/<k>/<name>``).
     ``lost`` counts ids of files the group has read that are in no output; ids only in files it has not read yet
     are ``waiting`` (lag). A caller waiting for a data root to drain waits for ``unaccounted == 0``.
 
@@ -48,7 +49,8 @@ class VerifyReport:
     ids_dead_lettered: int = 0
     ids_waiting: int = 0
     retry_batch: int | None = None
-    """The batch of the current retry snapshot (None: no snapshot)."""
+    """The batch of the current retry snapshot (None: no snapshot; a topic of several queues: each queue's, in
+    ``per_queue``)."""
     retry_oldest_age_s: float | None = None
     """Seconds since the oldest record held for retry first failed (None: none has failed yet)."""
     ids_set_aside: int = 0
@@ -93,7 +95,8 @@ class VerifyReport:
     """``_batch`` values found with two or more ``_epoch`` values across ``table/``, ``quarantine/`` and
     ``dead-letter/``: a batch published by two terms."""
     committed_batch: int | None = None
-    """The group's committed batch the output was checked against (None: not checked, no ``--zk``)."""
+    """The group's committed batch the output was checked against (None: not checked, no ``--zk``; a topic of
+    several queues: each queue's, in ``per_queue``)."""
     batches_above_commit: int = 0
     """``_batch`` values above ``committed_batch`` in the output: published, but no commit covers them."""
     max_retry_age_s: float | None = None
@@ -112,6 +115,15 @@ class VerifyReport:
     delta_versions_not_one_batch: int = 0
     """Versions that are not one committed batch: two batches' files, a batch twice, batches out of order, or
     an epoch other than the one the batch's rows carry."""
+    queues: int = 1
+    """The topic's number of queues (its ``_topic.json``)."""
+    rows_in_wrong_queue: int = 0
+    """Rows of ``table/`` whose ``_queue`` is not their key's queue (a topic of several queues)."""
+    per_queue: list[dict[str, Any]] = field(default_factory=list)
+    """A topic of several queues: each queue's figures (``queue``, ``files``, ``lines``, ``ids_in`` — first seen in
+    it —, ``bad_lines_in``, ``wrong_queue`` — of those, records of another queue's key —, ``waiting_files``,
+    ``lost``, ``rows_written``, ``quarantine_rows``, ``held_for_retry``, ``retry_batch``, ``set_aside_batches``,
+    ``delta_versions`` and, with ``--zk``, ``committed_batch``); empty for a topic of one."""
 
     @property
     def duplicated(self) -> int:
@@ -143,12 +155,13 @@ class VerifyReport:
     def ok(self) -> bool:
         """True iff nothing is lost, waiting (unless ``allow_waiting``), duplicated, unexpected, unquarantined,
         out of order, different from its queue line, wrongly late, published by two terms, above the committed
-        batch or held for retry too long, every Delta version is one committed batch and no published file is
-        outside one, and there was something to audit (or ``allow_empty``)."""
+        batch, held for retry too long or in another queue than its key's, every Delta version is one committed
+        batch and no published file is outside one, and there was something to audit (or ``allow_empty``)."""
         excused = self.waiting_bad_lines if self.allow_waiting else 0
         return (self.lost == self.duplicated == self.inversions == self.unexpected == self.content_mismatches
                 == self.wrongly_late == self.batches_with_two_epochs == self.batches_above_commit
-                == self.retry_too_old == self.delta_problems == 0 and self.unquarantined == excused
+                == self.retry_too_old == self.delta_problems == self.rows_in_wrong_queue == 0
+                and self.unquarantined == excused
                 and (self.allow_waiting or self.waiting == 0) and (self.allow_empty or not self.empty))
 
     def summary_line(self) -> str:
@@ -168,6 +181,7 @@ class VerifyReport:
             (self.batches_with_two_epochs, "batches published by two epochs"),
             (self.batches_above_commit, "batches above the committed one"),
             (self.retry_too_old, "held for retry too long"),
+            (self.rows_in_wrong_queue, "rows in another queue than their key's"),
             (self.files_outside_delta_versions, "files outside a Delta version"),
             (self.files_missing_from_delta_tables, "files a Delta version names missing"),
             (self.delta_versions_not_one_batch, "Delta versions not one batch")) if n)
@@ -194,7 +208,9 @@ class VerifyReport:
     def render(self) -> str:
         """A human summary: the verdict line, a short table of counts, then examples of each violation."""
         age = "—" if self.retry_oldest_age_s is None else f"{self.retry_oldest_age_s:.1f} s"
-        above = ("not checked: pass --zk and --group" if self.committed_batch is None
+        each = any("committed_batch" in q for q in self.per_queue)
+        above = ("not checked: pass --zk and --group" if self.committed_batch is None and not each
+                 else f"{self.batches_above_commit} (each queue's committed batch)" if each
                  else f"{self.batches_above_commit} (committed batch {self.committed_batch})")
         too_old = ("not checked: pass --max-retry-age-s" if self.max_retry_age_s is None
                    else f"{self.retry_too_old} (over {self.max_retry_age_s:g} s)")
@@ -231,11 +247,19 @@ class VerifyReport:
             ("Delta: files outside / missing", f"{self.files_outside_delta_versions} / "
              f"{self.files_missing_from_delta_tables}"),
             ("Delta versions not one batch", str(self.delta_versions_not_one_batch)),
+            *([("rows in another queue than their key's", str(self.rows_in_wrong_queue))] if self.queues > 1 else []),
             ("reason mismatches (info)", str(self.reason_mismatches)),
             ("seconds", f"{self.seconds:.2f}"),
         ]
         width = max(len(label) for label, _ in rows)
         lines = [self.summary_line(), *(f"  {label:<{width}}  {value}" for label, value in rows)]
+        if self.per_queue:
+            lines.append(f"  by queue ({self.queues}): files, ids in, bad lines (wrong queue), not read yet, lost, "
+                         "rows written, quarantined, held, Delta versions, committed batch")
+            lines += [f"    queue {q['queue']}: {q.get('files', 0)}, {q.get('ids_in', 0)}, {q.get('bad_lines_in', 0)} "
+                      f"({q.get('wrong_queue', 0)}), {q.get('waiting_files', 0)}, {q['lost']}, {q['rows_written']}, "
+                      f"{q['quarantine_rows']}, {q['held_for_retry']}, {q['delta_versions']}, "
+                      f"{'—' if q.get('committed_batch') is None else q['committed_batch']}" for q in self.per_queue]
         if self.content_fields != CONTENT_FIELDS:
             lines.append(f"  content compared: {', '.join(self.content_fields) or 'nothing'}")
         for label, counts in (("bad lines by reason", self.bad_by_reason),

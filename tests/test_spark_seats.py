@@ -1,0 +1,74 @@
+"""Spark replicas of a group of two queues: each queue exactly once, whoever leads it, when the leader of both dies."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from tenure.election import connected, read_contenders, read_history
+from tenure.service.local import Topology
+from tenure.service.ops import by_queue, verify
+from tenure.service.replica import IS_LEADER, ReplicaSpec
+
+QUEUES = 2
+SESSION_S = 6.0
+RECORDS = 6000
+
+
+@pytest.mark.fleet
+@pytest.mark.timeout(900)
+def test_two_queues_are_each_written_once_when_the_leader_of_both_is_killed(tmp_path: Path) -> None:
+    """Two Spark replicas on a topic of two queues, the first leading both, the producer routing 6 000 records
+    (repeats and bad lines among them) to both queues; SIGKILL the first mid-stream: the second leads both queues,
+    each in a term of its own, and verify finds every queue and the whole exactly once, in order, every bad line
+    quarantined once."""
+    topology = Topology(tmp_path, replicas=2, spec=ReplicaSpec(career="spark", queues=QUEUES,
+                                                               session_timeout_s=SESSION_S, handover_timeout_s=4.0))
+    first, second = topology.replicas
+    topology.make_dirs()
+    topology.ensemble.start()
+    try:
+        first.start()
+
+        def led(replica_id: str) -> set[int]:
+            metrics = topology.replica(replica_id).metrics()
+            return {q for q, leading in by_queue(metrics, IS_LEADER).items() if leading == 1.0}
+
+        topology.wait_for(lambda: led(first.replica_id) == {0, 1}, 300, "the first replica to lead both queues")
+        second.start()
+
+        def both_in_every_line() -> bool:
+            with connected(topology.ensemble.connect_string) as client:
+                return all(len(read_contenders(client, topology.group, queue=q, queues=QUEUES)) == 2
+                           for q in range(QUEUES))
+
+        topology.wait_for(both_in_every_line, 300, "the second replica warm and in both lines", interval_s=1.0)
+        producer = topology.start_producer(["--records", str(RECORDS), "--keys", "100", "--rate", "1000",
+                                            "--duplicates", "0.02", "--bad", "0.005", "--seed", "5",
+                                            "--queues", str(QUEUES)])
+        topology.wait_for(lambda: verify(topology.data_root).ids_written >= RECORDS // 3, 300,
+                          f"{RECORDS // 3} ids written", interval_s=1.0)
+        first.signal(signal.SIGKILL)
+        topology.wait_for(lambda: not first.alive, 30, "the first replica to die")
+        topology.wait_for(lambda: led(second.replica_id) == {0, 1}, SESSION_S + 120, "the second to lead both")
+        topology.wait_for(lambda: producer.poll() is not None, 300, "the producer to finish")
+
+        def drained() -> bool:
+            report = verify(topology.data_root)
+            return report.unaccounted == 0 and report.unquarantined == 0
+
+        topology.wait_for(drained, 300, "both queues to drain", interval_s=2.0)
+        with connected(topology.ensemble.connect_string) as client:
+            terms = {q: [t.replica_id for t in read_history(client, topology.group, queue=q, queues=QUEUES)]
+                     for q in range(QUEUES)}
+    finally:
+        topology.stop()
+    assert terms == {q: [first.replica_id, second.replica_id] for q in range(QUEUES)}, terms
+    report = verify(topology.data_root)
+    assert report.ok, report.render()
+    assert report.queues == QUEUES and report.ids_in == RECORDS and report.ids_written == RECORDS
+    assert report.bad_lines_in > 0 and report.quarantined == report.bad_lines_in
+    assert [(q["queue"], q["lost"]) for q in report.per_queue] == [(0, 0), (1, 0)], report.per_queue
+    assert all(q["rows_written"] > 0 for q in report.per_queue), report.per_queue
