@@ -17,6 +17,7 @@ from kazoo.client import KazooClient
 from tenure.career.redis_queue import RedisTopic
 from tenure.career.spark import worker_python
 from tenure.service.local import Ensemble, RedisServer, free_base_port, start_ensemble, start_redis
+from tests._powerloss import PowerLossFS, powerloss_fs
 
 # Spark's Python workers must run this interpreter (with pyarrow), not whatever python3 PATH finds first, and
 # through the launcher a replica uses (tenure-spark-python: the installed PySpark, not Spark's archive of it).
@@ -162,3 +163,10 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server = start_redis(tmp_path / "redis")
     yield server
     server.kill()
+
+
+@pytest.fixture()
+def fs(tmp_path: Path) -> Iterator[PowerLossFS]:
+    """A fresh power-loss mount at tmp_path/mnt over tmp_path/backing (skips, naming the fix, without FUSE)."""
+    with powerloss_fs(tmp_path / "backing", tmp_path / "mnt") as mounted:
+        yield mounted

@@ -7,7 +7,6 @@ import io
 import json
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -39,18 +38,13 @@ from tenure.errors import ConfigError, ElectionError
 from tenure.service.local import free_port, wait_for
 from tenure.service.ops import GroupError, queue_key, queue_lag, remove_group, show_status, verify
 from tenure.service.replica import ReplicaSpec
-from tests._replicas import REPO, Replica
+from tests._replicas import Replica, tenure
 from tests.test_spark_career import MAX_LINE, Queue, Recorder, leadership, make_config, run_until
 
 NOW = 1_800_000_000.0  # the group clock the marks archive on (any value: retention is not under test here)
 
 # --------------------------------------------------------------------------------------------- helpers
 
-
-def tenure(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run the `tenure` CLI as a real process."""
-    return subprocess.run([sys.executable, "-m", "tenure", *args], capture_output=True, text=True,
-                          timeout=timeout_s, cwd=REPO, check=False)
 
 
 def one_error(result: subprocess.CompletedProcess[str]) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from tenure.service.ops import verify
 from tenure.service.ops._produce._atomic import fsync_dir, write_hidden_then_rename
 from tenure.service.ops._verify import VerifyError
 from tenure.service.replica import FAULT_INJECTED, ReplicaSpec
-from tests._powerloss import PowerLossFS, powerloss_fs
+from tests._powerloss import PowerLossFS
 from tests._replicas import REPO, descendants
 
 pytestmark = pytest.mark.timeout(900)
@@ -34,11 +33,6 @@ pytestmark = pytest.mark.timeout(900)
 PER_FILE = 40
 SESSION_S = 4.0
 
-
-@pytest.fixture
-def fs(tmp_path: Path) -> Iterator[PowerLossFS]:
-    with powerloss_fs(tmp_path / "backing", tmp_path / "mnt") as mounted:
-        yield mounted
 
 
 class _Producer:

@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,13 +20,6 @@ from tenure.career._durable import fsync
 from tenure.service.ops._produce._atomic import fsync_dir
 from tests import _powerloss
 from tests._powerloss import PowerLossFS, PowerLossUnavailable, powerloss_fs
-
-
-@pytest.fixture
-def fs(tmp_path: Path) -> Iterator[PowerLossFS]:
-    """A fresh power-loss mount at tmp_path/mnt over tmp_path/backing (skips, naming the fix, without FUSE)."""
-    with powerloss_fs(tmp_path / "backing", tmp_path / "mnt") as mounted:
-        yield mounted
 
 
 def fsync_file(path: Path) -> None:

@@ -29,6 +29,7 @@ from tenure.service.ops._verify import (
     iter_queue_files,
     verify,
 )
+from tests._replicas import tenure
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -461,14 +462,10 @@ def test_a_queue_file_verify_may_not_read_fails_the_audit_unless_the_consumer_re
 # -- the CLI: a wrong path, an empty queue, exit codes, JSON on stdout ----------------------------------------
 
 
-def _tenure_verify(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tenure", "verify", *args], capture_output=True, text=True,
-                          timeout=120, cwd=REPO, check=False)
-
 
 def test_cli_refuses_a_data_root_that_does_not_exist(tmp_path: Path) -> None:
     """`tenure verify --data-root /typo` exits 2 with one line naming the path and the flag, nothing on stdout."""
-    result = _tenure_verify("--data-root", str(tmp_path / "typo"))
+    result = tenure("verify", "--data-root", str(tmp_path / "typo"))
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stdout == ""
     errors = [line for line in result.stderr.splitlines() if line.startswith("tenure: error:")]
@@ -526,10 +523,10 @@ def test_an_audit_of_no_id_fails_unless_allowed(tmp_path: Path) -> None:
     assert verify(tmp_path, allow_empty=True).ok is False  # its bad line was never quarantined
     (tmp_path / "landing" / "p1.jsonl").unlink()
     assert verify(tmp_path, allow_empty=True).ok
-    failed = _tenure_verify("--data-root", str(tmp_path))
+    failed = tenure("verify", "--data-root", str(tmp_path))
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert failed.stdout.startswith("verify: FAILED — no valid id in the queue")
-    allowed = _tenure_verify("--data-root", str(tmp_path), "--allow-empty", "--json")
+    allowed = tenure("verify", "--data-root", str(tmp_path), "--allow-empty", "--json")
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     body = json.loads(allowed.stdout)
     assert body["ok"] is True and body["empty"] is True and body["allow_empty"] is True
@@ -538,7 +535,7 @@ def test_an_audit_of_no_id_fails_unless_allowed(tmp_path: Path) -> None:
 def test_cli_exit_codes_and_json_on_stdout(root: Path) -> None:
     """A clean root exits 0 with one JSON object on stdout and nothing on stderr (a command for people shows only
     warnings there); a changed row exits 1."""
-    clean = _tenure_verify("--data-root", str(root), "--json")
+    clean = tenure("verify", "--data-root", str(root), "--json")
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert len(clean.stdout.splitlines()) == 1 and clean.stderr == ""
     merged = subprocess.run([sys.executable, "-m", "tenure", "verify", "--data-root", str(root), "--json"],
@@ -554,10 +551,10 @@ def test_cli_exit_codes_and_json_on_stdout(root: Path) -> None:
             "content_mismatches_by_field", "content_fields", "empty"} <= body.keys()
     part = _parts(root)[0]
     _rewrite(part, lambda rows: [{**rows[0], "payload": '{"i":-1}'}, *rows[1:]])
-    changed = _tenure_verify("--data-root", str(root))
+    changed = tenure("verify", "--data-root", str(root))
     assert changed.returncode == 1, changed.stdout + changed.stderr
     assert changed.stdout.startswith("verify: FAILED") and "1 content mismatches" in changed.stdout
-    ignored = _tenure_verify("--data-root", str(root), "--ignore-field", "payload")
+    ignored = tenure("verify", "--data-root", str(root), "--ignore-field", "payload")
     assert ignored.returncode == 0, ignored.stdout + ignored.stderr
 
 
@@ -980,7 +977,7 @@ def test_cli_json_has_the_new_fields_and_the_new_flags_work(root: Path) -> None:
     """--json carries waiting, unaccounted and the commit and retry checks; --allow-waiting passes a lagging
     root; --zk without --group is refused in one line."""
     _queue_more(root)
-    lagging = _tenure_verify("--data-root", str(root), "--json")
+    lagging = tenure("verify", "--data-root", str(root), "--json")
     assert lagging.returncode == 1, lagging.stdout + lagging.stderr
     body = json.loads(lagging.stdout)
     assert {k: body[k] for k in ("ok", "lost", "waiting", "waiting_files", "waiting_bad_lines", "unaccounted",
@@ -990,12 +987,12 @@ def test_cli_json_has_the_new_fields_and_the_new_flags_work(root: Path) -> None:
         "allow_waiting": False, "group": "default", "batches_with_two_epochs": 0, "committed_batch": None,
         "batches_above_commit": 0, "max_retry_age_s": None, "retry_too_old": 0}
     assert body["examples"]["waiting_files"] == [_NEW]
-    allowed = _tenure_verify("--data-root", str(root), "--allow-waiting", "--group", "default",
+    allowed = tenure("verify", "--data-root", str(root), "--allow-waiting", "--group", "default",
                              "--max-retry-age-s", "60", "--json")
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     body = json.loads(allowed.stdout)
     assert body["ok"] is True and body["allow_waiting"] is True and body["max_retry_age_s"] == 60
-    refused = _tenure_verify("--data-root", str(root), "--zk", "127.0.0.1:1")
+    refused = tenure("verify", "--data-root", str(root), "--zk", "127.0.0.1:1")
     assert refused.returncode == 2 and refused.stdout == ""
     assert "tenure: error: --zk needs --group: name the group whose committed batch verify should check" in \
         refused.stderr.splitlines()
@@ -1009,15 +1006,15 @@ def test_cli_checks_the_output_against_the_groups_commit_record(root: Path, zk_c
     (root / "consumed" / "default").rename(root / "consumed" / zk_group)  # --group names the marks' group too
     path = GroupPaths(zk_group).commit
     zk_client.create(path, json.dumps({"batch_id": top - 1, "epoch": 1}).encode(), makepath=True)
-    ahead = _tenure_verify("--data-root", str(root), "--zk", zk_hosts, "--group", zk_group, "--json")
+    ahead = tenure("verify", "--data-root", str(root), "--zk", zk_hosts, "--group", zk_group, "--json")
     assert ahead.returncode == 1, ahead.stdout + ahead.stderr
     body = json.loads(ahead.stdout)
     assert (body["committed_batch"], body["batches_above_commit"]) == (top - 1, 1)
     zk_client.set(path, json.dumps({"batch_id": top, "epoch": 1}).encode())
-    covered = _tenure_verify("--data-root", str(root), "--zk", zk_hosts, "--group", zk_group)
+    covered = tenure("verify", "--data-root", str(root), "--zk", zk_hosts, "--group", zk_group)
     assert covered.returncode == 0, covered.stdout + covered.stderr
     assert f"0 (committed batch {top})" in covered.stdout and "0 / 0 / 0 (group " in covered.stdout
-    unknown = _tenure_verify("--data-root", str(root), "--zk", zk_hosts, "--group", f"{zk_group}-typo")
+    unknown = tenure("verify", "--data-root", str(root), "--zk", zk_hosts, "--group", f"{zk_group}-typo")
     assert unknown.returncode == 2 and unknown.stdout == ""
     assert "has no committed batch in ZooKeeper" in unknown.stderr and "check --group" in unknown.stderr
 
@@ -1193,7 +1190,7 @@ def test_another_number_of_queues_is_refused_naming_both(topic: Path) -> None:
     """verify --queues 2 on a topic of three is refused in one line naming both numbers and the file."""
     with pytest.raises(ConfigError, match=r"--queues 2 does not match the topic at .*, which has 3 queues"):
         verify(topic, queues=2)
-    done = _tenure_verify("--data-root", str(topic), "--queues", "2")
+    done = tenure("verify", "--data-root", str(topic), "--queues", "2")
     assert done.returncode == 2 and "which has 3 queues" in done.stderr, done.stderr
 
 
