@@ -145,8 +145,8 @@ def queue_of(key: str, queues: int) -> int:
     return int.from_bytes(digest[:8], "big") % queues
 
 
-def check_queue(queue: int, queues: int) -> None:
-    """Refuse a queue number that is not one of a topic of ``queues`` queues (1 or more).
+def check_queue(queue: int, queues: int) -> int:
+    """``queue``, or refused when it is not a queue of a topic of ``queues`` queues (1 or more).
 
     Raises:
         ConfigError: naming the value and the range.
@@ -155,6 +155,19 @@ def check_queue(queue: int, queues: int) -> None:
         raise ConfigError(f"queues={queues!r} is not a number of queues: a topic has 1 or more")
     if isinstance(queue, bool) or not isinstance(queue, int) or not 0 <= queue < queues:
         raise ConfigError(f"queue={queue!r} is not a queue of a topic of {queues} queues: choose 0 to {queues - 1}")
+    return queue
+
+
+def queue_of_line(line: bytes, queues: int) -> int:
+    """The queue a producer puts a raw line in: its key's, when it is a JSON object with a string ``key``; queue 0
+    otherwise (a bad line has no key to route by, and is quarantined wherever it lands)."""
+    if queues == 1:
+        return 0
+    try:
+        key = json.loads(line).get("key")
+    except (ValueError, AttributeError, RecursionError):  # not JSON, not UTF-8, or not an object
+        return 0
+    return queue_of(key, queues) if isinstance(key, str) else 0
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tenure.career.queue import QueueLayout, classify_line, queue_of
+from tenure.errors import ConfigError
 from tenure.service.local import wait_for
 from tenure.service.ops._produce import (
     BAD_CLASSES,
@@ -486,7 +487,7 @@ def test_records_go_to_their_keys_queue_one_file_per_queue_per_flush(tmp_path: P
     assert len(names) == len(set(names)) == 4  # three queues' flushes and the empty file of queue 2
     with pytest.raises(ValueError, match="no string key"):
         Producer(tmp_path, autoflush=False).send({"id": "x", "seq": 1})
-    with pytest.raises(ValueError, match="not one of the topic's 3 queues"):
+    with pytest.raises(ConfigError, match="queue=3 is not a queue of a topic of 3 queues: choose 0 to 2"):
         Producer(tmp_path, autoflush=False).send_raw(b"x", queue=3)
 
 

@@ -12,7 +12,7 @@ import redis
 import structlog
 import tenacity
 
-from tenure.career.queue import queue_of
+from tenure.career.queue import check_queue, queue_of, queue_of_line
 from tenure.career.redis_queue import RECORD_FIELD, RedisTopic
 from tenure.career.redis_streams import RedisUnavailable, connect, ensure_topic
 from tenure.service.ops._produce._writer import (
@@ -156,16 +156,18 @@ class RedisProducer:
             queue: its queue; None: its key's, when it is a JSON object with a string ``key``, else queue 0.
 
         Raises:
-            ValueError: ``queue`` is not one of the topic's.
+            ConfigError: ``queue`` is not one of the topic's.
             ProducerError: a pipeline was due and failed after every retry.
         """
-        self._add(self._route(line) if queue is None else self._checked(queue), {RECORD_FIELD: line})
+        index = queue_of_line(line, self._queues) if queue is None else check_queue(queue, self._queues)
+        self._add(index, {RECORD_FIELD: line})
 
     def write_file(self, lines: list[bytes], *, queue: int = 0) -> None:
         """A file producer's one file, on a stream: each line an entry, and no line (an empty file, input that holds
         no record) one entry without a ``record`` field, which the consumer quarantines as ``no_record_field``."""
         if not lines:
-            self._add(self._checked(queue), {NOT_A_RECORD: b"no record: an empty file's analog (tenure produce --bad)"})
+            self._add(check_queue(queue, self._queues),
+                      {NOT_A_RECORD: b"no record: an empty file's analog (tenure produce --bad)"})
         for line in lines:
             self.send_raw(line, queue=queue)
 
@@ -191,22 +193,6 @@ class RedisProducer:
     def _check_open(self) -> None:
         if self._closed:
             raise ProducerError(f"producer for {self._topic} is closed")
-
-    def _checked(self, queue: int) -> int:
-        if isinstance(queue, bool) or not isinstance(queue, int) or not 0 <= queue < self._queues:
-            raise ValueError(f"queue={queue!r} is not one of the topic's {self._queues} queues (0 to "
-                             f"{self._queues - 1})")
-        return queue
-
-    def _route(self, line: bytes) -> int:
-        """A line's key's queue, when it is a JSON object with a string ``key``; else queue 0."""
-        if self._queues == 1:
-            return 0
-        try:
-            key = json.loads(line).get("key")
-        except (ValueError, AttributeError, RecursionError):  # not JSON, not UTF-8, or not an object
-            return 0
-        return queue_of(key, self._queues) if isinstance(key, str) else 0
 
     def _add(self, queue: int, fields: dict[bytes, bytes]) -> None:
         self._check_open()

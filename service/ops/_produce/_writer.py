@@ -23,7 +23,7 @@ import structlog
 import tenacity
 
 from tenure.career.identity import ensure_topic, read_topic
-from tenure.career.queue import QUEUE_SUFFIX, QueueLayout, queue_of
+from tenure.career.queue import QUEUE_SUFFIX, QueueLayout, check_queue, queue_of, queue_of_line
 from tenure.errors import TenureError
 from tenure.service.ops._produce._atomic import fsync_dir, join_lines, write_hidden_then_rename
 
@@ -276,12 +276,13 @@ class Producer:
                 queue 0 (a topic of one queue: always 0).
 
         Raises:
-            ValueError: the line contains ``\\n``, or ``queue`` is not one of the topic's.
+            ValueError: the line contains ``\\n``.
+            ConfigError: ``queue`` is not one of the topic's.
             ProducerError: a threshold was reached and the write failed after every retry.
         """
         if b"\n" in line:
             raise ValueError(f"a line must not contain b'\\n': {line[:80]!r}")
-        index = self._queue_of_line(line) if queue is None else self._checked(queue)
+        index = queue_of_line(line, self._queues) if queue is None else check_queue(queue, self._queues)
         with self._lock:
             self._check_open()
             buffer = self._buffers[index]
@@ -304,7 +305,7 @@ class Producer:
         no order to keep, so it leaves the buffer alone (and batches stay full).
         """
         data = join_lines(lines)
-        index = self._checked(queue)
+        index = check_queue(queue, self._queues)
         with self._lock:
             self._check_open()
             if lines:
@@ -350,22 +351,6 @@ class Producer:
     def _check_open(self) -> None:
         if self._closed:
             raise ProducerError(f"producer for {self._landings[0]} is closed")
-
-    def _checked(self, queue: int) -> int:
-        if isinstance(queue, bool) or not isinstance(queue, int) or not 0 <= queue < self._queues:
-            raise ValueError(f"queue={queue!r} is not one of the topic's {self._queues} queues (0 to "
-                             f"{self._queues - 1})")
-        return queue
-
-    def _queue_of_line(self, line: bytes) -> int:
-        """A line's key's queue, when it is a JSON object with a string ``key``; else queue 0."""
-        if self._queues == 1:
-            return 0
-        try:
-            key = json.loads(line).get("key")
-        except (ValueError, AttributeError, RecursionError):  # not JSON, not UTF-8, or not an object
-            return 0
-        return queue_of(key, self._queues) if isinstance(key, str) else 0
 
     def _buffered(self) -> int:
         return sum(len(buffer.lines) for buffer in self._buffers)
