@@ -68,7 +68,7 @@ def format_history(terms: list[TermRecord], *, now: float | None = None, width: 
     columns = ["epoch", "replica", "elected", "lasted", "ended", "first commit", "gap", "batches", "records"]
     for column in [*(["queue"] if queue is not None else []), *columns,
                    *(["delta versions"] if versions is not None else [])]:
-        table.add_column(column, no_wrap=True, justify="left" if column in ("replica", "ended") else "right")
+        table.add_column(column, no_wrap=True, justify="left" if column in ("queue", "replica", "ended") else "right")
     previous: TermRecord | None = None
     for term in terms:
         gap = (None if previous is None or previous.last_commit_at is None or term.first_commit_at is None
