@@ -115,6 +115,22 @@ def test_handover_of_a_queue_to_the_next_in_line(replicas: ReplicaSet, zk_hosts:
     wait_for(lambda: _led(r2) == {0} and _led(r1) == {1, 2, 3}, 10, "r2 to lead queue 0, r1 the rest")
 
 
+def test_drain_moves_every_queue_off_a_replica_and_undrain_brings_it_back(replicas: ReplicaSet, zk_hosts: str,
+                                                                         zk_group: str) -> None:
+    """`tenure drain r1` of r1 leading all four queues: it leaves every queue's line (the command waits for that),
+    the followers lead every queue; `tenure undrain r1` puts it back in every line."""
+    r1, r2, r3 = _one_leads_all_two_follow(replicas)
+    zk = ["--zk", zk_hosts, "--group", zk_group]
+    done = tenure("drain", "r1", *zk, "--reason", "kernel upgrade")
+    assert done.returncode == 0 and "r1 drained (kernel upgrade): out of the election" in done.stdout, done.stderr
+    wait_for(lambda: not _led(r1) and _led(r2) | _led(r3) == set(range(QUEUES)), 20, "r2 and r3 to lead every queue")
+    assert json.loads(tenure("status", *zk, "--json").stdout)["replicas"].keys() == {"r2", "r3"}
+    done = tenure("undrain", "r1", *zk)
+    assert done.returncode == 0 and "r1 undrained: back in the election" in done.stdout, done.stderr
+    wait_for(lambda: all(len(q["contenders"]) == 3 for q in json.loads(tenure("status", *zk, "--json").stdout)
+                         ["per_queue"]), 20, "r1 back in every queue's line")
+
+
 @pytest.mark.parametrize(("command", "extra"), [("handover", ()), ("history", ())])
 def test_a_queue_outside_the_group_is_refused_naming_the_range(zk_hosts: str, zk_client: KazooClient,
                                                                zk_group: str, tmp_path: Path, command: str,
