@@ -31,7 +31,7 @@ def test_demo_kills_the_leader_and_audits_exactly_once(tmp_path: Path) -> None:
     assert killed is not None, out
     name, moved = killed.group(1), [int(q) for q in killed.group(2).split(", ")]
     for queue in moved:
-        line = re.search(rf"queue {queue}: {name} → (replica-\d), (\d+\.\d) s without a commit", out)
+        line = re.search(rf"queue {queue}: {name} → (replica-\d), .*the new leader's first (\d+\.\d) s after", out)
         assert line is not None and line.group(1) != name, out
         assert 0 < float(line.group(2)) < 120, line.group(0)
     assert re.search(r"now: replica-\d leads", out) and f"{name} leads" not in out.split("now: ")[1].splitlines()[0]
@@ -55,14 +55,19 @@ def test_the_report_names_who_leads_which_queues() -> None:
 
 
 def test_the_report_of_moved_queues_gives_each_its_time_without_a_commit() -> None:
-    """Each queue the killed replica led: its new leader and how long it went without a commit (unknown when the
-    killed term never committed), then the longest."""
-    lines = format_moves("replica-1", [Move(0, "replica-2", 7.25), Move(2, "replica-3", 8.04), Move(3, "replica-2",
-                                                                                                   None)])
-    assert lines == ["queue 0: replica-1 → replica-2, 7.2 s without a commit",
-                     "queue 2: replica-1 → replica-3, 8.0 s without a commit",
-                     "queue 3: replica-1 → replica-2, unknown without a commit",
-                     "3 queues moved; the longest went 8.0 s without a commit (the session timeout, a warm "
-                     "follower's inauguration, its first batch)"]
-    assert format_moves("replica-1", [Move(1, None, None)]) == ["queue 1: replica-1 → no leader, unknown without a "
-                                                                "commit"]
+    """Each queue the killed replica led: its new leader and how long it went without a commit, split at the kill
+    (none known when the killed term never committed), then the longest."""
+    lines = format_moves("replica-1", [Move(0, "replica-2", 0.5, 7.25), Move(2, "replica-3", 2.0, 6.0),
+                                       Move(3, "replica-2", None, 9.0)])
+    assert lines == ["queue 0: replica-1 → replica-2, 7.8 s without a commit (replica-1's last 0.5 s before the "
+                     "SIGKILL, the new leader's first 7.2 s after)",
+                     "queue 2: replica-1 → replica-3, 8.0 s without a commit (replica-1's last 2.0 s before the "
+                     "SIGKILL, the new leader's first 6.0 s after)",
+                     "queue 3: replica-1 → replica-2, no commit of replica-1's before the SIGKILL, the new leader's "
+                     "first 9.0 s after",
+                     "3 queues moved; the longest went 8.0 s without a commit (after the SIGKILL: the session "
+                     "timeout, the successor's inauguration and its first batch)"]
+    assert Move(1, None, 1.0, None).without_commit_s is None
+    assert format_moves("replica-1", [Move(1, None, 1.0, None)]) == [
+        "queue 1: replica-1 → no leader, no commit of replica-1's before the SIGKILL, the new leader's first unknown "
+        "after"]

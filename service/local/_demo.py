@@ -46,12 +46,20 @@ def _written(data_root: Path) -> int:
 
 @dataclass(frozen=True)
 class Move:
-    """A queue the killed replica led: who leads it after, and how long it went without a commit, from the killed
-    term's last commit to its successor's first (None where either is unknown)."""
+    """A queue the killed replica led: who leads it after, how long before the SIGKILL the killed term last committed
+    and how long after it the successor first committed (None where unknown: a term that never committed)."""
 
     queue: int
     leader: str | None
-    without_commit_s: float | None
+    last_before_s: float | None
+    first_after_s: float | None
+
+    @property
+    def without_commit_s(self) -> float | None:
+        """How long the queue went without a commit: from the killed term's last commit to its successor's first."""
+        if self.last_before_s is None or self.first_after_s is None:
+            return None
+        return self.last_before_s + self.first_after_s
 
 
 def format_leads(leaders: Mapping[int, str | None]) -> str:
@@ -67,17 +75,22 @@ def format_leads(leaders: Mapping[int, str | None]) -> str:
 
 
 def format_moves(killed: str, moves: list[Move]) -> list[str]:
-    """One line per queue the killed replica led: its new leader and its time without a commit; a last line with
-    the longest."""
+    """One line per queue the killed replica led: its new leader and its time without a commit, split at the kill;
+    a last line with the longest."""
     lines = []
     for move in moves:
-        gap = "unknown" if move.without_commit_s is None else f"{move.without_commit_s:.1f} s"
-        lines.append(f"queue {move.queue}: {killed} → {move.leader or 'no leader'}, {gap} without a commit")
+        after = "unknown" if move.first_after_s is None else f"{move.first_after_s:.1f} s"
+        if move.without_commit_s is None or move.last_before_s is None:
+            gap = f"no commit of {killed}'s before the SIGKILL, the new leader's first {after} after"
+        else:
+            gap = (f"{move.without_commit_s:.1f} s without a commit ({killed}'s last {move.last_before_s:.1f} s "
+                   f"before the SIGKILL, the new leader's first {after} after)")
+        lines.append(f"queue {move.queue}: {killed} → {move.leader or 'no leader'}, {gap}")
     known = [m.without_commit_s for m in moves if m.without_commit_s is not None]
     if known:
         lines.append(f"{len(moves)} queue{'s' if len(moves) != 1 else ''} moved; the longest went "
-                     f"{max(known):.1f} s without a commit (the session timeout, a warm follower's inauguration, "
-                     "its first batch)")
+                     f"{max(known):.1f} s without a commit (after the SIGKILL: the session timeout, the successor's "
+                     "inauguration and its first batch)")
     return lines
 
 
@@ -166,6 +179,7 @@ def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, key
                           f"{', '.join(map(str, moved))}, after {sum(s.records for s in topology.statuses())} "
                           "records written")
             victim.signal(signal.SIGKILL)
+            killed_at = time.time()  # the commit records' and terms' clock: this machine's
             last = _last_commits(client, group, moved, n)  # a dead leader commits no more: these are its last
             firsts: dict[int, float | None] = {}
 
@@ -177,10 +191,11 @@ def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, key
             topology.wait_for(every_moved_queue_committed, session_timeout_s + 120,
                               "a new leader's commit in every queue the killed replica led", interval_s=0.5)
             after = _leaders(client, group, n)
-            gaps = {q: None if q not in last or (first := firsts[q]) is None else first - last[q][1] for q in moved}
+            moves = [Move(q, after[q], None if q not in last else killed_at - last[q][1],
+                          None if (first := firsts[q]) is None else first - killed_at) for q in moved]
             _say(console, f"every queue {name} led has a new leader that committed (session timeout "
                           f"{session_timeout_s:g} s):")
-            for line in format_moves(name, [Move(q, after[q], gaps[q]) for q in moved]):
+            for line in format_moves(name, moves):
                 _say(console, f"  {line}")
             _say(console, f"now: {format_leads(after)}")
         topology.wait_for(lambda: producer.poll() is not None, settle_timeout_s, "the producer to finish")
