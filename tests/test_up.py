@@ -94,7 +94,7 @@ def test_up_queues_runs_a_topic_of_several_queues_for_replicas_and_producer(tmp_
         def every_queue_led() -> str | None:
             line = stdout.readline()
             assert line, "tenure up exited early"
-            led = {int(q) for part in re.findall(r"queues=([\d,]+)", line) for q in part.split(",")}
+            led = {int(q) for part in re.findall(r"queues=(\d+(?:,\d+)*)", line) for q in part.split(",")}
             return line if led == {0, 1, 2} and "=down" not in line else None
 
         line = wait_for(every_queue_led, 90, "a status line where the leaders lead queues 0, 1 and 2")
