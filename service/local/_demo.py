@@ -124,12 +124,13 @@ class _DrainProgress:
     """The wait for the queue to drain, told as progress (written of expected, files waiting) every few seconds,
     not as audits that fail until the end: the one audit runs once everything is stopped."""
 
-    def __init__(self, console: Console, data_root: Path, expected: int, every_s: float = 5.0) -> None:
+    def __init__(self, console: Console, data_root: Path, queues: int, expected: int, every_s: float = 5.0) -> None:
         self._console, self._data_root, self._expected, self._every_s = console, data_root, expected, every_s
+        self._queues = queues
         self._next = 0.0
 
     def __call__(self) -> bool:
-        waiting = _waiting_files(self._data_root, DEMO_QUEUES)
+        waiting = _waiting_files(self._data_root, self._queues)
         now = time.monotonic()
         if waiting == 0 or now >= self._next:
             self._next = now + self._every_s
@@ -141,19 +142,22 @@ class _DrainProgress:
 def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, keys: int = 50,
              career: str = "spark", settle_timeout_s: float = 240.0, warmup_timeout_s: float = 600.0,
              spark_workers: int = 0) -> int:
-    """Run the scripted demonstration; returns 0 when the audit finds every message exactly once, in order."""
+    """Run the scripted demonstration; returns 0 when the audit finds every message exactly once, in order. On a
+    Spark cluster (``spark_workers``) the topic has one queue: the Spark career runs several on local masters only."""
     console = Console(soft_wrap=True)  # long lines stay whole in logs and pipes
     if directory.exists():
         shutil.rmtree(directory)
+    n = 1 if spark_workers else DEMO_QUEUES
     # Injected oversized lines are max_line_bytes + 1 long: a 64 KiB limit keeps the demo's queue small.
     topology = Topology(directory, replicas=3, spark_workers=spark_workers,
-                        spec=ReplicaSpec(career=career, max_line_bytes=_MAX_LINE_BYTES, queues=DEMO_QUEUES))
+                        spec=ReplicaSpec(career=career, max_line_bytes=_MAX_LINE_BYTES, queues=n))
     session_timeout_s = topology.spec.value("session_timeout_s")
-    group, n = topology.group, DEMO_QUEUES
+    group = topology.group
     try:
         cluster = f", a Spark cluster of {spark_workers} workers" if spark_workers else ""
-        _say(console, f"starting a 3-server ZooKeeper ensemble{cluster} and 3 {career} replicas on a topic of {n} "
-                      f"queues under {directory}")
+        topic = f"{n} queues" if n > 1 else "one queue (several need a local Spark master)"
+        _say(console, f"starting a 3-server ZooKeeper ensemble{cluster} and 3 {career} replicas on a topic of {topic} "
+                      f"under {directory}")
         topology.start()
         with connected(topology.ensemble.connect_string, read_only=True) as client:
             leaders: dict[int, str | None] = {}
@@ -200,8 +204,8 @@ def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, key
             _say(console, f"now: {format_leads(after)}")
         topology.wait_for(lambda: producer.poll() is not None, settle_timeout_s, "the producer to finish")
         _say(console, "producer done; waiting for the leaders to drain the queues")
-        topology.wait_for(_DrainProgress(console, topology.data_root, records), settle_timeout_s, "the queues to drain",
-                          interval_s=0.5)
+        topology.wait_for(_DrainProgress(console, topology.data_root, n, records), settle_timeout_s,
+                          "the queues to drain", interval_s=0.5)
     except TimeoutError as exc:
         _say(console, f"[red]{exc}[/]: see the logs under {topology.logs}")
         return 1
