@@ -168,8 +168,9 @@ def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, key
 
             topology.wait_for(every_queue_led, warmup_timeout_s, "a leader for every queue", interval_s=0.5)
             _say(console, f"{format_leads(leaders)}; each queue's other replicas follow, warm")
-            _say(console, f"producing {records} records over {keys} keys at {rate:g}/s into {n} queues (each key's "
-                          "queue by its hash), with 5% repeats and 1% bad lines")
+            into = f"{n} queues (each key's queue by its hash)" if n > 1 else "the queue"
+            _say(console, f"producing {records} records over {keys} keys at {rate:g}/s into {into}, with 5% repeats "
+                          "and 1% bad lines")
             producer = topology.start_producer(["--records", str(records), "--keys", str(keys), "--rate", f"{rate:g}",
                                                 "--duplicates", "0.05", "--bad", "0.01", "--seed", "7",
                                                 "--queues", str(n), "--max-line-bytes", str(_MAX_LINE_BYTES)])
