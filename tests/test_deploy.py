@@ -729,6 +729,28 @@ def test_dashboard_parses_and_names_only_exported_metrics() -> None:
         assert names <= EXPORTED_METRICS, f"{expr!r} names {names - EXPORTED_METRICS}"
 
 
+def test_dashboard_shows_leader_commits_and_backlog_per_queue() -> None:
+    """A group of several queues has a panel each for its leader, commits and backlog per queue, each query grouped
+    by the ``queue`` label (and a group of one queue, unlabelled, shows as one line)."""
+    panels = {panel["title"]: panel for panel in json.loads(DASHBOARD.read_text(encoding="utf-8"))["panels"]}
+    for title, metric in (("Leader per queue", "tenure_is_leader"), ("Commits per queue", "tenure_batches_total"),
+                          ("Backlog per queue", "tenure_source_backlog_files")):
+        (target,) = panels[title]["targets"]
+        assert metric in target["expr"] and re.search(r"by \((queue|queue, replica)\)", target["expr"]), title
+        assert "{{queue}}" in target["legendFormat"], title
+    grid = [(p["gridPos"]["x"], p["gridPos"]["y"]) for p in panels.values()]
+    assert len(grid) == len(set(grid)), "two panels at one place"
+
+
+def test_compose_gives_replicas_and_producer_one_number_of_queues() -> None:
+    """docker-compose.yml passes TENURE_QUEUES to every replica and to the producer, the same value, 1 unless the
+    environment sets it (read from the file itself, anchors merged: docker does not run here)."""
+    services = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))["services"]
+    wanted = "${TENURE_QUEUES:-1}"
+    assert {name: services[name]["environment"]["TENURE_QUEUES"] for name in (*REPLICAS, "producer")} == \
+        dict.fromkeys((*REPLICAS, "producer"), wanted)
+
+
 def test_grafana_provisioning_points_at_prometheus_and_the_dashboards() -> None:
     """The provisioned datasource has the uid the dashboard uses; the provider loads the mounted folder."""
     datasources = yaml.safe_load(

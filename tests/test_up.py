@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tenure.career.lifecycle import HANDED_OVER
-from tenure.election import RELEASE_INCOMPLETE, GroupPaths
+from tenure.election import RELEASE_INCOMPLETE, GroupPaths, connected, read_group_identity
 from tenure.service.local import REPLICA_STOPPED, TOPOLOGY_STOPPED, Topology, free_port, wait_for
 from tenure.service.replica import ReplicaSpec
 from tests._prometheus import alerts, prometheus_binary, query, running_prometheus, scrape_config
@@ -70,6 +70,41 @@ def test_up_elects_one_leader_and_stops_clean(tmp_path: Path) -> None:
         rest = proc.stdout.read()
         assert not [ln for ln in rest.splitlines() if ln.startswith('{"')], "events belong in logs/up.log"
         assert f'"event": "{TOPOLOGY_STOPPED}"' in (tmp_path / "logs" / "up.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_up_queues_runs_a_topic_of_several_queues_for_replicas_and_producer(tmp_path: Path) -> None:
+    """`tenure up --queues 3 --produce N`: the replicas' group records three queues, the producer writes a topic of
+    three, every queue is led, and each status line names the queues each leader leads; SIGTERM stops it with 0."""
+    proc = subprocess.Popen([*TENURE, "up", "--replicas", "2", "--dir", str(tmp_path), "--career", "counter",
+                             "--queues", "3", "--produce", "300", "--rate", "500", "--session-timeout-s", "4",
+                             "--handover-timeout-s", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stdout is not None
+        stdout = proc.stdout
+        first = wait_for(lambda: next((ln for ln in iter(stdout.readline, "") if "metrics:" in ln), None), 90,
+                         "tenure up to print its endpoints")
+        zk = first.split("ZooKeeper:")[1].split()[0]
+
+        def every_queue_led() -> str | None:
+            line = stdout.readline()
+            assert line, "tenure up exited early"
+            led = {int(q) for part in re.findall(r"queues=(\d+(?:,\d+)*)", line) for q in part.split(",")}
+            return line if led == {0, 1, 2} and "=down" not in line else None
+
+        line = wait_for(every_queue_led, 90, "a status line where the leaders lead queues 0, 1 and 2")
+        assert "LEADER(queues=" in line, line
+        with connected(zk, read_only=True) as client:
+            bound = read_group_identity(client, "default")
+        assert bound is not None and bound.queue_count == 3
+        assert json.loads((tmp_path / "data" / "_topic.json").read_text())["queues"] == 3
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -92,17 +92,25 @@ def spark(workers: int, port: int, directory: Path, cores_per_worker: int, worke
 @setting_option("session_timeout_s", default=LOCAL_SPEC["session_timeout_s"])
 @setting_option("handover_timeout_s", default=LOCAL_SPEC["handover_timeout_s"])
 @setting_option("standby")
+@click.option("--queues", type=click.IntRange(min=1), default=None, envvar="TENURE_QUEUES",
+              help="The topic's number of queues, for the replicas and the producer [default: what the group or the "
+                   "topic records, 1 for a new one].")
 @click.option("--produce", "produce_records", type=int, default=0, show_default=True,
               help="Also run a producer of this many records (0: none).")
 @click.option("--rate", type=float, default=1000.0, show_default=True, help="Producer records per second.")
 @spark_cluster_option
 def up(replicas: int, directory: Path, career: str, group: str, session_timeout_s: float,
-       handover_timeout_s: float, standby: str, produce_records: int, rate: float, spark_workers: int) -> None:
-    """Run the compose topology as local processes: a 3-server ensemble, N replicas, optionally a producer."""
+       handover_timeout_s: float, standby: str, queues: int | None, produce_records: int, rate: float,
+       spark_workers: int) -> None:
+    """Run the compose topology as local processes: a 3-server ensemble, N replicas (on a topic of --queues
+    queues), optionally a producer."""
     spec = ReplicaSpec(career=career, group=group, session_timeout_s=session_timeout_s,
                        handover_timeout_s=handover_timeout_s, standby=standby)
+    if queues is not None:
+        spec |= ReplicaSpec(queues=queues)
     topology = Topology(directory, replicas=replicas, spec=spec, spark_workers=spark_workers)
-    producer = ["--records", str(produce_records), "--keys", "50", "--rate", f"{rate:g}"] if produce_records else None
+    producer = ["--records", str(produce_records), "--keys", "50", "--rate", f"{rate:g}",
+                *(["--queues", str(queues)] if queues is not None else [])] if produce_records else None
     log_to_file(topology.logs / "up.log")
     try:
         sys.exit(run_up(topology, producer_args=producer))

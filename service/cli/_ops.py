@@ -28,6 +28,11 @@ _queues_option = click.option(
          "[default: the topic's, 1 for a new one].")
 
 
+_queue_option = click.option(
+    "--queue", type=click.IntRange(min=0), default=None,
+    help="In a group of several queues, the queue to act on (0 to N-1); optional (queue 0) in a group of one.")
+
+
 @click.command()
 @click.option("--data-root", type=click.Path(path_type=Path), default=None, envvar="TENURE_DATA_ROOT",
               help="The queue folder: files go to its landing/ (or give --queue).")
@@ -112,9 +117,6 @@ def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, queues:
     try:
         ops.check_data_root(data_root, queue_dir)
         topic = read_topic(queue_dir or data_root, queues)  # another number of queues is refused before the audit
-        if target is not None and (topic.queues if topic is not None else queues or 1) > 1:
-            raise TenureError("--zk reads one commit record: a topic of several queues has one per queue, which "
-                              "this release's verify does not read yet; leave out --zk (every other check runs)")
         if target is None:
             report = audit()
         elif group is None:
@@ -122,9 +124,10 @@ def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, queues:
         else:
             with target.connected(read_only=True) as client:
                 ops.check_group_data(client, group, data_root, queue_dir)  # the group's data, not another's
-                ops.read_committed_batch(client, group)  # a wrong group fails now, not after the audit
+                count = topic.queues if topic is not None else queues or 1
+                ops.read_committed_batches(client, group, count)  # a wrong group fails now, not after the audit
                 # Read again once the output is read: a batch published during the audit is then covered.
-                report = audit(committed_batch=lambda: ops.read_committed_batch(client, group))
+                report = audit(committed_batch=lambda: ops.read_committed_batches(client, group, count))
     except TenureError as exc:
         fail(exc)
     click.echo(report.to_json() if as_json else report.render())
@@ -164,34 +167,42 @@ def status(target: ZkTarget, as_json: bool) -> None:
 
 @click.command()
 @zk_target(zk_help="ZooKeeper connect string.")
-@click.option("--last", type=click.IntRange(min=1), default=None, help="Only the last N terms.")
+@_queue_option
+@click.option("--last", type=click.IntRange(min=1), default=None, help="Only the last N terms (of each queue).")
 @click.option("--data-root", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Also show the Delta versions of the data root's table/ that each term's batches became.")
 @click.option("--json", "as_json", is_flag=True, help="Print the terms as JSON.")
-def history(target: ZkTarget, last: int | None, data_root: Path | None, as_json: bool) -> None:
-    """The group's last terms (up to 100): epoch, leader, when, how long, how it ended, first commit, gap, counts."""
+def history(target: ZkTarget, queue: int | None, last: int | None, data_root: Path | None, as_json: bool) -> None:
+    """The group's last terms (up to 100 per queue): epoch, leader, when, how long, how it ended, first commit, gap,
+    counts; in a group of several queues, those of --queue K, or of every queue, each term labelled with its queue."""
     try:
         ops.show_history(target.hosts, target.group_name, as_json=as_json, last=last, credential=target.credential,
-                         data_root=data_root)
+                         data_root=data_root, queue=queue)
     except TenureError as exc:
         fail(exc)
 
 
 @click.command()
 @zk_target(writes=True)
+@_queue_option
 @click.option("--to", "to", default=None, help="The replica to lead next: in the election and ready "
               "(default: whoever is next in line).")
 @click.option("--wait", "wait", is_flag=True, help="Return once the new leader has committed; print the gap.")
 @click.option("--timeout-s", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="The request expires after this long (and --wait gives up).")
-def handover(target: ZkTarget, to: str | None, wait: bool, timeout_s: float) -> None:
-    """Ask the leader to hand over cleanly, to --to REPLICA or the next in line; it rejoins at the back."""
+def handover(target: ZkTarget, queue: int | None, to: str | None, wait: bool, timeout_s: float) -> None:
+    """Ask the leader (of --queue K, in a group of several queues) to hand over cleanly, to --to REPLICA or the next
+    in line; it rejoins at the back."""
     group = target.group_name
     try:
         with target.connected() as client:
-            request = ops.request_handover(client, group, to=to, timeout_s=timeout_s, credential=target.credential)
-            click.echo(f"handover of epoch {request.epoch} to {to or 'the next in line'} requested")
-            done = ops.wait_handover(client, group, request, timeout_s=timeout_s) if wait else None
+            queues = ops.group_queue_count(client, group)
+            where = {"queue": ops.choose_queue(group, queue, queues), "queues": queues}
+            request = ops.request_handover(client, group, to=to, timeout_s=timeout_s, credential=target.credential,
+                                           **where)
+            of_queue = "" if queues == 1 else f"queue {where['queue']}, "
+            click.echo(f"handover of {of_queue}epoch {request.epoch} to {to or 'the next in line'} requested")
+            done = ops.wait_handover(client, group, request, timeout_s=timeout_s, **where) if wait else None
     except TenureError as exc:
         fail(exc)
     if not wait:

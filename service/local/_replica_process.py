@@ -46,6 +46,7 @@ class ReplicaStatus:
     records: int
     backlog: int
     zk_connected: bool
+    led: tuple[int, ...] = ()  # the queues it leads, by number
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,7 @@ class ReplicaProcess:
             records=int(sum(by_queue(m, f"{RECORDS}_total", outcome="written").values())),
             backlog=int(sum(by_queue(m, SOURCE_BACKLOG_FILES).values())),
             zk_connected=m.get(ZK_CONNECTED) == 1.0,
+            led=tuple(sorted(q for q, leading in by_queue(m, IS_LEADER).items() if leading == 1.0)),
         )
 
     def stop(self, timeout_s: float) -> int | None:

@@ -19,24 +19,32 @@ from tenure.service.local._topology import Topology
 __all__ = ["render_status", "run_up"]
 
 
-def render_status(statuses: list[ReplicaStatus], zk: str) -> Table:
-    """The per-replica table: role, epoch, batches, records, backlog; the leader highlighted."""
+def _led(status: ReplicaStatus) -> str:
+    return ",".join(map(str, status.led)) or "-"
+
+
+def render_status(statuses: list[ReplicaStatus], zk: str, *, queues: int = 1) -> Table:
+    """The per-replica table: role, epoch (the highest of its queues'), batches, records, backlog, and with several
+    ``queues`` the queues it leads; the leaders highlighted."""
     table = Table(title=f"tenure up — ZooKeeper {zk}", title_justify="left")
-    for column in ("replica", "pid", "role", "epoch", "batches", "records", "backlog", "zk"):
-        table.add_column(column, justify="right" if column not in ("replica", "role") else "left")
+    columns = ("replica", "pid", "role", *(("queues led",) if queues > 1 else ()), "epoch", "batches", "records",
+               "backlog", "zk")
+    for column in columns:
+        table.add_column(column, justify="right" if column not in ("replica", "role", "queues led") else "left")
     for s in statuses:
         role = "leader" if s.leader else ("follower" if s.up else "down")
-        table.add_row(s.replica_id, str(s.pid or "-"), role, str(s.epoch or "-"), str(s.batches), str(s.records),
-                      str(s.backlog), "yes" if s.zk_connected else "no",
+        table.add_row(s.replica_id, str(s.pid or "-"), role, *((_led(s),) if queues > 1 else ()), str(s.epoch or "-"),
+                      str(s.batches), str(s.records), str(s.backlog), "yes" if s.zk_connected else "no",
                       style="bold green" if s.leader else ("dim" if not s.up else ""))
     return table
 
 
-def _plain_line(statuses: list[ReplicaStatus]) -> str:
+def _plain_line(statuses: list[ReplicaStatus], queues: int) -> str:
     parts = []
     for s in statuses:
         role = "LEADER" if s.leader else ("follower" if s.up else "down")
-        parts.append(f"{s.replica_id}={role}" + (f"(epoch={s.epoch},batches={s.batches},records={s.records},"
+        led = f"queues={_led(s)}," if queues > 1 else ""
+        parts.append(f"{s.replica_id}={role}" + (f"({led}epoch={s.epoch},batches={s.batches},records={s.records},"
                                                   f"backlog={s.backlog})" if s.leader else ""))
     return time.strftime("%H:%M:%S ") + " ".join(parts)
 
@@ -56,6 +64,7 @@ def run_up(topology: Topology, *, producer_args: list[str] | None = None, plain_
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     console = Console()
+    queues = topology.spec.value("queues") or 1
     try:
         topology.start()
         if producer_args is not None:
@@ -65,12 +74,12 @@ def run_up(topology: Topology, *, producer_args: list[str] | None = None, plain_
               f"logs: {topology.logs}   metrics: " + ", ".join(f"127.0.0.1:{r.port}" for r in topology.replicas),
               flush=True)
         if sys.stdout.isatty():
-            with Live(render_status(topology.statuses(), topology.ensemble.connect_string),
+            with Live(render_status(topology.statuses(), topology.ensemble.connect_string, queues=queues),
                       console=console, refresh_per_second=2) as live:
                 supervisor = Supervisor(topology, report=lambda line: live.console.print(_stamped(line)))
                 while not stop.wait(1.0):
                     supervisor.check()
-                    live.update(render_status(topology.statuses(), topology.ensemble.connect_string))
+                    live.update(render_status(topology.statuses(), topology.ensemble.connect_string, queues=queues))
         else:
             supervisor = Supervisor(topology, report=lambda line: print(_stamped(line), flush=True))
             next_line = time.monotonic() + plain_interval_s
@@ -78,7 +87,7 @@ def run_up(topology: Topology, *, producer_args: list[str] | None = None, plain_
                 supervisor.check()
                 if time.monotonic() >= next_line:
                     next_line += plain_interval_s
-                    print(_plain_line(topology.statuses()), flush=True)
+                    print(_plain_line(topology.statuses(), queues), flush=True)
     finally:
         print("stopping: producer, followers, then the leader (a graceful handover), then Spark and ZooKeeper",
               flush=True)

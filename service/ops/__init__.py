@@ -20,6 +20,7 @@ from tenure.service.ops._groups import (
 from tenure.service.ops._handover import HandoverDone, HandoverError, request_handover, wait_handover
 from tenure.service.ops._history import format_history, show_history
 from tenure.service.ops._produce import Producer, ProducerError, produce, write_lines
+from tenure.service.ops._queues import choose_queue, group_queue_count
 from tenure.service.ops._replay import ReplayError, Requested, request_replay
 from tenure.service.ops._scrape import by_queue, sample_key, scrape
 from tenure.service.ops._status import fetch_status, format_status_table, show_status
@@ -28,7 +29,7 @@ from tenure.service.ops._verify import (
     VERIFIED,
     VerifyReport,
     check_data_root,
-    read_committed_batch,
+    read_committed_batches,
     verify,
 )
 
@@ -47,16 +48,18 @@ __all__ = [
     "by_queue",
     "check_data_root",
     "check_group_data",
+    "choose_queue",
     "drain",
     "fetch_status",
     "format_groups",
     "format_history",
     "format_status_table",
+    "group_queue_count",
     "produce",
     "queue_key",
     "queue_lag",
     "queue_report",
-    "read_committed_batch",
+    "read_committed_batches",
     "remove_group",
     "request_handover",
     "request_replay",

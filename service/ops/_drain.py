@@ -11,6 +11,7 @@ import time
 
 from tenure.election import DigestCredential, DrainRequest, OperatorRequests, ZooKeeperClient, read_contenders
 from tenure.errors import TenureError
+from tenure.service.ops._queues import group_queue_count
 
 __all__ = ["DrainError", "drain", "undrain", "wait_in_election"]
 
@@ -20,7 +21,12 @@ class DrainError(TenureError):
 
 
 def _contenders(client: ZooKeeperClient, group: str) -> list[str]:
-    return [c.identity.replica_id for c in read_contenders(client, group) if c.identity is not None]
+    """The replicas in the group's election: in its line, or in any queue's line of a group of several (a replica
+    at its --max-queues-led stands only in the lines of the queues it leads)."""
+    queues = group_queue_count(client, group)
+    found = [c.identity.replica_id for queue in range(queues)
+             for c in read_contenders(client, group, queue=queue, queues=queues) if c.identity is not None]
+    return list(dict.fromkeys(found))
 
 
 def drain(client: ZooKeeperClient, group: str, replica_id: str, *, reason: str = "", force: bool = False,

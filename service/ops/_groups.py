@@ -34,6 +34,7 @@ __all__ = [
     "GroupError",
     "check_group_data",
     "format_groups",
+    "queue_backlogs",
     "queue_key",
     "queue_lag",
     "queue_report",
@@ -50,20 +51,28 @@ class GroupError(TenureError):
 def queue_lag(queue_dir: str | os.PathLike[str], group: str) -> int | None:
     """Queue files in the ``landing/`` of each queue of the topic that ``group`` has not consumed yet; None when a
     queue is not readable here."""
-    lag = 0
-    for queue in _queues(queue_dir):
-        try:
-            waiting = {e.name for e in os.scandir(queue.landing) if is_queue_file(e.name)}
-        except OSError:
-            return None
-        try:
-            consumed = set(os.listdir(queue.marks(group)))
-        except FileNotFoundError:
-            consumed = set()
-        except OSError:
-            return None
-        lag += len(waiting - consumed)
-    return lag
+    lags = [_backlog(queue, group) for queue in _queues(queue_dir)]
+    return None if None in lags else sum(lag for lag in lags if lag is not None)
+
+
+def queue_backlogs(queue_dir: str | os.PathLike[str], group: str) -> dict[int, int | None]:
+    """Each queue's files in its ``landing/`` that ``group`` has not consumed yet, by queue (None for a queue not
+    readable here): a topic's backlog queue by queue, as ``tenure status`` shows it."""
+    return {queue.queue: _backlog(queue, group) for queue in _queues(queue_dir)}
+
+
+def _backlog(queue: QueueLayout, group: str) -> int | None:
+    try:
+        waiting = {e.name for e in os.scandir(queue.landing) if is_queue_file(e.name)}
+    except OSError:
+        return None
+    try:
+        consumed = set(os.listdir(queue.marks(group)))
+    except FileNotFoundError:
+        consumed = set()
+    except OSError:
+        return None
+    return len(waiting - consumed)
 
 
 def _queues(queue_dir: str | os.PathLike[str]) -> list[QueueLayout]:

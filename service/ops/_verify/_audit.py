@@ -21,7 +21,7 @@ from tenure.career.identity import read_topic
 from tenure.career.output import DEAD_LETTER, QUARANTINE, TABLE
 from tenure.career.queue import DEFAULT_MAX_LINE_BYTES, printable_name, queue_of
 from tenure.career.spark._layout import Layout
-from tenure.election import GroupPaths, ZooKeeperClient, read_commit
+from tenure.election import GroupPaths, ZooKeeperClient, read_commit, read_group_identity
 from tenure.service.ops._verify._content import CONTENT_FIELDS, EXAMPLES, QueueContent
 from tenure.service.ops._verify._delta import audit_delta
 from tenure.service.ops._verify._files import VerifyError, find_group, read_consumption
@@ -43,7 +43,7 @@ from tenure.service.ops._verify._scan import (
 Committed = int | Mapping[int, int]
 """A group's committed batch (a topic of one queue), or each queue's (by number; a queue without one: absent)."""
 
-__all__ = ["VERIFIED", "read_committed_batch", "verify"]
+__all__ = ["VERIFIED", "read_committed_batches", "verify"]
 
 # The log events other code reads (the drill, tests, bench): named once, here where they are logged.
 VERIFIED: Final = "verified"
@@ -51,18 +51,29 @@ VERIFIED: Final = "verified"
 _log = structlog.get_logger("tenure.verify")
 
 
-def read_committed_batch(client: ZooKeeperClient, group: str) -> int:
-    """The batch ``group``'s commit record names: the last one its leaders committed (``tenure verify --zk``).
+def read_committed_batches(client: ZooKeeperClient, group: str, queues: int = 1) -> Committed:
+    """The batch each commit record of ``group`` names: the last one its leaders committed (``tenure verify --zk``);
+    in a topic of several queues, by queue, each queue that committed one (a queue without is checked as having
+    committed none).
 
     Raises:
-        VerifyError: the group has no commit record naming a batch (a wrong group, or none committed yet).
+        VerifyError: no commit record of the group names a batch (a wrong group, or none committed yet), or the group
+            records another number of queues than the topic's.
     """
-    path = GroupPaths(group).commit
-    record, _version = read_commit(client, group)
-    if record is None or record.get("batch_id") is None:
+    recorded = read_group_identity(client, group)
+    if recorded is not None and recorded.queue_count != queues:
+        raise VerifyError(f"group {group!r} has {recorded.queue_count} queue(s) but the topic audited has {queues}: "
+                          "check --group and --queue-dir")
+    found: dict[int, int] = {}
+    for queue in range(queues):
+        record, _version = read_commit(client, group, queue=queue, queues=queues)
+        if record is not None and record.get("batch_id") is not None:
+            found[queue] = int(record["batch_id"])
+    if not found:
+        path = GroupPaths(group, 0, queues).commit if queues == 1 else f"{GroupPaths(group).root}/queues/*/commit"
         raise VerifyError(f"group {group!r} has no committed batch in ZooKeeper ({path}): check --group, or leave "
                           "out --zk until the group's first commit")
-    return int(record["batch_id"])
+    return found[0] if queues == 1 else found
 
 
 def verify(
