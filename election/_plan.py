@@ -58,7 +58,8 @@ def plan(queues: int, members: Mapping[str, Member], leaders: Mapping[int, str |
     1. Each member's share: the queues shared evenly over the members, ``floor(N/R)`` or ``ceil(N/R)``, a member
        capped below that (``max_queues_led``) taking its cap and the others sharing the rest the same way.
     2. Sticky: each queue stays with its leader while the leader is a member and within its share; a leader over
-       its share keeps the queues it weighs highest, and the shares of ``ceil`` go first to the members that lead
+       its share keeps first the queues no other member is ready for, then those it weighs highest, and the shares
+       of ``ceil`` go first to the members that lead
        more than ``floor`` (the most first), so that only the queues that must move do.
     3. Each other queue (no leader, a leader that is not a member, or one over its share), in queue order, goes to
        the member with room in its share and ready for it that has the fewest queues, ties broken by the highest
@@ -82,7 +83,7 @@ def plan(queues: int, members: Mapping[str, Member], leaders: Mapping[int, str |
     base = max(b for b in range(queues + 1) if sum(min(limit[m], b) for m in names) <= total)
     floor = {m: min(limit[m], base) for m in names}
     ceil_left = total - sum(floor.values())  # how many members may take floor + 1
-    led = {m: _by_weight([q for q in range(queues) if leaders.get(q) == m], m) for m in names}
+    led = {m: _to_keep([q for q in range(queues) if leaders.get(q) == m], m, members) for m in names}
     assigned: dict[int, str] = {}
     count = dict.fromkeys(names, 0)
 
@@ -122,9 +123,13 @@ def plan(queues: int, members: Mapping[str, Member], leaders: Mapping[int, str |
     return assigned
 
 
-def _by_weight(queues: list[int], replica: str) -> list[int]:
-    """``queues`` in ``replica``'s order of preference: the highest rendezvous weight first."""
-    return sorted(queues, key=lambda q: -rendezvous_weight(q, replica))
+def _to_keep(queues: list[int], replica: str, members: Mapping[str, Member]) -> list[int]:
+    """The queues ``replica`` leads, in the order it keeps them: first those no other member is ready for (nobody
+    else could take them), then by the highest rendezvous weight."""
+    def others_ready(q: int) -> bool:
+        return any(q in member.ready for name, member in members.items() if name != replica)
+
+    return sorted(queues, key=lambda q: (others_ready(q), -rendezvous_weight(q, replica)))
 
 
 def moves(planned: Mapping[int, str], leaders: Mapping[int, str | None]) -> dict[int, str]:

@@ -27,6 +27,7 @@ from tenure.election import (
     plan,
     read_leaders,
     read_members,
+    rendezvous_weight,
 )
 from tenure.service.local import wait_for
 from tenure.service.ops import by_queue
@@ -197,3 +198,29 @@ def test_the_balance_respects_max_queues_led(replicas: ReplicaSet, tmp_path: Pat
     assert len(shares["r1"]) == 1, shares
     assert len(_moves_started([r2])) == 1
     _audit(tmp_path / "data")
+
+
+def test_a_member_not_ready_for_a_queue_is_not_given_it(zk_hosts: str, zk_client: KazooClient, zk_group: str,
+                                                         tmp_path: Path) -> None:
+    """Two queues; r1 leads both and would keep queue 1 (it weighs it higher). r2's career of queue 0 cannot
+    inaugurate: given queue 0 by the plan, r2 fails, backs that seat off (minutes) and its member node says ready for
+    queue 1 alone; queue 0 goes back to r1, and the plan then has r1 keep queue 0 (nobody else is ready for it) and
+    give r2 queue 1 — never queue 0 again."""
+    assert rendezvous_weight(1, "r1") > rendezvous_weight(0, "r1")
+    spec = ReplicaSpec(group=zk_group, data_root=tmp_path / "data", career="counter", queues=2,
+                       session_timeout_s=SESSION_S, handover_timeout_s=2.0, counter_interval_s=0.05,
+                       balance_settle_s=SETTLE_S)
+    pair = ReplicaSet(zk_hosts, spec, tmp_path)
+    try:
+        r1 = pair.start("r1")
+        wait_for(lambda: _led(r1) == {0, 1}, 30, "r1 to lead both queues")
+        r2 = pair.start("r2", career="tests.careers:cannot_lead_queue_0", failure_backoff_s=600.0,
+                        failure_backoff_max_s=600.0)
+        wait_for(lambda: _led(r1) == {0} and _led(r2) == {1}, 30, "r1 leading queue 0 and r2 queue 1")
+        assert read_members(zk_client, zk_group)["r2"].ready == frozenset({1})
+        assert [e["queue"] for e in _moves_started([r1])] == [0, 1]  # queue 0 once, before r2 failed it
+        time.sleep(3 * SETTLE_S)  # several turns of every replica's balance: nothing more moves
+        assert [e["queue"] for e in _moves_started([r1, r2])] == [0, 1]
+        assert _led(r1) == {0} and _led(r2) == {1}
+    finally:
+        pair.reap_all()

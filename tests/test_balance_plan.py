@@ -57,6 +57,9 @@ CASES = {
     "not ready for a queue: not given it": (
         2, {"r1": Member(None, frozenset({0, 1})), "r2": Member(None, frozenset({0}))}, {0: "r1", 1: "r1"},
         {0: "r2", 1: "r1"}),
+    "a leader over its share keeps first the queue nobody else is ready for": (
+        2, {"r1": Member(None, frozenset({0, 1})), "r2": Member(None, frozenset({1}))}, {0: "r1", 1: "r1"},
+        {0: "r1", 1: "r2"}),
     "nobody ready for an orphan queue: nobody gets it": (
         2, {"r1": Member(None, frozenset({0}))}, {}, {0: "r1"}),
 }

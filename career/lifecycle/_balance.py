@@ -110,7 +110,7 @@ class Balance:
         if names != self._members:
             self._log.info(MEMBERS_CHANGED, members=sorted(names))
             self._members, self._changed_at = names, now
-        self._end_move(view.leaders, now)
+        self._end_move(view, now)
         settled_at = self._changed_at + self._settle_s
         if now < settled_at:
             self._next_at = min(self._next_at, settled_at)
@@ -163,15 +163,19 @@ class Balance:
         self._log.info(QUEUE_MOVE_STARTED, queue=move.queue, to=move.to, epoch=move.epoch)
         return request
 
-    def _end_move(self, leaders: Mapping[int, str | None], now: float) -> None:
-        """The move in flight is over once its target leads the queue, or its request expired (a contender ahead of
-        the target that is stepping aside shows as the lowest node for a moment: not the end of the move)."""
+    def _end_move(self, view: BalanceView, now: float) -> None:
+        """The move in flight is over once its target leads the queue, or is no longer ready for it (its
+        inauguration failed, it left), or the request expired (a contender ahead of the target that is stepping
+        aside shows as the lowest node for a moment: not the end of the move)."""
         if self._in_flight is None:
             return
         move, took = self._in_flight.move, now - self._in_flight.started
-        leader = leaders.get(move.queue)
+        leader = view.leaders.get(move.queue)
+        target = view.members.get(move.to)
         if leader == move.to:
             self._log.info(QUEUE_MOVE_DONE, queue=move.queue, to=move.to, leader=leader, seconds=round(took, 3))
+        elif target is None or move.queue not in target.ready:
+            self._log.info(QUEUE_MOVE_DONE, queue=move.queue, to=move.to, leader=leader, target_ready=False)
         elif took >= MOVE_TIMEOUT_S:
             self._log.info(QUEUE_MOVE_DONE, queue=move.queue, to=move.to, leader=leader, expired=True)
         else:
