@@ -584,14 +584,15 @@ class Runner:
             self._log.warning("balance_unwatched", reason=f"{type(exc).__name__}: {exc}")
 
     def _member(self) -> Member | None:
-        """What this replica's member node says: the queues whose line it stands in (their career warm), or None
-        while it is not active, stops, is unhealthy or its standby is not ready."""
-        if (self._state is not ReplicaState.ACTIVE or self._stop_requested or self._health.reason is not None
-                or not self._standby.ready()):
+        """What this replica's member node says: the queues whose line it stands in while its standby is ready (none
+        while a cluster's standby application starts again after a term: the node stays, so the members do not
+        change, and settle again, at every term's end), or None while it is not active, stops or is unhealthy."""
+        if self._state is not ReplicaState.ACTIVE or self._stop_requested or self._health.reason is not None:
             return None
         in_line = (SeatState.FOLLOWING, SeatState.LEADING, SeatState.PAUSED)
+        ready = self._standby.ready()
         return Member(self._settings.max_queues_led,
-                      frozenset(seat.queue for seat in self._seats if seat.state in in_line))
+                      frozenset(seat.queue for seat in self._seats if ready and seat.state in in_line))
 
     def _balance_turn(self) -> None:
         """When due, keep the member node true and start the move the balance's plan asks of this replica, if any:
