@@ -47,12 +47,14 @@ class _InFlight:
 
 
 class Balance:
-    """One replica's side of the balance, on the runner's control thread (``notice`` alone runs on kazoo's).
+    """One replica's side of the balance, on the runner's control thread (only what :meth:`watch` hands kazoo runs
+    on kazoo's).
 
-    Each turn (:meth:`turn`, when :meth:`due`): keep the member node true, read the view (members, each queue's
-    leader), and once the set of members has not changed for ``settle_s`` compute the plan; a queue this replica
-    leads that the plan gives to a member whose node says it is ready for it is the move to make (at most one in
-    flight: the next once that queue has a new leader, or its request expired).
+    Each turn (:meth:`turn`, when :meth:`due`: at once after a change its watch heard, else every half settle time):
+    keep the member node true, read the view (members, each queue's leader, the handover requests), and once the
+    set of members has not changed for ``settle_s`` compute the plan; a queue this replica leads that the plan gives
+    to a member whose node says it is ready for it is the move to make (at most one in flight: the next once the
+    target leads that queue, can no longer take it, or the request expired).
 
     Example::
 
@@ -81,11 +83,15 @@ class Balance:
         self._in_flight: _InFlight | None = None
         self._requests_seen: dict[tuple[int, HandoverRequest], float] = {}  # → when first read (monotonic)
 
-    def notice(self, post: Callable[[], None]) -> None:
-        """A watch fired (kazoo's thread): post one ``BalanceChanged`` unless one is queued already."""
-        if not self._posted.is_set():
-            self._posted.set()
-            post()
+    def watch(self, post: Callable[[], None]) -> None:
+        """Watch the members and every line; on each change (kazoo's thread) call ``post`` — which queues a
+        ``BalanceChanged`` — unless one is queued already. ZooKeeper's errors pass through."""
+        def noticed() -> None:
+            if not self._posted.is_set():
+                self._posted.set()
+                post()
+
+        self._source.watch(noticed)
 
     def changed(self) -> None:
         """A ``BalanceChanged`` (or a change of the replica's own state): read the view at the next turn."""

@@ -165,7 +165,6 @@ class Runner:
         self._balance = None if balance is None else Balance(
             balance, requests, observer, replica_id=settings.replica_id, settle_s=settings.balance_settle_s,
             clock=clock, log=self._log)
-        self._balance_source = balance
         self._seats = [Seat(q, elections[q], careers[q], attempts[q], terms[q], settings, requests=requests,
                             fail_stop=self._fail_stop, progress=progress, observer=observer, clock=clock,
                             log=self._log.bind(queue=q)) for q in range(len(careers))]
@@ -575,11 +574,10 @@ class Runner:
 
     def _watch_balance(self) -> None:
         """Watch the members and every line: each change posts one ``BalanceChanged`` (coalesced)."""
-        balance, source = self._balance, self._balance_source
-        if balance is None or source is None:
+        if self._balance is None:
             return
         try:
-            source.watch(lambda: balance.notice(lambda: self._post(BalanceChanged())))
+            self._balance.watch(lambda: self._post(BalanceChanged()))
         except TenureError as exc:  # the turns still look again every settle time
             self._log.warning("balance_unwatched", reason=f"{type(exc).__name__}: {exc}")
 
