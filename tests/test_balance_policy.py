@@ -81,6 +81,15 @@ def _balance(source: _Source, clock: _Clock, *, settled: bool = True) -> tuple[B
 
 ALL_R1 = dict.fromkeys(range(4), "r1")
 LEADING = {q: 10 + q for q in range(4)}
+MEMBER = Member(None, EVERY)
+
+
+def _settled_pair() -> tuple[Balance, _Source, _Requests, _Observer, _Clock]:
+    """r1's policy, r1 leading all four queues and r2 a member too, the members settled."""
+    clock = _Clock()
+    source = _Source(_view(ALL_R1, "r1", "r2"))
+    balance, requests, observer = _balance(source, clock)
+    return balance, source, requests, observer, clock
 
 
 def test_no_move_before_the_members_have_settled_then_one() -> None:
@@ -107,11 +116,8 @@ def test_no_move_before_the_members_have_settled_then_one() -> None:
 
 def test_one_move_in_flight_until_its_target_leads_the_queue() -> None:
     """After a move starts, no other until the target leads the moved queue (or the request expires)."""
-    clock = _Clock()
-    source = _Source(_view(ALL_R1, "r1", "r2"))
-    balance, requests, observer = _balance(source, clock)
-    member = Member(None, EVERY)
-    move = balance.turn(member, LEADING)
+    balance, source, requests, observer, _clock = _settled_pair()
+    move = balance.turn(MEMBER, LEADING)
     assert move is not None
     request = balance.start(move)
     assert requests.put == [(request, move.queue)] and request.to == "r2" and request.epoch == move.epoch
@@ -119,25 +125,22 @@ def test_one_move_in_flight_until_its_target_leads_the_queue() -> None:
     leaders = {**ALL_R1, move.queue: None}  # handed over, the target not yet elected
     source.current = _view(leaders, "r1", "r2", requests={move.queue: request})
     still = {q: e for q, e in LEADING.items() if q != move.queue}
-    assert balance.turn(member, still) is None
+    assert balance.turn(MEMBER, still) is None
     source.current = _view({**ALL_R1, move.queue: "r2"}, "r1", "r2")
-    second = balance.turn(member, still)
+    second = balance.turn(MEMBER, still)
     assert second is not None and second.queue != move.queue and second.to == "r2"
 
 
 def test_a_move_in_flight_ends_when_its_request_expires() -> None:
     """A target that never takes the queue (it died, still a member for a while) holds the next move back only until
     the request expires."""
-    clock = _Clock()
-    source = _Source(_view(ALL_R1, "r1", "r2"))
-    balance, _requests, _observer = _balance(source, clock)
-    member = Member(None, EVERY)
-    move = balance.turn(member, LEADING)
+    balance, _source, _requests, _observer, clock = _settled_pair()
+    move = balance.turn(MEMBER, LEADING)
     assert move is not None
     balance.start(move)
-    assert balance.turn(member, LEADING) is None
+    assert balance.turn(MEMBER, LEADING) is None
     clock.now += MOVE_TIMEOUT_S
-    assert balance.turn(member, LEADING) == move  # r1 leads it again: the same move, once more
+    assert balance.turn(MEMBER, LEADING) == move  # r1 leads it again: the same move, once more
 
 
 def test_no_queue_to_a_target_not_ready_for_it_and_none_in_a_group_of_one_queue() -> None:
