@@ -112,7 +112,8 @@ class Membership:
         view = membership.view()                          # members, and each queue's leader
         membership.keep(None)                             # drained: no longer a member
 
-    Every call but ``watch`` is bounded by ``timeout_s`` and raises ZooKeeperUnavailable, ZooKeeperDenied or
+    Every call but ``watch`` is bounded by ``timeout_s`` in all (a turn of the balance on the runner's control thread,
+    its ``keep`` and its ``view``, by twice that) and raises ZooKeeperUnavailable, ZooKeeperDenied or
     ElectionError when ZooKeeper fails. With ``credential``, the nodes it creates carry its ACL.
     """
 
@@ -143,19 +144,23 @@ class Membership:
         expired) is replaced at once, so a restarted replica is a member again without waiting out that session.
         """
         path = self._paths.member_node(self._replica_id)
-        timeout_s = self._timeout_s
+        deadline = time.monotonic() + self._timeout_s  # one bound for the whole keep, however many calls
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         with zookeeper_errors(f"group {self._group}: keeping the member node of {self._replica_id}"):
             try:
-                raw, stat = self._client.get_async(path).get(timeout=timeout_s)
+                raw, stat = self._client.get_async(path).get(timeout=left())
             except NoNodeError:
                 raw, stat = None, None
             ours = stat is not None and stat.ephemeralOwner == self._session()
             if stat is not None and (member is None) == ours:
                 # Ours and no longer wanted, or an earlier session's while we want one: delete it (an earlier
-                # session's node left alone when we want none goes with that session).
-                # Gone with its session already, or changed: the next keep looks again.
+                # session's node left alone when we want none goes with that session). Gone with its session
+                # already, or changed meanwhile: the next keep looks again.
                 with contextlib.suppress(NoNodeError, BadVersionError):
-                    self._client.delete_async(path, version=stat.version).get(timeout=timeout_s)
+                    self._client.delete_async(path, version=stat.version).get(timeout=left())
                 if member is None:
                     return True
                 stat = None
@@ -165,21 +170,23 @@ class Membership:
             if stat is None:
                 try:
                     self._client.create_async(path, data, acl=self._acl, ephemeral=True,
-                                              makepath=True).get(timeout=timeout_s)
+                                              makepath=True).get(timeout=left())
                 except NodeExistsError:
                     return False  # created meanwhile (by an earlier session's last word): the next keep looks again
                 return True
             if raw == data:
                 return False
-            self._client.set_async(path, data, version=stat.version).get(timeout=timeout_s)
+            self._client.set_async(path, data, version=stat.version).get(timeout=left())
             return True
 
     def view(self) -> BalanceView:
-        """The members, each queue's leader and the queues' handover requests now."""
-        client, group, queues, timeout_s = self._client, self._group, self._queues, self._timeout_s
-        return BalanceView(read_members(client, group, timeout_s=timeout_s),
-                           read_leaders(client, group, queues=queues, timeout_s=timeout_s),
-                           _read_requests(client, group, queues=queues, timeout_s=timeout_s))
+        """The members, each queue's leader and the queues' handover requests now, all read within ``timeout_s``."""
+        client, group, queues = self._client, self._group, self._queues
+        deadline = time.monotonic() + self._timeout_s
+        members = read_members(client, group, timeout_s=self._timeout_s)
+        leaders = read_leaders(client, group, queues=queues, timeout_s=max(0.0, deadline - time.monotonic()))
+        return BalanceView(members, leaders, _read_requests(client, group, queues=queues,
+                                                           timeout_s=max(0.0, deadline - time.monotonic())))
 
     def watch(self, on_change: Callable[[], None]) -> None:
         """Call ``on_change`` (no arguments) at once and whenever the members or any queue's line change, across
