@@ -75,6 +75,8 @@ from tenure.election._history import HISTORY_LIMIT, TERM_ENDINGS, TermHistory, T
 from tenure.election._identity import Identity
 from tenure.election._layout import MAX_QUEUES, QUEUES, GroupPaths, QueuePaths
 from tenure.election._line import JOINED, RELEASE_INCOMPLETE, RELEASED
+from tenure.election._members import BalanceView, Membership, read_leaders, read_members
+from tenure.election._plan import Member, moves, plan, rendezvous_weight
 from tenure.election._registry import (
     QueueKey,
     RegisteredGroup,
@@ -103,6 +105,7 @@ __all__ = [
     "SUSPENDED",
     "TERM_ENDINGS",
     "TRANSITIONS",
+    "BalanceView",
     "ConnectionChanged",
     "Contender",
     "DigestCredential",
@@ -122,6 +125,8 @@ __all__ = [
     "Identity",
     "IllegalTransitionError",
     "LeadershipState",
+    "Member",
+    "Membership",
     "OperatorRequests",
     "QueueKey",
     "QueuePaths",
@@ -142,12 +147,17 @@ __all__ = [
     "group_status",
     "is_connected",
     "list_groups",
+    "moves",
+    "plan",
     "read_commit",
     "read_contenders",
     "read_group_identity",
     "read_handover",
     "read_history",
+    "read_leaders",
+    "read_members",
     "register_group",
     "registered_groups",
+    "rendezvous_weight",
     "unregister_group",
 ]

@@ -118,3 +118,24 @@ def hangs_in_queue_1(config: Any, observer: CareerObserver) -> Careers:
         return counters.career_of(queue, queue_observer)
 
     return Careers(counters.standby, career_of)
+
+
+class _RefusesToLead(CounterCareer):
+    """A counter whose every inauguration raises: the replica backs its seat off, out of the queue's line."""
+
+    def inaugurate(self, ctx: CareerContext) -> None:
+        raise RuntimeError("injected failure: this queue's career never inaugurates here")
+
+
+def cannot_lead_queue_0(config: Any, observer: CareerObserver) -> Careers:
+    """Counters of every queue of the group, queue 0's inauguration raising every time (see ``_RefusesToLead``); the
+    others count as usual."""
+    counters = counter_careers(config.data_root, config.queues, config.counter, config.health)
+
+    def career_of(queue: int, queue_observer: CareerObserver) -> Career:
+        if queue == 0:
+            return _RefusesToLead(counter_path(config.data_root, queue, config.queues),
+                                  interval_s=config.counter.counter_interval_s, observer=queue_observer)
+        return counters.career_of(queue, queue_observer)
+
+    return Careers(counters.standby, career_of)

@@ -126,10 +126,11 @@ def test_two_replicas_share_three_queues_and_a_killed_replicas_queues_move_withi
 def test_sigterm_hands_every_led_queue_over_cleanly(replicas: ReplicaSet, zk_client: KazooClient,
                                                     zk_group: str, tmp_path: Path) -> None:
     """SIGTERM on a replica leading all three queues: each queue's term ends with a clean handover record, the
-    follower inaugurates each on the fast path, and the replica exits 0 within a handover budget per queue."""
-    r1 = replicas.start("r1")
+    follower inaugurates each on the fast path, and the replica exits 0 within a handover budget per queue. (The
+    balance is held off by a long settle time, so that r1 still leads all three when it is stopped.)"""
+    r1 = replicas.start("r1", balance_settle_s=120.0)
     wait_for(lambda: _led(r1) == set(range(QUEUES)), 30, "r1 to lead every queue")
-    r2 = replicas.start("r2")
+    r2 = replicas.start("r2", balance_settle_s=120.0)
     wait_for(lambda: r2.get("/readyz")[0] == 200, 30, "r2 in line")
     data = tmp_path / "data"
     wait_for(lambda: _all_counting(data, dict.fromkeys(range(QUEUES), 3)), 20, "every queue counting")

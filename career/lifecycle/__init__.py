@@ -8,9 +8,11 @@ Knows nothing of ZooKeeper, processes, metrics or HTTP: ``tenure.election.Electi
 (``RunnerObserver``, ``LoopProgress``, ``ProcessControl``, ``TermJournal``) and wires the runner.
 """
 
+from tenure.career.lifecycle._balance import MOVE_TIMEOUT_S, Balance, Move
 from tenure.career.lifecycle._canary import CANARY, CanarySchedule
 from tenure.career.lifecycle._drain import DrainPolicy, DrainStep
 from tenure.career.lifecycle._events import (
+    BalanceChanged,
     DrainChanged,
     HandoverRequested,
     QueueStalled,
@@ -41,6 +43,9 @@ from tenure.career.lifecycle._log_events import (
     LEADERSHIP_SUSPENDED,
     LEFT_ELECTION,
     LEFT_LINE_AT_CAP,
+    MEMBERS_CHANGED,
+    QUEUE_MOVE_DONE,
+    QUEUE_MOVE_STARTED,
     QUEUE_STALLED,
     RUNNER_LOGGER,
     RUNNER_STARTING,
@@ -50,6 +55,7 @@ from tenure.career.lifecycle._log_events import (
 )
 from tenure.career.lifecycle._pending_handover import HandoverRequests, PendingHandover
 from tenure.career.lifecycle._ports import (
+    BalanceSource,
     Leadership,
     LoopProgress,
     ProcessControl,
@@ -96,6 +102,10 @@ __all__ = [
     "LEADERSHIP_SUSPENDED",
     "LEFT_ELECTION",
     "LEFT_LINE_AT_CAP",
+    "MEMBERS_CHANGED",
+    "MOVE_TIMEOUT_S",
+    "QUEUE_MOVE_DONE",
+    "QUEUE_MOVE_STARTED",
     "QUEUE_STALLED",
     "REPLICA_TRANSITIONS",
     "RUNNER_LOGGER",
@@ -105,6 +115,9 @@ __all__ = [
     "STALE_ELECTED_IGNORED",
     "STALLED",
     "STALL_REASONS",
+    "Balance",
+    "BalanceChanged",
+    "BalanceSource",
     "CanarySchedule",
     "DrainChanged",
     "DrainPolicy",
@@ -115,6 +128,7 @@ __all__ = [
     "HealthStep",
     "Leadership",
     "LoopProgress",
+    "Move",
     "PendingHandover",
     "ProcessControl",
     "QueueStalled",

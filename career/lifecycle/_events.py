@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from tenure.career.lifecycle._stall import Stall
 from tenure.election import DrainRequest, ElectionEvent, HandoverRequest
 
-__all__ = ["DrainChanged", "HandoverRequested", "QueueStalled", "RunnerEvent", "StopRequested"]
+__all__ = ["BalanceChanged", "DrainChanged", "HandoverRequested", "QueueStalled", "RunnerEvent", "StopRequested"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,11 @@ class HandoverRequested:
 
 
 @dataclass(frozen=True)
+class BalanceChanged:
+    """The balance's members or a queue's line changed (a watch fired): read the view again."""
+
+
+@dataclass(frozen=True)
 class QueueStalled:
     """The progress watchdog found the term of ``stall.queue`` stalled: revoke that term alone (a group of several
     queues; in a group of one, a stall is the replica's fail-stop)."""
@@ -45,4 +50,4 @@ class QueueStalled:
     stall: Stall
 
 
-RunnerEvent = ElectionEvent | StopRequested | DrainChanged | HandoverRequested | QueueStalled
+RunnerEvent = ElectionEvent | StopRequested | DrainChanged | HandoverRequested | QueueStalled | BalanceChanged

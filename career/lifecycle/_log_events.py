@@ -29,6 +29,9 @@ __all__ = [
     "INAUGURATION_ABANDONED",
     "LEADERSHIP_SUSPENDED",
     "LEFT_ELECTION",
+    "MEMBERS_CHANGED",
+    "QUEUE_MOVE_DONE",
+    "QUEUE_MOVE_STARTED",
     "RUNNER_LOGGER",
     "RUNNER_STARTING",
     "RUNNER_STATE",
@@ -66,3 +69,6 @@ HEALTHY_AGAIN: Final = "healthy_again"
 DRAINED: Final = "drained"
 CANARY_HANDOVER: Final = "canary_handover"
 CANARY_SKIPPED: Final = "canary_skipped"
+MEMBERS_CHANGED: Final = "members_changed"  # the balance saw another set of members (field members)
+QUEUE_MOVE_STARTED: Final = "queue_move_started"  # the balance hands a led queue to the plan's member (queue, to)
+QUEUE_MOVE_DONE: Final = "queue_move_done"  # that queue has a new leader (queue, to, leader), or the request expired

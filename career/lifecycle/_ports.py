@@ -17,9 +17,10 @@ from typing import Protocol
 from tenure.career._protocol import HandoverRecord, Outcome
 from tenure.career.lifecycle._stall import Stall, StallReason
 from tenure.career.lifecycle._states import ReplicaState, Role, SeatState, role_of
-from tenure.election import Contender, DrainRequest, Fence, HandoverRequest
+from tenure.election import BalanceView, Contender, DrainRequest, Fence, HandoverRequest, Member
 
 __all__ = [
+    "BalanceSource",
     "Leadership",
     "LoopProgress",
     "ProcessControl",
@@ -116,6 +117,12 @@ class RunnerObserver(Protocol):
     def stalled(self, reason: StallReason) -> None:
         """The replica gives a lock up (one queue's, or every one) because its work stopped progressing."""
 
+    def balanced(self, balanced: bool) -> None:
+        """This replica's view of the balance's plan has no moves left (True), or has some."""
+
+    def move_started(self, queue: int) -> None:
+        """The balance began moving ``queue`` to another member."""
+
 
 class LoopProgress(Protocol):
     """The control loop's side of the progress clock the watchdog reads from its own thread: the loop's own, and
@@ -148,10 +155,30 @@ class RequestSource(Protocol):
     def remove_handover(self, request: HandoverRequest, queue: int = 0) -> None:
         """Remove ``request`` once this term of ``queue`` granted it (a newer request is left alone)."""
 
+    def put_handover(self, request: HandoverRequest, queue: int = 0) -> None:
+        """Ask the term of ``request.epoch`` of ``queue`` to hand over (the balance asks its own terms)."""
+
     def watch(self, replica_id: str, on_drain: Callable[[DrainRequest | None], None],
               on_handover: Callable[[int, HandoverRequest | None], None]) -> None:
         """Call back with the requests now and on every change, a handover request with its queue (from another
         thread: only post)."""
+
+
+class BalanceSource(Protocol):
+    """The balance's members and lines (``tenure.election.Membership``): this replica's own member node kept true,
+    the view the plan is computed from, and a watch of both (from another thread: only post)."""
+
+    @property
+    def queues(self) -> int:
+        """The group's number of queues."""
+
+    def keep(self, member: Member | None) -> bool:
+        """Make this replica's member node say ``member`` (None: no node); whether it wrote anything."""
+
+    def view(self) -> BalanceView:
+        """The members and each queue's leader now."""
+
+    def watch(self, on_change: Callable[[], None]) -> None: ...
 
 
 class TermJournal(Protocol):

@@ -25,9 +25,11 @@ import structlog
 
 from tenure.career._protocol import Career, Outcome, Standby
 from tenure.career.lifecycle._attempts import BatchAttempts
+from tenure.career.lifecycle._balance import Balance
 from tenure.career.lifecycle._canary import CANARY, CanarySchedule
 from tenure.career.lifecycle._drain import DrainPolicy, DrainStep
 from tenure.career.lifecycle._events import (
+    BalanceChanged,
     DrainChanged,
     HandoverRequested,
     QueueStalled,
@@ -58,6 +60,7 @@ from tenure.career.lifecycle._log_events import (
     RUNNER_STATE,
 )
 from tenure.career.lifecycle._ports import (
+    BalanceSource,
     Leadership,
     LoopProgress,
     ProcessControl,
@@ -85,6 +88,7 @@ from tenure.election import (
     ElectionEvent,
     Following,
     HandoverRequest,
+    Member,
     Resumed,
     Revoked,
     Suspended,
@@ -103,7 +107,9 @@ class Runner:
     election, its career, its state. Drain and the health gate act on the replica, every seat at once; handover
     requests, the canary, the failure back-off and the poison-batch count act on one seat. With
     ``max_queues_led``, a replica leading that many queues leaves the lines of the others and joins them again once
-    it leads fewer.
+    it leads fewer. With ``balance`` (the group's members and lines, ``tenure.election.Membership``), the replica
+    keeps a member node while it is active and moves the queues it leads that the balance's plan gives to another
+    member, one at a time (``Balance``).
 
     A progress watchdog on a thread of the process (``ProcessControl``) revokes the term of a queue that stops
     finishing batches while input waits (:meth:`revoke_stalled`; in a group of one queue it gives the lock up as
@@ -125,13 +131,14 @@ class Runner:
         standby: the replica's standby, shared by the careers.
         careers: each queue's career, by queue (their number is the group's number of queues).
         terms: each queue's term history, by queue.
+        balance: the balance's members and lines; None for no balance (no member node, no moves).
     """
 
     def __init__(self, leadership_factory: Callable[[int, Callable[[ElectionEvent], None]], Leadership],
                  standby: Standby, careers: Sequence[Career], settings: RunnerSettings, *, observer: RunnerObserver,
                  progress: LoopProgress, process: ProcessControl, requests: RequestSource,
-                 terms: Sequence[TermJournal], clock: Callable[[], float] = time.monotonic,
-                 queue_size: int = 1024) -> None:
+                 terms: Sequence[TermJournal], balance: BalanceSource | None = None,
+                 clock: Callable[[], float] = time.monotonic, queue_size: int = 1024) -> None:
         if not careers or len(careers) != len(terms):
             raise ValueError(f"one career and one term history per queue: {len(careers)} careers, {len(terms)} "
                              "term histories")
@@ -155,6 +162,9 @@ class Runner:
                                   clock) for _ in careers]
         self._fail_stop = FailStop([QueueRecords(*parts) for parts in zip(elections, attempts, terms, strict=True)],
                                    process, observer, self._log, where=self._where)
+        self._balance = None if balance is None else Balance(
+            balance, requests, observer, replica_id=settings.replica_id, settle_s=settings.balance_settle_s,
+            clock=clock, log=self._log)
         self._seats = [Seat(q, elections[q], careers[q], attempts[q], terms[q], settings, requests=requests,
                             fail_stop=self._fail_stop, progress=progress, observer=observer, clock=clock,
                             log=self._log.bind(queue=q)) for q in range(len(careers))]
@@ -232,6 +242,7 @@ class Runner:
             self._change(ReplicaState.DRAINED)
         self._requests.watch(self._settings.replica_id, lambda request: self._post(DrainChanged(request)),
                              lambda q, request: self._post(HandoverRequested(request, q)))
+        self._watch_balance()
         self._progress.tick()
         self._process.loop_started()
         while self._state is not ReplicaState.STOPPED:
@@ -276,6 +287,7 @@ class Runner:
             if seat.state is SeatState.BACKING_OFF and seat.backoff.due():
                 self._rejoin_after_backoff(seat)
         self._keep_cap()
+        self._balance_turn()
 
     def _wait(self, timeout_s: float) -> None:
         if self._state is ReplicaState.STOPPED:  # stopped within this turn (a seat's events): nothing more to act on
@@ -309,6 +321,8 @@ class Runner:
         before = [role_of(self._state, seat.state) for seat in self._seats]
         if replica is not None:
             self._state = replica
+            if self._balance is not None:
+                self._balance.changed()  # a member only while active: say so at the next turn
         for seat, new in moves.items():
             seat.state = new
         for seat, old in zip(self._seats, before, strict=True):
@@ -353,6 +367,9 @@ class Runner:
                     self._saw_leader(self._seats[q], leader)
             case QueueStalled(stall=stall):
                 self._queue_stalled(stall)
+            case BalanceChanged():
+                if self._balance is not None:
+                    self._balance.changed()
 
     def _saw_leader(self, seat: Seat, replica_id: str) -> None:
         if replica_id != seat.seen_leader:
@@ -553,6 +570,56 @@ class Runner:
                 seat.election.join()
                 self._change(seats={seat: SeatState.FOLLOWING})
 
+    # -- the balance ---------------------------------------------------------------------------------------------
+
+    def _watch_balance(self) -> None:
+        """Watch the members and every line: each change posts one ``BalanceChanged`` (coalesced)."""
+        if self._balance is None:
+            return
+        try:
+            self._balance.watch(lambda: self._post(BalanceChanged()))
+        except TenureError as exc:  # the turns still look again every settle time
+            self._log.warning("balance_unwatched", reason=f"{type(exc).__name__}: {exc}")
+
+    def _member(self) -> Member | None:
+        """What this replica's member node says: the queues whose line it stands in while its standby is ready (none
+        while a cluster's standby application starts again after a term: the node stays, so the members do not
+        change, and settle again, at every term's end), or None while it is not active, stops or is unhealthy."""
+        if self._state is not ReplicaState.ACTIVE or self._stop_requested or self._health.reason is not None:
+            return None
+        in_line = (SeatState.FOLLOWING, SeatState.LEADING, SeatState.PAUSED)
+        ready = self._standby.ready()
+        return Member(self._settings.max_queues_led,
+                      frozenset(seat.queue for seat in self._seats if ready and seat.state in in_line))
+
+    def _balance_turn(self) -> None:
+        """When due, keep the member node true and start the move the balance's plan asks of this replica, if any:
+        its targeted handover request written, then honoured here at once."""
+        balance = self._balance
+        if balance is None or self._state is ReplicaState.STOPPED or not balance.due():
+            return
+        leading = {seat.queue: seat.epoch for seat in self._seats
+                   if seat.state is SeatState.LEADING and seat.epoch is not None}
+        try:
+            move = balance.turn(self._member(), leading)
+            if move is None:
+                return
+            request = balance.start(move)
+        except TenureError as exc:  # advisory: the next turn looks again; the queues' fences keep them safe
+            self._log.warning("balance_turn_failed", reason=f"{type(exc).__name__}: {exc}")
+            return
+        self._handover_requested(self._seats[move.queue], request)
+
+    def _leave_balance(self) -> None:
+        """No longer a member (drained, unhealthy, stopping): its node goes before its queues are handed over, so
+        that no plan gives it more."""
+        if self._balance is None:
+            return
+        try:
+            self._balance.leave()
+        except TenureError as exc:  # the node goes with the session at the latest
+            self._log.warning("balance_member_not_removed", reason=f"{type(exc).__name__}: {exc}")
+
     # -- the replica: health, drain, stop ----------------------------------------------------------------------
 
     def _check_career_health(self) -> None:
@@ -575,6 +642,7 @@ class Runner:
     def _leave_election(self, to: ReplicaState, reason: str, *, ended: Seat | None = None) -> None:
         """Hand over cleanly each queue it leads (but ``ended``, whose term already ended), release every node, and
         wait out of every line in state ``to``."""
+        self._leave_balance()
         for seat in self._seats:
             was_leading = seat.leading and seat is not ended
             seat.term_end.clean_and_release(seat.epoch, reason, leading=was_leading)
@@ -607,6 +675,7 @@ class Runner:
         """Hand over every queue it leads, one after another, release every node, and stop."""
         started = self._clock()
         led = [seat for seat in self._seats if seat.leading]
+        self._leave_balance()
         self._change(ReplicaState.STOPPING)
         for seat in self._seats:
             if not seat.term_end.clean_and_release(seat.epoch, reason, leading=seat in led):

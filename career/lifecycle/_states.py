@@ -129,6 +129,13 @@ class RunnerSettings:
         None, unit="s", default_text="never", help="A leader hands over to the next ready follower after this "
         "long, so a broken standby shows before a real failure needs it.",
         hazard="Each canary is a handover: output pauses for about a second.")
+    balance_settle_s: float = setting(
+        10.0, unit="s", help="In a group of several queues, a replica moves a queue it leads to the member the "
+        "balance's plan gives it only once the set of members has not changed for this long (each replica's "
+        "monotonic clock), so a replica that restarts, or several that start together, cause the moves of the "
+        "final set alone.",
+        hazard="Each move is a handover (a gap of about a second in that queue's output); too short, a restart "
+        "moves queues twice; too long, a new replica waits this long for its share.")
     max_queues_led: int | None = setting(
         None, unit="queues", default_text="no cap", help="A replica leading this many queues leaves the lines of the "
         "queues it does not lead, and joins them again once it leads fewer, so that the others lead them.",
@@ -140,7 +147,8 @@ class RunnerSettings:
             raise ConfigError(f"max_batch_attempts={self.max_batch_attempts} is below 1: raise it to at least 1")
         if self.set_aside_after_s < 0:
             raise ConfigError(f"set_aside_after_s={self.set_aside_after_s:g} is negative: use 0 for the count alone")
-        for name in ("handover_timeout_s", "idle_backoff_s", "failure_backoff_s", "failure_backoff_max_s", "tick_s"):
+        for name in ("handover_timeout_s", "idle_backoff_s", "failure_backoff_s", "failure_backoff_max_s", "tick_s",
+                     "balance_settle_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be a positive number of seconds")
         if self.canary_handover_every_s is not None and not self.canary_handover_every_s > 0:

@@ -19,7 +19,15 @@ from types import FrameType
 import structlog
 
 from tenure.career import Career, Standby
-from tenure.career.lifecycle import Leadership, ReplicaState, RequestSource, Runner, RunnerSettings, StallReason
+from tenure.career.lifecycle import (
+    BalanceSource,
+    Leadership,
+    ReplicaState,
+    RequestSource,
+    Runner,
+    RunnerSettings,
+    StallReason,
+)
 from tenure.election import ElectionEvent, TermHistory
 from tenure.service.replica._metrics import Metrics
 from tenure.service.replica._proctree import tree_pids
@@ -81,6 +89,12 @@ class RunnerMetrics:
 
     def stalled(self, reason: StallReason) -> None:
         self._metrics.stalls.labels(reason.value).inc()
+
+    def balanced(self, balanced: bool) -> None:
+        self._metrics.group_balanced.set(1 if balanced else 0)
+
+    def move_started(self, queue: int) -> None:
+        self._metrics.queue(queue).queue_moves.inc()
 
 
 class ReplicaControl:
@@ -205,15 +219,17 @@ class ReplicaControl:
 def build_runner(leadership_factory: Callable[[int, Callable[[ElectionEvent], None]], Leadership],
                  standby: Standby, careers: Sequence[Career], metrics: Metrics, settings: RunnerSettings, *,
                  watchdog: WatchdogSettings, progress: ProgressClock, requests: RequestSource,
-                 histories: Sequence[TermHistory]) -> tuple[Runner, ReplicaControl]:
+                 histories: Sequence[TermHistory],
+                 balance: BalanceSource | None = None) -> tuple[Runner, ReplicaControl]:
     """The runner of one replica, its ports implemented by this process (``control`` installs the signals):
-    operators' ``requests`` are its group's, each queue's term history one of ``histories`` (by queue), in
-    ZooKeeper."""
+    operators' ``requests`` are its group's, each queue's term history one of ``histories`` (by queue), and
+    ``balance`` its members and lines, in ZooKeeper."""
     control = ReplicaControl(progress, settings, watchdog)
     log = _log.bind(replica_id=settings.replica_id, group=histories[0].group)
     terms = [TermRecorder(history, metrics.queue(q), settings.replica_id, log.bind(queue=q))
              for q, history in enumerate(histories)]
     runner = Runner(leadership_factory, standby, careers, settings, observer=RunnerMetrics(metrics),
-                    progress=progress, process=control, requests=requests, terms=terms)
+                    progress=progress, process=control, requests=requests, terms=terms,
+                    balance=balance)
     control.attach(runner)
     return runner, control

@@ -34,6 +34,7 @@ __all__ = [
     "CANARY_GAP",
     "COMMITS_FENCED",
     "CONTROL_LOOP_AGE",
+    "GROUP_BALANCED",
     "HANDOVER_GAP",
     "IS_LEADER",
     "LEADER_CHANGES",
@@ -41,6 +42,7 @@ __all__ = [
     "LEASE_HEADROOM",
     "PROGRESS_AGE",
     "QUEUES_LED",
+    "QUEUE_MOVES",
     "RECORDS",
     "RECORD_OUTCOMES",
     "SOURCE_BACKLOG_FILES",
@@ -67,6 +69,8 @@ CONTROL_LOOP_AGE = "tenure_control_loop_age_seconds"
 PROGRESS_AGE = "tenure_progress_age_seconds"
 STALLS = "tenure_stalls"
 QUEUES_LED = "tenure_queues_led"
+GROUP_BALANCED = "tenure_group_balanced"
+QUEUE_MOVES = "tenure_queue_moves"
 
 BATCH_OUTCOMES = ("committed", "skipped", "set_aside", "fenced", "failed")
 DROPPED_BY_WATERMARK = "dropped_by_watermark"  # rows Spark dropped as older than the dedup watermark (a bug)
@@ -168,6 +172,11 @@ class Metrics:
         self.row_timeouts = Counter("tenure_row_timeouts", "Row-function calls that ran past --row-timeout-s.", per,
                                     registry=registry)
         self.queues_led = Gauge(QUEUES_LED, "Queues this replica leads now.", registry=registry)
+        self.group_balanced = Gauge(GROUP_BALANCED, "1 when this replica's view of the balance's plan has no moves "
+                                    "left (every queue led by the member the plan gives it), else 0.",
+                                    registry=registry)
+        self.queue_moves = Counter(QUEUE_MOVES, "Moves of a queue this replica led to another member, started by "
+                                   "the balance.", per, registry=registry)
         self._queues = [QueueMetrics(self, q) for q in range(queues)]
 
     def queue(self, queue: int) -> QueueMetrics:
@@ -206,6 +215,7 @@ class QueueMetrics:
         self.canary_gap = child(metrics.canary_gap)
         self.progress_age = child(metrics.progress_age)
         self.row_timeouts = child(metrics.row_timeouts)
+        self.queue_moves = child(metrics.queue_moves)
         for outcome in BATCH_OUTCOMES:
             child(metrics.batches, outcome=outcome)
         for outcome in RECORD_OUTCOMES:

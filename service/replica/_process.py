@@ -20,6 +20,7 @@ from tenure.election import (
     ElectionEvent,
     GroupIdentity,
     Identity,
+    Membership,
     OperatorRequests,
     QueueKey,
     TermHistory,
@@ -252,7 +253,9 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
         requests=OperatorRequests(client, config.group, queues=queues, credential=config.credential,
                                   timeout_s=timing.op_timeout_s),
         histories=[TermHistory(client, config.group, queue=q, queues=queues, credential=config.credential,
-                               timeout_s=timing.op_timeout_s) for q in range(queues)])
+                               timeout_s=timing.op_timeout_s) for q in range(queues)],
+        balance=Membership(client, config.group, config.replica_id, queues=queues, credential=config.credential,
+                           timeout_s=timing.op_timeout_s))
 
     control.install_signal_handlers()
     metrics.zk_connected.set(1 if is_connected(client) else 0)
