@@ -32,9 +32,12 @@ QUEUES = 4
 
 @pytest.fixture()
 def replicas(zk_hosts: str, zk_group: str, tmp_path: Path) -> Iterator[ReplicaSet]:
-    """Replicas of the counter career on a group of four queues, one data root; every process reaped afterwards."""
+    """Replicas of the counter career on a group of four queues, one data root; every process reaped afterwards.
+    The balance waits longer than any test here (its settle time), so the leaders are the ones the operators'
+    commands made."""
     spec = ReplicaSpec(group=zk_group, data_root=tmp_path / "data", career="counter", queues=QUEUES,
-                       session_timeout_s=3.0, handover_timeout_s=2.0, counter_interval_s=0.05)
+                       session_timeout_s=3.0, handover_timeout_s=2.0, counter_interval_s=0.05,
+                       balance_settle_s=600.0)
     replica_set = ReplicaSet(zk_hosts, spec, tmp_path)
     yield replica_set
     replica_set.reap_all()
