@@ -99,13 +99,17 @@ _NEW = {"--op-timeout-share": None, "--master-request-share": 0.25, "--master-re
         "--handover-spark-share": 0.8, "--handover-query-stop-share": 0.25, "--handover-query-stop-max-s": 1.5,
         "--handover-application-stop-share": 0.25, "--handover-application-stop-max-s": 2.0,
         # issue 50: a poison batch bounded by time as well as count, and split
-        "--set-aside-after-s": 600.0, "--split-max-trials": 48}
+        "--set-aside-after-s": 600.0, "--split-max-trials": 48,
+        # issue 51: a topic of several queues
+        "--queues": None, "--max-queues-led": None,
+        # issue 52: a Redis topic
+        "--queue-url": None, "--max-entries-per-trigger": 10_000}
 
 
 def test_flags_variables_and_defaults_are_those_of_before() -> None:
     """Every flag of `tenure run` before is still there with its variable, type and default (the TOML key is the
     flag's name with underscores); the only new flags are the named shares of budgets and a poison batch's two
-    bounds."""
+    bounds, a topic's queues and a Redis topic's settings."""
     options = {p.opts[0]: p for p in run.params if isinstance(p, click.Option) and p.name != "config_file"}
     declared = {d.flag: d for d in SETTINGS}
     assert set(options) == set(declared)

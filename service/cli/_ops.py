@@ -30,8 +30,8 @@ _queues_option = click.option(
 
 @click.command()
 @click.option("--data-root", type=click.Path(path_type=Path), default=None, envvar="TENURE_DATA_ROOT",
-              help="The queue folder: files go to its landing/ (or give --queue).")
-@click.option("--queue", "queue_url", default=None, envvar="TENURE_QUEUE", metavar="URL",
+              help="The queue folder: files go to its landing/ (or give --queue-url).")
+@click.option("--queue-url", "queue_url", default=None, envvar="TENURE_QUEUE_URL", metavar="URL",
               help="A Redis topic to write to instead, redis://host:port[/db]?prefix=<prefix>: each record is an "
                    "entry of its key's stream <prefix>:<k>, added with pipelined XADDs (docs/operating/redis.md).")
 @click.option("--records", type=click.IntRange(min=0), default=10000, show_default=True,
@@ -55,12 +55,12 @@ def produce(data_root: Path | None, queue_url: str | None, records: int, keys: i
             duplicates: float, bad: float, queues: int | None, misroute: float, seed: int | None,
             max_line_bytes: int, as_json: bool) -> None:
     """Write records into the landing/ of each one's queue (DATA_ROOT/landing/ for a topic of one queue) as
-    atomically renamed, fsynced JSON Lines files, or into a Redis topic's streams (--queue)."""
+    atomically renamed, fsynced JSON Lines files, or into a Redis topic's streams (--queue-url)."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())
     try:
         if (data_root is None) == (queue_url is None):
-            raise TenureError("give the queue to write to: --data-root D (a queue folder) or --queue redis://… "
+            raise TenureError("give the queue to write to: --data-root D (a queue folder) or --queue-url redis://… "
                               "(a Redis topic), one of the two")
         target = RedisTopic.parse(queue_url) if queue_url is not None else data_root
         assert target is not None

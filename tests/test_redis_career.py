@@ -1,0 +1,159 @@
+"""The Spark career on a Redis topic, driven directly (no runner) with a real Election fence, real Redis and real
+Spark: every entry committed once with its positions in the commit record, the stream trimmed after the fenced
+commit below the slowest group, and a stream that lost entries stopping the queue's leader until it is restored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+import redis
+import structlog
+from kazoo.client import KazooClient
+
+from tenure.career import Outcome
+from tenure.career.redis_queue import EntryId, Position, RedisTopic, committed_positions
+from tenure.career.redis_streams import connect, consumer_group
+from tenure.career.spark import SparkCareer
+from tenure.career.spark._redis_topic import LOST_RETRY_S, STREAM_LOST
+from tenure.errors import ConfigError
+from tenure.service.local import wait_for
+from tests._polling import stays_for
+from tests.test_spark_career import Recorder, leadership, make_config, run_until
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def _add(client: redis.Redis, stream: str, first: int, count: int, key: str = "k") -> list[str]:
+    """Add records ``key``-``first`` … in one pipeline; their entry ids."""
+    pipe = client.pipeline(transaction=False)
+    for seq in range(first, first + count):
+        record = {"id": f"{key}-{seq}", "key": key, "seq": seq, "ts": seq, "payload": {"n": seq}}
+        pipe.xadd(stream, {"record": json.dumps(record, separators=(",", ":"))})
+    return [raw.decode() for raw in pipe.execute()]
+
+
+def _rows(folder: Path, columns: list[str]) -> list[dict[str, Any]]:
+    """The published rows of an output (its part files; none yet: no rows)."""
+    parts = sorted(str(p) for p in folder.glob("*.parquet"))
+    return ds.dataset(parts, format="parquet").to_table(columns=columns).to_pylist() if parts else []
+
+
+def _ids(root: Path) -> list[str]:
+    return sorted(row["id"] for row in _rows(root / "table", ["id"]))
+
+
+def _quarantine(root: Path) -> list[dict[str, Any]]:
+    return _rows(root / "quarantine", ["reason", "source_file", "line"])
+
+
+def _committed(ctx: Any) -> dict[str, Any]:
+    record, _ = ctx.fence.read_commit()
+    return record or {}
+
+
+def test_a_career_on_a_redis_topic_commits_each_entry_once_and_trims_behind_the_slowest_group(
+        spark: Any, zk_client: KazooClient, zk_group: str, redis_topic: RedisTopic, tmp_path: Path) -> None:
+    """Queue 0 of a Redis topic read by the Spark career: every record written once, a bad entry (no record field)
+    quarantined with ``<stream>/<id>`` and its number; each commit record carries its stream's positions
+    (``through``: the batch's last entry; ``checkpointed``: where it began) and the trim point kept with it, which
+    never passes the slowest registered group's checkpointed position; the stream is trimmed below it after the
+    commit (XTRIM MINID), and the group's Redis consumer group shows the committed place."""
+    root = tmp_path / "data"
+    client = connect(redis_topic)
+    stream = redis_topic.stream(0)
+    ids = _add(client, stream, 1, 30)
+    bad_id = client.xadd(stream, {"value": "x"}).decode()
+    ids += [bad_id, *_add(client, stream, 31, 30)]
+    slow = {"position": Position(EntryId.parse(ids[9]), 10)}  # another group, registered, 10 entries in
+
+    def positions(queue: int) -> dict[str, Position | None]:
+        assert queue == 0
+        return {"slow": slow["position"]}
+
+    career = SparkCareer(make_config(root, queue_url=str(redis_topic), max_entries_per_trigger=20), Recorder(),
+                         replica_id="r1", group=zk_group, positions=positions)
+    try:
+        with leadership(zk_client, zk_group, "r1") as (_, ctx):
+            career.inaugurate(ctx)
+            run_until(career, lambda: len(_ids(root)) == 60)
+            record = _committed(ctx)
+            positions_now = committed_positions(record)
+            assert positions_now.through == Position(EntryId.parse(ids[-1]), 61), record["redis"]
+            assert positions_now.trim is not None and positions_now.trim.n == 10  # the slow group's place
+            assert [r["source_file"] for r in _quarantine(root)] == [f"{stream}/{bad_id}"]
+            assert _quarantine(root)[0]["line"] == 31 and _quarantine(root)[0]["reason"] == "no_record_field"
+            wait_for(lambda: int(client.xinfo_stream(stream)["length"]) == 51, 30, "the trim below the slow group")
+
+            def shown() -> int:
+                return next(int(g["entries-read"]) for g in client.xinfo_groups(stream)
+                            if g["name"].decode() == consumer_group(zk_group))
+
+            wait_for(lambda: shown() == 61, 30, "the consumer group moved to the committed place")
+            # The slow group catches up: the next batch trims below this group's own checkpointed place.
+            slow["position"] = Position(EntryId.parse(ids[-1]), 61)
+            more = _add(client, stream, 61, 5)
+            run_until(career, lambda: len(_ids(root)) == 65)
+            trimmed_to = committed_positions(_committed(ctx)).trim
+            assert trimmed_to is not None and trimmed_to.n == 61 and trimmed_to.below == EntryId.parse(ids[-1]).next()
+            wait_for(lambda: client.xrange(stream)[0][0].decode() == more[0], 30, "the trim below this group")
+            career.hand_over(Outcome.CLEAN)
+    finally:
+        career.close()
+    assert _ids(root) == sorted([f"k-{seq}" for seq in range(1, 66)])
+
+
+def test_a_stream_that_lost_entries_stops_the_leader_until_it_is_restored(
+        spark: Any, zk_client: KazooClient, zk_group: str, redis_topic: RedisTopic, tmp_path: Path) -> None:
+    """A stream that lost the entries the group committed (deleted whole, then 3 new ones: a lost tail) stops the
+    queue's leader without a failure: ``execute`` raises nothing, one ``stream_lost`` line names the stream and both
+    positions, the lost gauge is set, and nothing is committed past the hole while it lasts. Restored (its entries
+    added back under their ids, then new ones), the term goes on without a restart: the new records are committed
+    and the gauge is cleared."""
+    root = tmp_path / "data"
+    client = connect(redis_topic)
+    stream = redis_topic.stream(0)
+    ids = _add(client, stream, 1, 10)
+    fields = [entry for _, entry in client.xrange(stream)]
+    observer = Recorder()
+    career = SparkCareer(make_config(root, queue_url=str(redis_topic)), observer, replica_id="r1", group=zk_group)
+    try:
+        with leadership(zk_client, zk_group, "r1") as (_, ctx), structlog.testing.capture_logs() as logs:
+            career.inaugurate(ctx)
+            run_until(career, lambda: len(_ids(root)) == 10)
+            committed = _committed(ctx)["batch_id"]
+            client.delete(stream)
+            _add(client, stream, 100, 3, key="lost")
+            run_until(career, lambda: observer.lost[-1:] == [True], timeout_s=120)
+            lines = [e for e in logs if e["event"] == STREAM_LOST]
+            assert len(lines) == 1 and lines[0]["stream"] == stream, lines
+            assert f"the group has read to id {ids[-1]} (entry 10)" in lines[0]["error"]
+            assert "entries-added 3" in lines[0]["error"]
+            stays_for(lambda: (career.execute(), _committed(ctx)["batch_id"] == committed)[1],
+                      2 * LOST_RETRY_S + 1, "nothing committed past the hole")
+            assert len([e for e in logs if e["event"] == STREAM_LOST]) == 1  # one line, not one per attempt
+            client.delete(stream)
+            for entry_id, entry in zip(ids, fields, strict=True):
+                client.xadd(stream, entry, id=entry_id)  # restored from a copy that holds them
+            _add(client, stream, 11, 5)
+            run_until(career, lambda: len(_ids(root)) == 15 and observer.lost[-1:] == [False])
+            career.hand_over(Outcome.CLEAN)
+    finally:
+        career.close()
+    assert _ids(root) == sorted([f"k-{seq}" for seq in range(1, 16)])
+
+
+def test_a_queue_url_is_refused_beside_a_queue_dir_or_another_source_in_one_line(tmp_path: Path) -> None:
+    """``--queue-url`` and ``--queue-dir`` name two topics: refused in one line naming both; so is a Redis topic
+    with a source format of another kind, and a URL that is not a Redis topic's."""
+    with pytest.raises(ConfigError, match=r"^queue_dir='/q' and queue_url=redis://h:1\?prefix=o: a group reads one "
+                                          r"topic, a queue folder or a Redis topic: drop one$"):
+        make_config(tmp_path, queue_url="redis://h:1?prefix=o", queue_dir=Path("/q"))
+    with pytest.raises(ConfigError, match="source_format='kafka' and queue_url="):
+        make_config(tmp_path, queue_url="redis://h:1", source_format="kafka")
+    with pytest.raises(ConfigError, match="is not a Redis URL"):
+        make_config(tmp_path, queue_url="/srv/queue")
+    assert not make_config(tmp_path, queue_url="redis://h:1").file_source
