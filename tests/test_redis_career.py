@@ -21,8 +21,9 @@ from tenure.career.spark import SparkCareer
 from tenure.career.spark._redis_topic import LOST_RETRY_S, STREAM_LOST
 from tenure.errors import ConfigError
 from tenure.service.local import wait_for
+from tenure.service.ops import verify
 from tests._polling import stays_for
-from tests.test_spark_career import Recorder, leadership, make_config, run_until
+from tests.test_spark_career import MAX_LINE, Recorder, leadership, make_config, run_until
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -61,7 +62,8 @@ def test_a_career_on_a_redis_topic_commits_each_entry_once_and_trims_behind_the_
     quarantined with ``<stream>/<id>`` and its number; each commit record carries its stream's positions
     (``through``: the batch's last entry; ``checkpointed``: where it began) and the trim point kept with it, which
     never passes the slowest registered group's checkpointed position; the stream is trimmed below it after the
-    commit (XTRIM MINID), and the group's Redis consumer group shows the committed place."""
+    commit (XTRIM MINID), and the group's Redis consumer group shows the committed place. ``verify`` counts the
+    trimmed entries as consumed with the commit record's trim point, and as lost without it."""
     root = tmp_path / "data"
     client = connect(redis_topic)
     stream = redis_topic.stream(0)
@@ -101,9 +103,16 @@ def test_a_career_on_a_redis_topic_commits_each_entry_once_and_trims_behind_the_
             assert trimmed_to is not None and trimmed_to.n == 61 and trimmed_to.below == EntryId.parse(ids[-1]).next()
             wait_for(lambda: client.xrange(stream)[0][0].decode() == more[0], 30, "the trim below this group")
             career.hand_over(Outcome.CLEAN)
+            record = _committed(ctx)
     finally:
         career.close()
     assert _ids(root) == sorted([f"k-{seq}" for seq in range(1, 66)])
+    # verify: the 61 entries trimmed below the recorded trim point were consumed; without it, they are lost.
+    report = verify(root, max_line_bytes=MAX_LINE, queue_url=str(redis_topic), commit_records={0: record})
+    assert report.ok, report.render()
+    assert report.examples["streams"] == [{"stream": stream, "present": 5, "trimmed": 61, "lost": 0}]
+    blind = verify(root, max_line_bytes=MAX_LINE, queue_url=str(redis_topic))
+    assert not blind.ok and blind.lost == 61, blind.render()
 
 
 def test_a_stream_that_lost_entries_stops_the_leader_until_it_is_restored(
