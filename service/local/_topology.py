@@ -168,10 +168,13 @@ class Topology:
         return found[0]
 
     def start_producer(self, args: list[str]) -> subprocess.Popen[bytes]:
-        """Run `tenure produce` into this topology's data root, logging under logs/producer.log."""
+        """Run `tenure produce` into this topology's data root (its Redis topic, with a ``queue_url`` in its spec),
+        logging under logs/producer.log."""
+        queue_url = self.spec.get("queue_url")
+        target = ["--queue-url", str(queue_url)] if queue_url else ["--data-root", str(self.data_root)]
         with (self.logs / "producer.log").open("ab") as log:
             self.producer = subprocess.Popen(
-                [sys.executable, "-m", "tenure", "produce", "--data-root", str(self.data_root), *args],
+                [sys.executable, "-m", "tenure", "produce", *target, *args],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 preexec_fn=die_with_parent(signal.SIGTERM))  # noqa: PLW1509 - prctl only
         return self.producer
