@@ -65,6 +65,7 @@ EXPORTED_METRICS = frozenset(
         "tenure_progress_age_seconds",
         "tenure_stalls_total",
         "tenure_queues_led",
+        "tenure_queue_lost",
         "tenure_row_timeouts_total",
     }
 )
@@ -673,6 +674,7 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
         "TenureReplicaStalled",
         "TenureBatchSetAside",
         "TenureRecordsDropped",
+        "TenureQueueLost",
     }
     assert fires == set(rules), f"no firing case for {set(rules) - fires}"
     assert quiet == set(rules), f"no quiet case for {set(rules) - quiet}"
