@@ -16,12 +16,15 @@ from kazoo.client import KazooClient
 
 from tenure.career import Outcome
 from tenure.career.redis_queue import EntryId, Position, RedisTopic, committed_positions
-from tenure.career.redis_streams import connect, consumer_group
+from tenure.career.redis_streams import connect, consumer_group, ensure_topic
 from tenure.career.spark import SparkCareer
-from tenure.career.spark._redis_topic import LOST_RETRY_S, STREAM_LOST
+from tenure.career.spark._redis_topic import LOST_RETRY_S, STREAM_LOST, Trimmer
+from tenure.election import GroupPaths, QueueKey, register_group
 from tenure.errors import ConfigError
 from tenure.service.local import wait_for
 from tenure.service.ops import verify
+from tenure.service.replica import load_config
+from tenure.service.replica._process import _group_positions
 from tests._polling import stays_for
 from tests.test_spark_career import MAX_LINE, Recorder, leadership, make_config, run_until
 
@@ -166,3 +169,38 @@ def test_a_queue_url_is_refused_beside_a_queue_dir_or_another_source_in_one_line
     with pytest.raises(ConfigError, match="is not a Redis URL"):
         make_config(tmp_path, queue_url="/srv/queue")
     assert not make_config(tmp_path, queue_url="redis://h:1").file_source
+
+
+def test_a_group_far_behind_keeps_its_entries_from_being_trimmed(zk_client: KazooClient, zk_group: str,
+                                                                  redis_topic: RedisTopic, tmp_path: Path) -> None:
+    """Trimming reads every group registered on the topic from ZooKeeper (its commit record's checkpointed
+    position), never Redis's cursors: while a registered group has committed nothing, nothing is trimmed; once it
+    has committed 5 entries, the stream is trimmed below its 5th entry only, whatever the fast group committed."""
+    client = connect(redis_topic)
+    stream = redis_topic.stream(0)
+    queue = QueueKey(ensure_topic(client, redis_topic, 1).topic_id, str(redis_topic))
+    fast, slow = f"{zk_group}-fast", f"{zk_group}-slow"
+    for group in (fast, slow):
+        register_group(zk_client, queue, group, tmp_path / group, f"id-{group}")
+    ids = [EntryId.parse(i) for i in _add(client, stream, 1, 30)]
+
+    def commit(group: str, through: int, checkpointed: int) -> None:
+        record = {"batch_id": 3, "epoch": 1, "redis": {
+            "stream": stream, "through": Position(ids[through - 1], through).to_offset(),
+            "checkpointed": Position(ids[checkpointed - 1], checkpointed).to_offset()}}
+        zk_client.create(GroupPaths(group).commit, json.dumps(record).encode(), makepath=True)
+
+    commit(fast, 30, 20)
+    positions = _group_positions(load_config({"zk": "127.0.0.1:2181", "career": "counter"}), zk_client, queue, 1)
+    assert positions(0) == {fast: Position(ids[19], 20), slow: None}
+    trimmer = Trimmer(redis_topic, 0, fast, positions)
+    log = structlog.get_logger("test")
+    try:
+        assert trimmer.plan(Position(ids[19], 20), None, log) is None
+        commit(slow, 8, 5)
+        point = trimmer.plan(Position(ids[19], 20), None, log)
+        assert point is not None and point.n == 5 and point.below == ids[4].next()
+        trimmer.apply(point, Position(ids[29], 30), log)
+    finally:
+        trimmer.close()
+    assert [EntryId.parse(i) for i, _ in client.xrange(stream)] == ids[5:]
