@@ -178,8 +178,13 @@ def _volume_mounts(service: dict[str, Any]) -> dict[str, str]:
 
 @needs_compose
 def test_compose_file_is_accepted(compose: dict[str, Any]) -> None:
-    """`docker-compose config` accepts docker-compose.yml and it defines the documented services."""
-    assert set(compose["services"]) == {*ZOOKEEPERS, *SPARK_SERVICES, *REPLICAS, "producer", "prometheus", "grafana"}
+    """`docker-compose config` accepts docker-compose.yml and it defines the documented services (the redis
+    profile's Redis and its producer among them), the replicas reading TENURE_QUEUE_URL when it is set."""
+    assert set(compose["services"]) == {*ZOOKEEPERS, *SPARK_SERVICES, *REPLICAS, "producer", "prometheus", "grafana",
+                                        "redis", "producer-redis"}
+    assert compose["services"]["redis"]["profiles"] == ["redis"]
+    assert compose["services"]["redis"]["command"][1:5] == ["--appendonly", "yes", "--appendfsync", "always"]
+    assert all("TENURE_QUEUE_URL" in compose["services"][name]["environment"] for name in REPLICAS)
 
 
 @needs_compose
@@ -244,6 +249,8 @@ def test_compose_published_ports(compose: dict[str, Any]) -> None:
         "tenure-2": {("127.0.0.1", 9402, 9400)},
         "tenure-3": {("127.0.0.1", 9403, 9400)},
         "producer": set(),
+        "redis": {("127.0.0.1", 6379, 6379)},
+        "producer-redis": set(),
         "prometheus": {("127.0.0.1", 9090, 9090)},
         "grafana": {("127.0.0.1", 3000, 3000)},
     }
