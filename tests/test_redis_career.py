@@ -19,13 +19,14 @@ from tenure.career.redis_queue import EntryId, Position, RedisTopic, committed_p
 from tenure.career.redis_streams import connect, consumer_group, ensure_topic
 from tenure.career.spark import SparkCareer
 from tenure.career.spark._redis_topic import LOST_RETRY_S, STREAM_LOST, Trimmer
-from tenure.election import GroupPaths, QueueKey, register_group
+from tenure.election import FailedBatch, GroupPaths, QueueKey, register_group
 from tenure.errors import ConfigError
 from tenure.service.local import wait_for
 from tenure.service.ops import verify
 from tenure.service.replica import load_config
 from tenure.service.replica._process import _group_positions
 from tests._polling import stays_for
+from tests._replicas import tenure
 from tests.test_spark_career import MAX_LINE, Recorder, leadership, make_config, run_until
 
 pytestmark = pytest.mark.timeout(900)
@@ -204,3 +205,37 @@ def test_a_group_far_behind_keeps_its_entries_from_being_trimmed(zk_client: Kazo
     finally:
         trimmer.close()
     assert [EntryId.parse(i) for i, _ in client.xrange(stream)] == ids[5:]
+
+
+def test_a_batch_of_a_redis_topic_set_aside_whole_keeps_its_records_for_a_replay(
+        spark: Any, zk_client: KazooClient, zk_group: str, redis_topic: RedisTopic, tmp_path: Path) -> None:
+    """A poison batch of a Redis topic whose split failed before is set aside whole without running: a stream has
+    no file to keep, so its records are kept themselves (one file for the stream, each at its entry's number) and
+    nothing is skipped — verify counts them set aside, not lost; replayed, the next batch writes them."""
+    root = tmp_path / "data"
+    client = connect(redis_topic)
+    stream = redis_topic.stream(0)
+    _add(client, stream, 1, 10)
+    career = SparkCareer(make_config(root, queue_url=str(redis_topic)), Recorder(), replica_id="r1", group=zk_group)
+    try:
+        with leadership(zk_client, zk_group, "r1") as (_, ctx):
+            ctx.set_aside = FailedBatch(0, 3, "ValueError: poison", split_failed=True)
+            career.inaugurate(ctx)
+            run_until(career, lambda: (_committed(ctx).get("set_aside") or {}).get("records") == 10)
+            record = _committed(ctx)
+            assert committed_positions(record).through == Position(EntryId.parse(client.xrange(stream)[-1][0]
+                                                                                 .decode()), 10)
+            kept = (root / "set-aside" / f"batch-000000000000-{stream}").read_bytes().splitlines()
+            assert sorted(json.loads(line)["id"] for line in kept) == sorted(f"k-{seq}" for seq in range(1, 11))
+            before = verify(root, max_line_bytes=MAX_LINE, queue_url=str(redis_topic), commit_records={0: record})
+            assert before.ids_set_aside == 10 and before.lost == 0 and before.ids_written == 0, before.render()
+            done = tenure("replay", "--data-root", str(root), "--batch", "0")
+            assert done.returncode == 0, done.stderr
+            _add(client, stream, 11, 1)
+            run_until(career, lambda: len(_ids(root)) == 11)
+            career.hand_over(Outcome.CLEAN)
+            record = _committed(ctx)
+    finally:
+        career.close()
+    report = verify(root, max_line_bytes=MAX_LINE, queue_url=str(redis_topic), commit_records={0: record})
+    assert report.ok and report.ids_written == 11 and report.ids_replayed == 10, report.render()

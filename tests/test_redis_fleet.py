@@ -31,10 +31,11 @@ def redis_for_fleet(tmp_path: Path) -> Iterator[RedisServer]:
     server.kill()
 
 
-def _topology(tmp_path: Path, server: RedisServer, *, replicas: int, queues: int) -> tuple[Topology, str]:
+def _topology(tmp_path: Path, server: RedisServer, *, replicas: int, queues: int,
+              **settings: Any) -> tuple[Topology, str]:
     url = f"{server.url}?prefix=orders"
     spec = ReplicaSpec(career="spark", queues=queues, queue_url=url, session_timeout_s=SESSION_S,
-                       handover_timeout_s=4.0, max_entries_per_trigger=500)
+                       handover_timeout_s=4.0, max_entries_per_trigger=500, **settings)
     topology = Topology(tmp_path / "fleet", replicas=replicas, spec=spec)
     topology.make_dirs()
     topology.ensemble.start()

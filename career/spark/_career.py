@@ -439,6 +439,7 @@ class SparkCareer:
                            effect="this queue commits nothing until the stream's entries are restored; it plans "
                                   f"again every {LOST_RETRY_S:g} s")
         self._observer.queue_lost(True)
+        self._observer.backlog(0)  # nothing can be read past the hole: the leader owes no progress, it is not stalled
         term.lost, term.error, term.failed = lost, None, None
         term.lost_check_at = self._clock() + LOST_RETRY_S
         return True
