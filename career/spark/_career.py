@@ -424,7 +424,7 @@ class SparkCareer:
 
     def _lost(self, term: Term) -> bool:
         """Whether the query stopped because its stream lost entries (``StreamLost`` at planning, or at a batch's
-        read): then it logs one line (once, and again only when the stream's state changes), sets the queue's
+        read): then it logs one line (once while the hole lasts), sets the queue's
         ``lost`` gauge, and keeps the query down for ``LOST_RETRY_S``. Not a batch's failure: no attempt counts and
         nothing is set aside, so nothing past the hole is ever skipped."""
         query = term.query
@@ -434,7 +434,7 @@ class SparkCareer:
         lost = next((found for text in texts if (found := StreamLost.found_in(text)) is not None), None)
         if lost is None:
             return False
-        if term.lost is None or str(term.lost) != str(lost):
+        if term.lost is None:  # once while it lasts: each planning again meets the hole, perhaps with new entries
             term.log.error(STREAM_LOST, stream=lost.stream, error=str(lost), batch=term.last_committed,
                            effect="this queue commits nothing until the stream's entries are restored; it plans "
                                   f"again every {LOST_RETRY_S:g} s")
