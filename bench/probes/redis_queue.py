@@ -8,8 +8,8 @@ Redis topic of one stream (pipelines of 1 000 ``XADD``s) — drives one leader's
 its fenced commit) through two phases on a data root of its own:
 
 - **throughput**: RECORDS records (default 50 000) already queued, then the career started: records written per
-  second from its query's start to the last one in the table (batches of 5 files, or of 5 000 entries: the same
-  records a batch);
+  second from its query's start to the last one in the table (both bounded by the same ``--max-bytes-per-trigger``,
+  about 5 000 records a batch, whole files or entries);
 - **latency**: records added at RATE per second (default 500) for SECONDS (default 20) while it runs: each
   record's latency is from its addition (the file's rename, the pipeline's reply) to its batch's commit and
   publish (the batch writer's return), read per batch from the table's ``_batch`` and the observer's commits.
@@ -44,7 +44,7 @@ from tenure.service.local import running_ensemble, running_redis, wait_for
 
 _HERE = results_folder("issue-52-redis-queue")
 _PER_FILE = 1000
-_PER_BATCH_FILES = 5
+_BATCH_BYTES = 5 * _PER_FILE * 80  # about 5 000 records: the one bound both sources take (files or entries whole)
 
 
 class _Commits:
@@ -159,9 +159,14 @@ def _run(name: str, root: Path, config: SparkCareerConfig, add: Callable[[int, i
         wait_for(lambda: (career.execute(), not producer.is_alive())[1], seconds + 60, f"{name}: the producer",
                  interval_s=0.02)
         total = records + chunk * len(added)
-        wait_for(lambda: (career.execute(), len(_rows(root)) >= total)[1], 300, f"{name}: the last records",
-                 interval_s=0.02)
-        rows = _rows(root)
+        rows: dict[str, int] = {}
+
+        def all_written() -> bool:
+            career.execute()
+            rows.update(_rows(root))  # a batch's rows are in table/ just before its batch writer returns:
+            return len(rows) >= total and set(rows.values()) <= commits.at.keys()  # wait for both
+
+        wait_for(all_written, 300, f"{name}: the last records", interval_s=0.02)
         latencies = sorted(commits.at[rows[f"id-{i}"]] - at for first, at in added.items()
                            for i in range(first, first + chunk))
         career.hand_over(Outcome.CLEAN)
@@ -186,16 +191,16 @@ def main(records: int = 50_000, rate: float = 500.0, seconds: float = 20.0) -> N
         server = stack.enter_context(running_redis(base / "redis"))
         client = connect(ensemble.connect_string, session_timeout_s=10.0)
         stack.callback(disconnect, client)
-        common = {"standby": "warm", "trigger_interval_s": 0.1, "handover_budget_s": 30.0}
+        common = {"standby": "warm", "trigger_interval_s": 0.1, "handover_budget_s": 30.0,
+                  "max_bytes_per_trigger": _BATCH_BYTES}
         topic = RedisTopic.parse(f"{server.url}?prefix=bench")
         results = []
         file_root, redis_root = base / "file", base / "redis-data"
-        results.append(_run("file", file_root, SparkCareerConfig(data_root=file_root,
-                                                                 max_files_per_trigger=_PER_BATCH_FILES, **common),
+        results.append(_run("file", file_root, SparkCareerConfig(data_root=file_root, **common),
                             _FileQueue(file_root).add, client, records, rate, seconds))
-        results.append(_run("redis", redis_root, SparkCareerConfig(
-            data_root=redis_root, queue_url=str(topic), max_entries_per_trigger=_PER_BATCH_FILES * _PER_FILE,
-            **common), _StreamQueue(topic).add, client, records, rate, seconds))
+        results.append(_run("redis", redis_root, SparkCareerConfig(data_root=redis_root, queue_url=str(topic),
+                                                                   **common),
+                            _StreamQueue(topic).add, client, records, rate, seconds))
     run = {"records": records, "rate": rate, "seconds": seconds, "cpus": os.cpu_count(), "results": results}
     (_HERE / "results.json").write_text(json.dumps(run, indent=2) + "\n")
     lines = [f"| queue | records/s (backlog of {records:,}) | latency p50 | p90 | p99 | mean |",
