@@ -89,6 +89,10 @@ class CareerObserver(Protocol):
         """Rows Spark dropped as older than the deduplication watermark: in no output. The career keeps its event
         time at or past the watermark, so this stays 0; a non-zero count is a bug to alert on."""
 
+    def queue_lost(self, lost: bool) -> None:
+        """Whether the queue's source lost entries the group has not read (a Redis stream that lost its tail):
+        the leader commits nothing past the hole while it is there; an alert fires."""
+
 
 @dataclass
 class CareerContext:

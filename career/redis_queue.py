@@ -44,6 +44,7 @@ __all__ = [
     "OTHER_FIELDS",
     "RECORD_FIELD",
     "START",
+    "CommittedPositions",
     "EntryId",
     "Position",
     "RedisTopic",
@@ -52,6 +53,7 @@ __all__ = [
     "StreamState",
     "TrimPoint",
     "account_stream",
+    "committed_positions",
     "entry_line",
     "entry_text",
     "is_redis_url",
@@ -373,6 +375,34 @@ def trim_point(groups: Mapping[str, Position | None]) -> TrimPoint | None:
         return None
     slowest = min(p for p in positions if p is not None)
     return TrimPoint(slowest.id.next(), slowest.n)
+
+
+class CommittedPositions(NamedTuple):
+    """What a commit record says of its batch's stream (its ``redis`` field): ``through``, where the batch ended;
+    ``checkpointed``, where it began (committed and in the group's Spark checkpoint: what trimming may go up to);
+    ``trim``, the trim point kept with it. Each None when the record has none."""
+
+    through: Position | None = None
+    checkpointed: Position | None = None
+    trim: TrimPoint | None = None
+
+
+def committed_positions(record: Mapping[str, Any] | None) -> CommittedPositions:
+    """A commit record's positions in its stream (:class:`CommittedPositions`; all None for a record of a queue
+    folder, or none).
+
+    Example:
+        >>> committed_positions({"redis": {"stream": "o:0", "through": {"id": "5-0", "n": 9},
+        ...                                "trim": {"below": "3-1", "n": 4}}}).trim
+        TrimPoint(below=EntryId(ms=3, seq=1), n=4)
+    """
+    found = (record or {}).get("redis")
+    if not isinstance(found, Mapping):
+        return CommittedPositions()
+    through, checkpointed, trim = found.get("through"), found.get("checkpointed"), found.get("trim")
+    return CommittedPositions(Position.from_offset(through) if through else None,
+                              Position.from_offset(checkpointed) if checkpointed else None,
+                              TrimPoint(EntryId.parse(str(trim["below"])), int(trim["n"])) if trim else None)
 
 
 @dataclass(frozen=True)

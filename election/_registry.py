@@ -57,15 +57,22 @@ class QueueKey:
     queue_dir: str
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "queue_dir", str(Path(self.queue_dir).expanduser().resolve()))
+        if not self.remote:
+            object.__setattr__(self, "queue_dir", str(Path(self.queue_dir).expanduser().resolve()))
+
+    @property
+    def remote(self) -> bool:
+        """Whether the queue is a topic on a server (a Redis topic's URL, its password hidden) rather than a folder:
+        such a queue is known by its topic id only (it has no earlier release's key)."""
+        return "://" in self.queue_dir
 
     @property
     def topic(self) -> QueuePaths | None:
         return None if self.topic_id is None else QueuePaths(self.topic_id)
 
     @property
-    def legacy(self) -> QueuePaths:
-        return QueuePaths.of_path(self.queue_dir)
+    def legacy(self) -> QueuePaths | None:
+        return None if self.remote else QueuePaths.of_path(self.queue_dir)
 
     def paths(self) -> list[QueuePaths]:
         """The keys to read, the topic's first."""
@@ -201,7 +208,7 @@ def register_group(client: ZooKeeperClient, queue: QueueKey, group: str, data_ro
                                       f"or remove that group with `tenure groups remove {other.group}`")
         entry = RegisteredGroup(group=group, data_root=root, registered_at=time.time(), data_root_id=data_root_id,
                                 queue_dir=queue.queue_dir)
-        legacy = _entry(client, queue.legacy.group(group), group, timeout_s)
+        legacy = None if queue.legacy is None else _entry(client, queue.legacy.group(group), group, timeout_s)
         if legacy is not None:
             entry = RegisteredGroup(**{**entry.to_json(), "registered_at": legacy.registered_at or entry.registered_at})
         client.ensure_path_async(paths.root, acl=acl).get(timeout=timeout_s)
@@ -230,6 +237,8 @@ def _move_legacy(client: ZooKeeperClient, queue: QueueKey, group: str, timeout_s
     node) when the group is alone there; kept otherwise, for the other groups' replicas of the earlier release,
     whose archiving reads only that key and must go on waiting for this group."""
     legacy = queue.legacy
+    if legacy is None:
+        return
     others = [name for name in _children(client, legacy.root, timeout_s) if name != group]
     if others:
         _log.info("registry_entry_copied", group=group, topic_id=queue.topic_id, queue_dir=queue.queue_dir,

@@ -67,6 +67,7 @@ EXPORTED_METRICS = frozenset(
         "tenure_queues_led",
         "tenure_group_balanced",
         "tenure_queue_moves_total",
+        "tenure_queue_lost",
         "tenure_row_timeouts_total",
     }
 )
@@ -179,8 +180,13 @@ def _volume_mounts(service: dict[str, Any]) -> dict[str, str]:
 
 @needs_compose
 def test_compose_file_is_accepted(compose: dict[str, Any]) -> None:
-    """`docker-compose config` accepts docker-compose.yml and it defines the documented services."""
-    assert set(compose["services"]) == {*ZOOKEEPERS, *SPARK_SERVICES, *REPLICAS, "producer", "prometheus", "grafana"}
+    """`docker-compose config` accepts docker-compose.yml and it defines the documented services (the redis
+    profile's Redis and its producer among them), the replicas reading TENURE_QUEUE_URL when it is set."""
+    assert set(compose["services"]) == {*ZOOKEEPERS, *SPARK_SERVICES, *REPLICAS, "producer", "prometheus", "grafana",
+                                        "redis", "producer-redis"}
+    assert compose["services"]["redis"]["profiles"] == ["redis"]
+    assert compose["services"]["redis"]["command"][1:5] == ["--appendonly", "yes", "--appendfsync", "always"]
+    assert all("TENURE_QUEUE_URL" in compose["services"][name]["environment"] for name in REPLICAS)
 
 
 @needs_compose
@@ -245,6 +251,8 @@ def test_compose_published_ports(compose: dict[str, Any]) -> None:
         "tenure-2": {("127.0.0.1", 9402, 9400)},
         "tenure-3": {("127.0.0.1", 9403, 9400)},
         "producer": set(),
+        "redis": {("127.0.0.1", 6379, 6379)},
+        "producer-redis": set(),
         "prometheus": {("127.0.0.1", 9090, 9090)},
         "grafana": {("127.0.0.1", 3000, 3000)},
     }
@@ -676,6 +684,7 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
         "TenureBatchSetAside",
         "TenureRecordsDropped",
         "TenureImbalanced",
+        "TenureQueueLost",
     }
     assert fires == set(rules), f"no firing case for {set(rules) - fires}"
     assert quiet == set(rules), f"no quiet case for {set(rules) - quiet}"

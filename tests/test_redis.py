@@ -340,14 +340,14 @@ def test_the_producer_sends_a_pipeline_again_when_redis_comes_back(private_redis
 
 
 def test_tenure_produce_writes_a_redis_topic_from_the_command_line(redis_topic: RedisTopic) -> None:
-    """``tenure produce --queue redis://…`` writes the records (its summary names the topic and its pipelines), and
+    """``tenure produce --queue-url redis://…`` writes the records (its summary names the topic and its pipelines), and
     giving both or neither of --data-root and --queue is one error line."""
-    done = tenure("produce", "--queue", str(redis_topic), "--records", "30", "--keys", "3", "--seed", "1")
+    done = tenure("produce", "--queue-url", str(redis_topic), "--records", "30", "--keys", "3", "--seed", "1")
     assert done.returncode == 0, done.stderr
     assert f"into {redis_topic}: {redis_topic.prefix}:0/" in done.stdout and "in 1 pipelines" in done.stdout
     assert stream_state(connect(redis_topic), redis_topic.stream(0)).entries_added == 30
     neither = tenure("produce", "--records", "1")
-    assert neither.returncode != 0 and "--data-root D (a queue folder) or --queue redis://" in neither.stderr
+    assert neither.returncode != 0 and "--data-root D (a queue folder) or --queue-url redis://" in neither.stderr
 
 
 # -- verify's reader ------------------------------------------------------------------------------------------------

@@ -100,14 +100,16 @@ _NEW = {"--op-timeout-share": None, "--master-request-share": 0.25, "--master-re
         "--handover-application-stop-share": 0.25, "--handover-application-stop-max-s": 2.0,
         # issue 50: a poison batch bounded by time as well as count, and split
         "--set-aside-after-s": 600.0, "--split-max-trials": 48,
-        # issue 51: a group of several queues, the cap on queues led, the balance's settle time
-        "--queues": None, "--max-queues-led": None, "--balance-settle-s": 10.0}
+        # issue 51: a topic of several queues, the cap on queues led, the balance's settle time
+        "--queues": None, "--max-queues-led": None, "--balance-settle-s": 10.0,
+        # issue 52: a Redis topic
+        "--queue-url": None, "--max-entries-per-trigger": 10_000}
 
 
 def test_flags_variables_and_defaults_are_those_of_before() -> None:
     """Every flag of `tenure run` before is still there with its variable, type and default (the TOML key is the
     flag's name with underscores); the only new flags are the named shares of budgets, a poison batch's two
-    bounds, and the queues' three."""
+    bounds, the queues' three and a Redis topic's two."""
     options = {p.opts[0]: p for p in run.params if isinstance(p, click.Option) and p.name != "config_file"}
     declared = {d.flag: d for d in SETTINGS}
     assert set(options) == set(declared)

@@ -53,6 +53,7 @@ class Recorder:
     started: list[int] = field(default_factory=list)
     stuck: list[int] = field(default_factory=list)  # batches that finished without progress (row function stuck)
     dropped: list[int] = field(default_factory=list)  # rows Spark dropped by watermark, as reported
+    lost: list[bool] = field(default_factory=list)  # the queue's lost gauge, as set
 
     def batch_started(self, batch_id: int) -> None:
         self.started.append(batch_id)
@@ -74,6 +75,9 @@ class Recorder:
 
     def records_dropped(self, records: int) -> None:
         self.dropped.append(records)
+
+    def queue_lost(self, lost: bool) -> None:
+        self.lost.append(lost)
 
     def outcomes(self) -> list[str]:
         return [outcome for outcome, _ in self.batches]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from tenure.career.lifecycle import HANDED_OVER
 from tenure.election import RELEASE_INCOMPLETE, GroupPaths, connected, read_group_identity
@@ -220,3 +221,37 @@ def test_a_replica_stopped_while_it_imports_exits_0_and_joins_nothing(zk_hosts: 
         assert not zk_client.exists(election) or zk_client.get_children(election) == []
     finally:
         replicas.reap_all()
+
+
+def test_up_with_redis_runs_an_embedded_redis_beside_the_ensemble_and_reaps_it(tmp_path: Path) -> None:
+    """`tenure up --redis`: an embedded Redis is started before the replicas (its topic's URL printed with the
+    endpoints, prefixed by the group), answers, and is stopped with the rest on SIGTERM: no process left."""
+    proc = subprocess.Popen([*TENURE, "up", "--replicas", "1", "--dir", str(tmp_path), "--redis",
+                             "--career", "counter", "--session-timeout-s", "4", "--handover-timeout-s", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stdout is not None
+        stdout = proc.stdout
+
+        def endpoints() -> str | None:
+            line = stdout.readline()
+            assert line, "tenure up exited before printing its endpoints"
+            return line if "metrics:" in line else None
+
+        first = wait_for(endpoints, 90, "tenure up to print its endpoints", interval_s=0)
+        url = re.search(r"Redis: (\S+)", first)
+        assert url is not None and url.group(1).endswith("?prefix=default"), first
+        client = redis.Redis.from_url(url.group(1).split("?")[0], socket_timeout=5)
+        assert client.ping()
+        client.close()
+        children = descendants(proc.pid)
+        assert any(b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in children)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in children), 15,
+                 "every child process to be gone, Redis's too")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

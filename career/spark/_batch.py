@@ -21,6 +21,7 @@ from tenure.career._durable import sync_tree
 from tenure.career._protocol import CareerObserver, FailedBatch
 from tenure.career.output import check_batch_schema
 from tenure.career.queue import printable_name
+from tenure.career.redis_queue import Position, TrimPoint
 from tenure.career.set_aside import ReplayRecord, mark_replayed, pending_replays, replay_records
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._errors import HandingOverError, SparkCareerError
@@ -41,6 +42,7 @@ from tenure.career.spark._pipeline import (
 )
 from tenure.career.spark._publish import finish_publish, is_published, staged_parts
 from tenure.career.spark._record import check_record, check_size
+from tenure.career.spark._redis_topic import Trimmer, batch_positions, record_field
 from tenure.career.spark._retry import (
     WRITTEN,
     RowFunction,
@@ -197,8 +199,9 @@ class BatchWriter:
     """
 
     def __init__(self, term: Term, layout: Layout, config: SparkCareerConfig, observer: CareerObserver,
-                 replica_id: str, hooks: Hooks, faults: Callable[[str], None]) -> None:
+                 replica_id: str, hooks: Hooks, faults: Callable[[str], None], trimmer: Trimmer | None = None) -> None:
         self._term = term
+        self._trimmer = trimmer
         self._faults = faults
         self._layout = layout
         self._config = config
@@ -318,6 +321,7 @@ class BatchWriter:
         stage_s = time.monotonic() - phase - done.read_s
         self._fault("after_stage")
         # 4. The fenced commit: the only step that makes the batch count.
+        trim_to, through, redis_field = self._redis_field(batch_id, record)
         committed_at = time.time()
         new_record: dict[str, Any] = {
             **self._queue_field,
@@ -336,6 +340,7 @@ class BatchWriter:
             **done.retry,
             **({"replayed": list(replay.batches)} if replay.batches else {}),
             **({"set_aside": done.set_aside} if done.set_aside is not None else {}),
+            **redis_field,
         }
         check_size(new_record)
         commit_started = time.monotonic()
@@ -352,6 +357,7 @@ class BatchWriter:
         published = finish_publish(layout, new_record, self._fault)
         publish_s = time.monotonic() - publish_started - published.delta_s
         self._replayed(new_record)
+        self._trim(trim_to, through)
         if done.retry:
             self._observer.retry_waiting(int(done.retry["retry_waiting"]))
         term.log.info(BATCH_COMMITTED, batch=batch_id, epoch=term.epoch, written=counts["written"],
@@ -571,16 +577,20 @@ class BatchWriter:
         term, layout = self._term, self._layout
         files = batch_files(term.checkpoint, batch_id)
         _counts, _read, spans, _outcomes = self._stats(df)
+        # A stream's entries have no file to keep: the batch's records are set aside themselves, by stream.
+        entries = self._by_stream(df) if self._trimmer is not None else None
         marks = self._marks_at(record)
         new_marks = marks.advanced({key: high for key, (_low, high) in spans.items()})
         staging = layout.staging(layout.set_aside, term.epoch, batch_id)
-        lines = stage_set_aside(layout, staging, batch_id=batch_id, epoch=term.epoch, files=files, failed=failed)
+        lines = stage_set_aside(layout, staging, batch_id=batch_id, epoch=term.epoch, files=files, failed=failed,
+                                records=entries)
         staged = {"set_aside": layout.relative(staging)}
         order = self._stage_marks(new_marks, marks, record, staged, batch_id)
         for stored in staged.values():
             sync_tree(layout.resolve(stored))
         self._fault("after_stage")
         counts = {"set_aside": lines}
+        trim_to, through, redis_field = self._redis_field(batch_id, record)
         new_record: dict[str, Any] = {
             **{name: (record or {})[name] for name in _CARRIED if name in (record or {})},
             **self._queue_field,
@@ -594,6 +604,7 @@ class BatchWriter:
             "files": files,
             **order,
             "set_aside": {**failed.to_json(), "split": False, "records": lines},
+            **redis_field,
         }
         check_size(new_record)
         term.ctx.fence.commit(new_record, version)
@@ -603,10 +614,44 @@ class BatchWriter:
             term.order = (order["order"], new_marks)
         self._fault("after_commit")
         finish_publish(layout, new_record, self._fault)
+        self._trim(trim_to, through)
         term.log.warning("batch_set_aside", batch=batch_id, epoch=term.epoch, files=len(files), records=lines,
                          attempts=failed.attempts, error=failed.error)
         self._fault("after_publish")
         return "set_aside", counts, True
+
+    # -- a Redis topic ---------------------------------------------------------------------------------------
+
+    def _redis_field(self, batch_id: int, record: dict[str, Any] | None
+                     ) -> tuple[TrimPoint | None, Position | None, dict[str, Any]]:
+        """On a Redis topic, the batch's positions and the trim point to apply after its commit (computed now from
+        what every registered group had committed and checkpointed), and the commit record's ``redis`` field
+        (``_redis_topic``); nothing on a queue folder."""
+        trimmer = self._trimmer
+        if trimmer is None:
+            return None, None, {}
+        checkpoint = self._term.checkpoint
+        through, after = batch_positions(lambda batch: batch_offset(checkpoint, batch), batch_id)
+        trim_to = trimmer.plan(after, record, self._term.log)
+        return trim_to, through, {"redis": record_field(trimmer.stream, through, after, trim_to)}
+
+    def _trim(self, trim_to: TrimPoint | None, through: Position | None) -> None:
+        """After the commit, on a Redis topic: trim the stream and show the group's place to operators."""
+        if self._trimmer is not None and through is not None:
+            self._trimmer.apply(trim_to, through, self._term.log)
+
+    @staticmethod
+    def _by_stream(df: DataFrame) -> dict[str, list[tuple[int, bytes]]]:
+        """A batch's records by stream (``<stream>/<id>`` sources), each with its entry's number, as JSON lines:
+        what a batch of a Redis topic set aside whole keeps."""
+        table = df.where(F.col("kind") == KIND_ROW).select("source_file", "line", *_RECORD_COLUMNS).toArrow()
+        kept: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
+        for row in table.to_pylist():
+            record = {name: row[name] for name in _RECORD_COLUMNS}
+            record["payload"] = json.loads(record["payload"]) if record["payload"] is not None else None
+            kept[str(row["source_file"]).rsplit("/", 1)[0]].append(
+                (int(row["line"]), json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode()))
+        return dict(kept)
 
     def _marks_at(self, record: dict[str, Any] | None) -> HighWaterMarks:
         """The per-key high-water marks as of the committed ``record`` (cached per term)."""

@@ -17,6 +17,7 @@ import structlog
 from tenure.career._deadline import call_within
 from tenure.career._protocol import BatchFailed, CareerContext, CareerObserver, Outcome
 from tenure.career.lifecycle import HANDED_OVER, INAUGURATED
+from tenure.career.redis_queue import StreamLost
 from tenure.career.spark._batch import BatchWriter
 from tenure.career.spark._checkpoints import StaleTermError, adopt_checkpoint, spark_committed
 from tenure.career.spark._cluster import ClusterMaster
@@ -30,6 +31,7 @@ from tenure.career.spark._publish import adopt_outputs, finish_publish, is_publi
 from tenure.career.spark._query import query_name, start_query
 from tenure.career.spark._record import check_record
 from tenure.career.spark._recovery import repair_checkpoint, repair_delta_log
+from tenure.career.spark._redis_topic import LOST_RETRY_S, STREAM_LOST, GroupPositions, Trimmer
 from tenure.career.spark._standby import SparkStandby
 from tenure.career.spark._term import Term, TermClock, committed_batch, no_fault
 from tenure.errors import CommitOutcomeUnknown, ConfigError, ElectionError, Fenced, NotLeader, Unresponsive
@@ -101,6 +103,9 @@ class SparkCareer:
         queue: the queue of the topic this career reads (0 ≤ ``queue`` < ``queues``).
         queues: the topic's number of queues (its ``_topic.json``'s); 1, the default, keeps every path, name and
             column of before topics had several queues.
+        positions: on a Redis topic (``config.queue_url``), every group registered on it and its committed and
+            checkpointed position in queue k's stream, read from ZooKeeper: the stream is trimmed below the slowest
+            after each commit (``_redis_topic``). Default None: this group is the topic's only one.
 
     Raises:
         ConfigError: ``queue`` is not one of ``queues``, or a topic of several queues with a source other than the
@@ -112,14 +117,15 @@ class SparkCareer:
                  clock: Callable[[], float] = time.monotonic, group: str = "default",
                  registered_groups: Callable[[], Collection[str]] | None = None,
                  faults: Callable[[str], None] | None = None, cluster_master: ClusterMaster | None = None,
-                 standby: SparkStandby | None = None, queue: int = 0, queues: int = 1) -> None:
+                 standby: SparkStandby | None = None, queue: int = 0, queues: int = 1,
+                 positions: GroupPositions | None = None) -> None:
         self._config = config
         self._observer = observer
         self._replica_id = replica_id
         self._clock = clock
         queue_root = Path(config.queue_dir).resolve() if config.queue_dir is not None else None
         self._layout = Layout(Path(config.data_root).resolve(), queue_root, queue, queues)
-        if queues > 1 and (not config.file_source or config.source_path is not None):
+        if queues > 1 and config.redis_topic is None and (not config.file_source or config.source_path is not None):
             raise ConfigError(f"source_format={config.source_format!r} and source_path={config.source_path!r} read "
                               f"no queue of a topic of {queues} queues: a topic of several queues is read from its "
                               "queues' own landing/ folders (leave both unset)")
@@ -130,6 +136,8 @@ class SparkCareer:
                               "Spark masters only for now (a cluster application serves every queue its replica "
                               "leads, and a new term of another queue would kill it); use local[N], or --queues 1")
         self._marks = ConsumptionMarks(self._layout, group, registered_groups)
+        topic = config.redis_topic
+        self._trimmer = Trimmer(topic, queue, group, positions) if topic is not None else None
         self._log = structlog.get_logger("tenure.career.spark").bind(
             replica_id=replica_id, **({"queue": queue} if queues > 1 else {}))
         self._term: Term | None = None
@@ -196,7 +204,8 @@ class SparkCareer:
         log = self._log.bind(epoch=ctx.epoch)
         self._standby.session_for_term(ctx.epoch, log)
         layout = self._layout
-        for folder in (layout.landing, layout.table, layout.quarantine, layout.archive):
+        for folder in ((layout.landing, layout.archive) if self._trimmer is None else ()) + (layout.table,
+                                                                                               layout.quarantine):
             folder.mkdir(parents=True, exist_ok=True)
         record, _version = ctx.fence.read_commit()
         check_record(layout, record)  # before anything acts on what it names
@@ -269,7 +278,10 @@ class SparkCareer:
         if query is None:
             self._start_query(term)
             return False
-        if not self._jvm(lambda: bool(query.isActive)) and not self._recover_query(term):
+        active = self._jvm(lambda: bool(query.isActive))
+        if term.lost is not None:
+            return self._while_lost(term, active)
+        if not active and not self._recover_query(term):
             return False
         self._housekeeper.run(term)
         self._standby.tend(term)
@@ -319,6 +331,8 @@ class SparkCareer:
         self._report_progress(term)
         self._standby.progress.forget(self._run_id)
         self._run_id = None
+        if term.lost is not None:  # the gauge is the leader's: the next one sets it again if the hole is still there
+            self._observer.queue_lost(False)
         # Only if Spark's checkpoint has the batch: then no re-run needs its files.
         self._housekeeper.archive_committed(term)
         self._term = None
@@ -357,6 +371,8 @@ class SparkCareer:
         """Stop the archive sweep, a running query and, when the career built it, the standby (keep-warm, and Spark
         if the standby started it); a shared standby is its owner's to close."""
         self._housekeeper.close()
+        if self._trimmer is not None:
+            self._trimmer.close()
         if self._term is not None:
             try:
                 self.hand_over(Outcome.FAILED)
@@ -371,7 +387,7 @@ class SparkCareer:
         started = self._clock()
         session = self._standby.session()
         writer = BatchWriter(term, self._layout, self._config, self._observer, self._replica_id, self._hooks,
-                             self._faults)
+                             self._faults, self._trimmer)
         name = query_name(self._replica_id, term.epoch, term.restarts)
         term.error, term.failed = None, None
 
@@ -387,8 +403,52 @@ class SparkCareer:
         self._run_id = run_id
         term.log.info(QUERY_STARTED, query=name, seconds=round(self._clock() - started, 3))
 
+    def _while_lost(self, term: Term, active: bool) -> bool:
+        """A Redis topic's stream lost entries (``_lost``): every ``LOST_RETRY_S``, a stopped query is started
+        again (planning refuses again while the hole is there), and one that kept running that long means the
+        stream was restored: the term goes on. The term is kept meanwhile: nothing is committed past the hole, and
+        another leader would stop at it too."""
+        if term.lost_check_at is None or self._clock() < term.lost_check_at:
+            return False
+        if not active and self._lost(term):
+            term.restarts += 1
+            self._start_query(term)
+            term.lost_check_at = self._clock() + LOST_RETRY_S
+            return False
+        if active:
+            term.log.warning("stream_restored", stream=getattr(term.lost, "stream", None),
+                             effect="the query plans from the committed position again")
+        term.lost, term.lost_check_at = None, None
+        self._observer.queue_lost(False)
+        return active or self._recover_query(term)
+
+    def _lost(self, term: Term) -> bool:
+        """Whether the query stopped because its stream lost entries (``StreamLost`` at planning, or at a batch's
+        read): then it logs one line (once while the hole lasts), sets the queue's
+        ``lost`` gauge, and keeps the query down for ``LOST_RETRY_S``. Not a batch's failure: no attempt counts and
+        nothing is set aside, so nothing past the hole is ever skipped."""
+        query = term.query
+        texts = [str(term.error) if term.error is not None else ""]
+        if query is not None:
+            texts.append(str(self._jvm(query.exception) or ""))
+        lost = next((found for text in texts if (found := StreamLost.found_in(text)) is not None), None)
+        if lost is None:
+            return False
+        if term.lost is None:  # once while it lasts: each planning again meets the hole, perhaps with new entries
+            term.log.error(STREAM_LOST, stream=lost.stream, error=str(lost), batch=term.last_committed,
+                           effect="this queue commits nothing until the stream's entries are restored; it plans "
+                                  f"again every {LOST_RETRY_S:g} s")
+        self._observer.queue_lost(True)
+        self._observer.backlog(0)  # nothing can be read past the hole: the leader owes no progress, it is not stalled
+        term.lost, term.error, term.failed = lost, None, None
+        term.lost_check_at = self._clock() + LOST_RETRY_S
+        return True
+
     def _recover_query(self, term: Term) -> bool:
-        """The query has stopped on its own. Restart it after a leadership pause; otherwise raise."""
+        """The query has stopped on its own. Restart it after a leadership pause; a stream that lost entries is
+        planned again later (``_lost``); otherwise raise."""
+        if self._lost(term):
+            return False
         error = term.error
         if isinstance(error, NotLeader) and not term.stop.is_set():
             if not term.ctx.still_leading():

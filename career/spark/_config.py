@@ -11,6 +11,7 @@ from typing import Literal, NamedTuple
 from tenure.career._health import HealthSettings
 from tenure.career.lifecycle._states import RunnerSettings
 from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
+from tenure.career.redis_queue import RedisTopic
 from tenure.career.spark._pipeline import BINARY_FILE
 from tenure.career.spark._retry import RetryPolicy
 from tenure.errors import ConfigError
@@ -98,8 +99,16 @@ class SparkCareerConfig:
         "deadline, the follower warms up locally and holds none (`standby_without_executors`). 0: followers hold "
         "none (the leader's application starts at election).",
         hazard="Each follower's executors are cores the leader cannot use.")
+    queue_url: str | None = setting(
+        None, default_text="none: the queue folder", help="A Redis topic to read instead of a queue folder: "
+        "redis://host:port[/db]?prefix=<prefix>, queue k the stream <prefix>:<k> (docs/operating/redis.md); "
+        "not with --queue-dir.", hazard="Run Redis with appendonly yes and appendfsync always: an acknowledged "
+        "entry Redis loses stops the queue's leader until the stream is restored.")
     max_files_per_trigger: int | None = setting(
         5, unit="files", help="Flow control: queue files per batch (ignored when --max-bytes-per-trigger is set).")
+    max_entries_per_trigger: int = setting(
+        10_000, unit="entries", help="Flow control on a Redis topic: stream entries per batch (ignored when "
+        "--max-bytes-per-trigger is set).")
     max_bytes_per_trigger: int | None = setting(
         None, unit="bytes", help="Flow control: bytes per batch, if set; at least one file per batch.")
     trigger_interval_s: float = setting(
@@ -173,7 +182,7 @@ class SparkCareerConfig:
             object.__setattr__(self, "queue_dir", Path(self.queue_dir))
         if self.standby not in ("warm", "cold"):
             raise ConfigError(f"standby={self.standby!r} is not a standby mode; use 'warm' or 'cold'")
-        for name in ("max_files_per_trigger", "max_bytes_per_trigger"):
+        for name in ("max_files_per_trigger", "max_bytes_per_trigger", "max_entries_per_trigger"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{name}={value} is below 1: raise it to at least 1")
@@ -208,6 +217,14 @@ class SparkCareerConfig:
         stray = next((key for key in self.spark_conf if not key.startswith("spark.")), None)
         if stray is not None:
             raise ConfigError(f"spark_conf has {stray!r}, which is not a Spark setting: keys start with 'spark.'")
+        if self.queue_url is not None:
+            topic = RedisTopic.parse(self.queue_url)  # a bad URL is refused at start-up
+            if self.queue_dir is not None:
+                raise ConfigError(f"queue_dir={str(self.queue_dir)!r} and queue_url={topic}: a group reads one "
+                                  "topic, a queue folder or a Redis topic: drop one")
+            if self.source_format != BINARY_FILE or self.source_path is not None:
+                raise ConfigError(f"source_format={self.source_format!r} and queue_url={topic}: a Redis topic is "
+                                  "read by tenure's own source: leave source_format and source_path unset")
         clean = next((key for key in self.source_options if key.lower() == "cleansource"), None)
         if clean is not None:
             raise ConfigError(f"source_options sets {clean}={self.source_options[clean]!r}; remove it: the career "
@@ -238,4 +255,13 @@ class SparkCareerConfig:
     @property
     def file_source(self) -> bool:
         """Whether the source is the landing directory's files (so consumed files are archived)."""
-        return self.source_format == BINARY_FILE
+        return self.source_format == BINARY_FILE and self.queue_url is None
+
+    @property
+    def redis_topic(self) -> RedisTopic | None:
+        """The Redis topic read instead of a queue folder (``queue_url``), if any.
+
+        Raises:
+            ConfigError: ``queue_url`` is not a Redis topic's URL.
+        """
+        return None if self.queue_url is None else RedisTopic.parse(self.queue_url)

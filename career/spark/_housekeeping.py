@@ -1,4 +1,5 @@
-"""The leader's chores between batches, on the control thread: consumption marks, archiving, backlog, retry ticks.
+"""The leader's chores between batches, on the control thread: consumption marks, archiving, backlog, retry ticks
+(a Redis topic: its backlog only).
 
 Rate-limited so that ``execute``, called every few milliseconds, touches the filesystem about once a second. The
 archive sweep, which stats every archived file (the retention's worth: millions on a busy queue), runs on a
@@ -13,13 +14,16 @@ from collections.abc import Callable
 
 from tenure.career._protocol import CareerObserver
 from tenure.career.queue import TICK_SUFFIX, FileIdentity
+from tenure.career.redis_queue import RedisTopic
 from tenure.career.spark._archive import sweep_archive
 from tenure.career.spark._checkpoints import spark_committed
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._intake import admitted_entries
 from tenure.career.spark._landing import MarkReader, QueueEntry, scan_landing, waiting
 from tenure.career.spark._layout import Layout
+from tenure.career.spark._redis_topic import backlog_entries
 from tenure.career.spark._term import Term, committed_batch, mark_consumed
+from tenure.errors import TenureError
 
 __all__ = ["Housekeeper"]
 
@@ -77,6 +81,22 @@ class Housekeeper:
             due = (term.last_record or {}).get("retry_next_due")
             self._observer.backlog(len(self.backlog(term)), retry_due=due is not None and due <= term.clock.now())
             self._wake_for_retries(term)
+        elif (topic := self._config.redis_topic) is not None:
+            self._redis_backlog(term, topic)
+
+    def _redis_backlog(self, term: Term, topic: RedisTopic) -> None:
+        """A Redis topic's backlog: the stream's entries after the committed position (none while it lost entries:
+        nothing can be read, and the leader is not stalled for it), asked within the probe's deadline."""
+        if term.lost is not None:
+            self._observer.backlog(0)
+            return
+        try:
+            entries = backlog_entries(topic, topic.stream(self._layout.index), term.last_record,
+                                      self._config.health.probe_timeout_s)
+        except TenureError as exc:
+            term.log.debug("backlog_unknown", reason=str(exc)[:500])
+            return
+        self._observer.backlog(entries)
 
     def backlog(self, term: Term) -> list[QueueEntry]:
         """The entries of ``landing/`` this group has yet to consume, by the queue source's own rule

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._intake import QUEUE_SOURCE, QueueSource, clock_options
 from tenure.career.spark._layout import Layout
-from tenure.career.spark._pipeline import classified_stream
+from tenure.career.spark._pipeline import classified_stream, deduplicated
 from tenure.career.spark._term import TermClock
 
 __all__ = ["checkpoint_watermark_ms", "query_name", "source_stream", "start_query"]
@@ -60,6 +60,21 @@ def source_stream(session: SparkSession, config: SparkCareerConfig, layout: Layo
         watermark_ms: the watermark of the checkpoint the query resumes (:func:`checkpoint_watermark_ms`).
         clock: the term's group clock: the queue source's event time (none: rows are stamped at ingestion).
     """
+    if config.queue_url is not None and not sample:
+        from tenure.career.spark._redis_source import REDIS_SOURCE, RedisSource, classified_entries  # redis-py: here
+
+        session.dataSource.register(RedisSource)
+        options = {"url": config.queue_url,
+                   "queue": str(layout.index), "partitions": str(session.sparkContext.defaultParallelism),
+                   "maxLineBytes": str(config.max_line_bytes),
+                   **(clock_options(clock) if clock is not None else {})}
+        if config.max_bytes_per_trigger is not None:
+            options["maxBytesPerTrigger"] = str(config.max_bytes_per_trigger)
+        else:
+            options["maxEntriesPerTrigger"] = str(config.max_entries_per_trigger)
+        raw = session.readStream.format(REDIS_SOURCE).options(**options).load()
+        return deduplicated(classified_entries(raw, config.max_line_bytes, (layout.index, layout.queues)),
+                            config.dedup_window, watermark_ms)
     if sample or config.file_source:
         session.dataSource.register(QueueSource)
         options = {"path": str(layout.landing if sample or config.source_path is None else config.source_path),

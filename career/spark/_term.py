@@ -80,6 +80,8 @@ class Term:
     restarts: int = 0
     order: tuple[str | None, HighWaterMarks] | None = None  # the per-key marks as of a commit record's "order"
     marked: int | None = None  # the last batch whose queue files this term marked consumed
+    lost: Exception | None = None  # a Redis topic: the StreamLost that stopped the query (planned again later)
+    lost_check_at: float | None = None  # monotonic: when to plan again, or to call the stream restored
     durable: CheckpointSync = field(init=False)  # fsyncs what Spark wrote to the checkpoint
 
     def __post_init__(self) -> None:

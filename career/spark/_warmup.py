@@ -55,6 +55,9 @@ class _NullObserver:
     def records_dropped(self, records: int) -> None:
         pass
 
+    def queue_lost(self, lost: bool) -> None:
+        pass
+
     def commit_finished(self, duration_s: float, committed_at: float) -> None:
         pass
 

@@ -98,17 +98,20 @@ def spark(workers: int, port: int, directory: Path, cores_per_worker: int, worke
 @click.option("--produce", "produce_records", type=int, default=0, show_default=True,
               help="Also run a producer of this many records (0: none).")
 @click.option("--rate", type=float, default=1000.0, show_default=True, help="Producer records per second.")
+@click.option("--redis", is_flag=True, envvar="TENURE_UP_REDIS",
+              help="Read (and produce into) a Redis topic on an embedded Redis started beside the ensemble "
+                   "(append-only file, appendfsync always; its prefix the group) instead of a queue folder.")
 @spark_cluster_option
 def up(replicas: int, directory: Path, career: str, group: str, session_timeout_s: float,
-       handover_timeout_s: float, standby: str, queues: int | None, produce_records: int, rate: float,
+       handover_timeout_s: float, standby: str, queues: int | None, produce_records: int, rate: float, redis: bool,
        spark_workers: int) -> None:
     """Run the compose topology as local processes: a 3-server ensemble, N replicas (on a topic of --queues
-    queues), optionally a producer."""
+    queues, in a folder or on an embedded Redis), optionally a producer."""
     spec = ReplicaSpec(career=career, group=group, session_timeout_s=session_timeout_s,
                        handover_timeout_s=handover_timeout_s, standby=standby)
     if queues is not None:
         spec |= ReplicaSpec(queues=queues)
-    topology = Topology(directory, replicas=replicas, spec=spec, spark_workers=spark_workers)
+    topology = Topology(directory, replicas=replicas, spec=spec, spark_workers=spark_workers, redis=redis)
     producer = ["--records", str(produce_records), "--keys", "50", "--rate", f"{rate:g}",
                 *(["--queues", str(queues)] if queues is not None else [])] if produce_records else None
     log_to_file(topology.logs / "up.log")

@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -35,8 +36,8 @@ _queue_option = click.option(
 
 @click.command()
 @click.option("--data-root", type=click.Path(path_type=Path), default=None, envvar="TENURE_DATA_ROOT",
-              help="The queue folder: files go to its landing/ (or give --queue).")
-@click.option("--queue", "queue_url", default=None, envvar="TENURE_QUEUE", metavar="URL",
+              help="The queue folder: files go to its landing/ (or give --queue-url).")
+@click.option("--queue-url", "queue_url", default=None, envvar="TENURE_QUEUE_URL", metavar="URL",
               help="A Redis topic to write to instead, redis://host:port[/db]?prefix=<prefix>: each record is an "
                    "entry of its key's stream <prefix>:<k>, added with pipelined XADDs (docs/operating/redis.md).")
 @click.option("--records", type=click.IntRange(min=0), default=10000, show_default=True,
@@ -60,12 +61,12 @@ def produce(data_root: Path | None, queue_url: str | None, records: int, keys: i
             duplicates: float, bad: float, queues: int | None, misroute: float, seed: int | None,
             max_line_bytes: int, as_json: bool) -> None:
     """Write records into the landing/ of each one's queue (DATA_ROOT/landing/ for a topic of one queue) as
-    atomically renamed, fsynced JSON Lines files, or into a Redis topic's streams (--queue)."""
+    atomically renamed, fsynced JSON Lines files, or into a Redis topic's streams (--queue-url)."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())
     try:
         if (data_root is None) == (queue_url is None):
-            raise TenureError("give the queue to write to: --data-root D (a queue folder) or --queue redis://… "
+            raise TenureError("give the queue to write to: --data-root D (a queue folder) or --queue-url redis://… "
                               "(a Redis topic), one of the two")
         target = RedisTopic.parse(queue_url) if queue_url is not None else data_root
         assert target is not None
@@ -86,6 +87,10 @@ def produce(data_root: Path | None, queue_url: str | None, records: int, keys: i
               envvar="TENURE_MAX_LINE_BYTES", help="The pipeline's line size limit.")
 @click.option("--queue-dir", type=click.Path(path_type=Path), default=None, envvar="TENURE_QUEUE_DIR",
               help="The shared queue (landing/, archive/) the group reads, if not the data root.")
+@click.option("--queue-url", default=None, envvar="TENURE_QUEUE_URL", metavar="URL",
+              help="The Redis topic the group reads instead of a queue folder (redis://host:port[/db]?prefix=P); "
+                   "with --zk and --group, the trim points and committed positions of its commit records tell "
+                   "trimmed entries from lost ones.")
 @_queues_option
 @click.option("--allow-empty", is_flag=True, help="Pass when the queue holds no valid id (by default that fails: "
               "nothing was audited).")
@@ -105,16 +110,24 @@ def produce(data_root: Path | None, queue_url: str | None, records: int, keys: i
 @click.option("--max-retry-age-s", type=click.FloatRange(min=0), default=None,
               help="Fail when a record has been held for retry longer than this since its first failure.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, queues: int | None, allow_empty: bool,
-           ignore_fields: tuple[str, ...], group: str | None, allow_waiting: bool, target: ZkTarget | None,
-           max_retry_age_s: float | None, as_json: bool) -> None:
+def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, queue_url: str | None, queues: int | None,
+           allow_empty: bool, ignore_fields: tuple[str, ...], group: str | None, allow_waiting: bool,
+           target: ZkTarget | None, max_retry_age_s: float | None, as_json: bool) -> None:
     """Audit exactly-once, content, per-key order and, in a topic of several queues, routing: exit 1 on any
     violation or an empty queue, 2 on a bad path or flag."""
     fields = [f for f in ops.CONTENT_FIELDS if f not in ignore_fields]
     audit = functools.partial(ops.verify, data_root, max_line_bytes=max_line_bytes, queue_dir=queue_dir,
                               allow_empty=allow_empty, content_fields=fields, group=group,
-                              allow_waiting=allow_waiting, max_retry_age_s=max_retry_age_s, queues=queues)
+                              allow_waiting=allow_waiting, max_retry_age_s=max_retry_age_s, queues=queues,
+                              queue_url=queue_url)
     try:
+        if queue_url is not None:
+            if queue_dir is not None:
+                raise TenureError(f"--queue-dir {queue_dir} and --queue-url name two topics: give the one the group "
+                                  "reads")
+            report = _verify_redis(audit, queue_url, target, group)
+            click.echo(report.to_json() if as_json else report.render())
+            sys.exit(0 if report.ok else 1)
         ops.check_data_root(data_root, queue_dir)
         topic = read_topic(queue_dir or data_root, queues)  # another number of queues is refused before the audit
         if target is None:
@@ -132,6 +145,32 @@ def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, queues:
         fail(exc)
     click.echo(report.to_json() if as_json else report.render())
     sys.exit(0 if report.ok else 1)
+
+
+def _verify_redis(audit: Callable[..., ops.VerifyReport], queue_url: str, target: ZkTarget | None,
+                  group: str | None) -> ops.VerifyReport:
+    """``tenure verify --queue-url``: with ``--zk`` and ``--group``, each queue's commit record is read (its trim
+    point and committed position), and a topic of one queue's committed batch checked."""
+    if target is None:
+        return audit()
+    if group is None:
+        raise TenureError("--zk needs --group: name the group whose commit records verify should read")
+    from tenure.career import redis_streams
+
+    topic = RedisTopic.parse(queue_url)
+    client_r = redis_streams.connect(topic)
+    try:
+        found = redis_streams.read_topic(client_r, topic)
+    finally:
+        client_r.close()
+    queues = found.queues if found is not None else 1
+    from tenure.election import read_commit
+
+    with target.connected(read_only=True) as client:
+        records = {k: read_commit(client, group, queue=k, queues=queues)[0] for k in range(queues)}
+        if queues > 1:
+            return audit(commit_records=records)
+        return audit(commit_records=records, committed_batch=lambda: ops.read_committed_batch(client, group))
 
 
 @click.command()

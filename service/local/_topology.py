@@ -14,6 +14,7 @@ import structlog
 from tenure.career.spark import worker_python
 from tenure.service.local._ensemble import Ensemble, die_with_parent, free_base_port
 from tenure.service.local._free_port import free_port
+from tenure.service.local._redis import RedisServer
 from tenure.service.local._replica_process import ReplicaLaunch, ReplicaProcess, ReplicaStatus
 from tenure.service.local._spark_cluster import SparkCluster
 from tenure.service.local._wait import wait_for
@@ -65,7 +66,7 @@ class Topology:
                  zk_tick_ms: int = Ensemble.DEFAULT_TICK_MS, zk_servers: int = 3, zk_client_address: str = "127.0.0.1",
                  replica_launch: dict[str, ReplicaLaunch] | None = None, zk_port: int | None = None,
                  fault_files: bool = False, spark_workers: int = 0,
-                 replica_env: dict[str, dict[str, str]] | None = None) -> None:
+                 replica_env: dict[str, dict[str, str]] | None = None, redis: bool = False) -> None:
         if spec is not None and "data_root" in spec:
             raise ValueError(f"a topology's data root is {directory / 'data'}: leave data_root out of its spec")
         self.directory = directory
@@ -90,6 +91,11 @@ class Topology:
             self.spec |= ReplicaSpec(spark_master=self.spark.master_url, spark_master_webui=self.spark.webui_url)
             self.spec |= _share_cluster(self.spec, cores=spark_workers * SPARK_CORES_PER_WORKER, replicas=replicas)
         self.group: str = self.spec.value("group")
+        #: with ``redis``, an embedded Redis (append-only file, ``appendfsync always``) holding the group's topic,
+        #: started before the replicas and stopped after them
+        self.redis = RedisServer(port=free_port(), directory=directory / "redis") if redis else None
+        if self.redis is not None:
+            self.spec |= ReplicaSpec(queue_url=f"{self.redis.url}?prefix={self.group}")
         self.handover_timeout_s: float = self.spec.value("handover_timeout_s")
         self.replicas = [self._new_replica(f"replica-{i}") for i in range(1, replicas + 1)]
         self.producer: subprocess.Popen[bytes] | None = None
@@ -121,6 +127,8 @@ class Topology:
         self.ensemble.start()
         if self.spark is not None:
             self.spark.start()
+        if self.redis is not None:
+            self.redis.start()
         for replica in self.replicas:
             replica.start()
         _log.info("topology_started", zk=self.ensemble.connect_string, replicas=len(self.replicas),
@@ -168,10 +176,13 @@ class Topology:
         return found[0]
 
     def start_producer(self, args: list[str]) -> subprocess.Popen[bytes]:
-        """Run `tenure produce` into this topology's data root, logging under logs/producer.log."""
+        """Run `tenure produce` into this topology's data root (its Redis topic, with a ``queue_url`` in its spec),
+        logging under logs/producer.log."""
+        queue_url = self.spec.get("queue_url")
+        target = ["--queue-url", str(queue_url)] if queue_url else ["--data-root", str(self.data_root)]
         with (self.logs / "producer.log").open("ab") as log:
             self.producer = subprocess.Popen(
-                [sys.executable, "-m", "tenure", "produce", "--data-root", str(self.data_root), *args],
+                [sys.executable, "-m", "tenure", "produce", *target, *args],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 preexec_fn=die_with_parent(signal.SIGTERM))  # noqa: PLW1509 - prctl only
         return self.producer
@@ -193,5 +204,7 @@ class Topology:
             _log.info(REPLICA_STOPPED, replica_id=replica.replica_id, exit_code=code)
         if self.spark is not None:
             self.spark.stop()
+        if self.redis is not None:
+            self.redis.stop()
         self.ensemble.stop()
         _log.info(TOPOLOGY_STOPPED)

@@ -70,6 +70,7 @@ def run_up(topology: Topology, *, producer_args: list[str] | None = None, plain_
         if producer_args is not None:
             topology.start_producer(producer_args)
         spark = f"Spark: {topology.spark.master_url}   " if topology.spark is not None else ""
+        spark += f"Redis: {topology.spec.value('queue_url')}   " if topology.redis is not None else ""
         print(f"ZooKeeper: {topology.ensemble.connect_string}   {spark}data: {topology.data_root}   "
               f"logs: {topology.logs}   metrics: " + ", ".join(f"127.0.0.1:{r.port}" for r in topology.replicas),
               flush=True)

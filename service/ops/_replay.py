@@ -1,7 +1,8 @@
 """``tenure replay``: ask the group's leader to feed set-aside records back into the output, past their keys' order.
 
 The request is a file beside the set-aside batch (``tenure.career.set_aside`` says what the leader does with it);
-a wake-up tick in the queue's ``landing/`` makes the leader run a batch soon even when no record arrives. In a topic
+a wake-up tick in the queue's ``landing/`` makes the leader run a batch soon even when no record arrives (a Redis
+topic's leader replays at its next batch, when an entry arrives). In a topic
 of several queues, each queue has its own set-aside batches (``set-aside/queue=<k>/``), its leader replays them.
 """
 
@@ -75,7 +76,8 @@ def request_replay(data_root: str | os.PathLike[str], batches: list[int], *,
     for batch in batches:
         write_json(folder / published(batch, REPLAY_REQUEST), {"batch_id": batch, "requested_at": time.time()})
     landing = layout.landing
-    name = f"tenure-replay-{time.time_ns()}{TICK_SUFFIX}"
-    (landing / f".{name}").write_bytes(b"tick\n")
-    (landing / f".{name}").replace(landing / name)
+    if landing.is_dir():  # a group reading a Redis topic has none: its next batch (at the next entry) replays
+        name = f"tenure-replay-{time.time_ns()}{TICK_SUFFIX}"
+        (landing / f".{name}").write_bytes(b"tick\n")
+        (landing / f".{name}").replace(landing / name)
     return Requested(sorted(batches), records)

@@ -43,6 +43,7 @@ __all__ = [
     "PROGRESS_AGE",
     "QUEUES_LED",
     "QUEUE_MOVES",
+    "QUEUE_LOST",
     "RECORDS",
     "RECORD_OUTCOMES",
     "SOURCE_BACKLOG_FILES",
@@ -71,6 +72,7 @@ STALLS = "tenure_stalls"
 QUEUES_LED = "tenure_queues_led"
 GROUP_BALANCED = "tenure_group_balanced"
 QUEUE_MOVES = "tenure_queue_moves"
+QUEUE_LOST = "tenure_queue_lost"
 
 BATCH_OUTCOMES = ("committed", "skipped", "set_aside", "fenced", "failed")
 DROPPED_BY_WATERMARK = "dropped_by_watermark"  # rows Spark dropped as older than the dedup watermark (a bug)
@@ -138,6 +140,9 @@ class Metrics:
                                          buckets=_COMMIT_BUCKETS, registry=registry)
         self.backlog_files = Gauge(SOURCE_BACKLOG_FILES, "Landing files not yet consumed.", per,
                                    registry=registry)
+        self.queue_lost = Gauge(QUEUE_LOST, "1 while this replica leads the queue and its Redis stream lost entries "
+                                "the group has not read: nothing is committed past the hole until it is restored.",
+                                per, registry=registry)
         self.retry_waiting_records = Gauge("tenure_retry_waiting_records",
                                            "Records held in the retry store (failed, or behind a failed one).", per,
                                            registry=registry)
@@ -206,6 +211,7 @@ class QueueMetrics:
         self.commit_duration = child(metrics.commit_duration)
         self.backlog_files = child(metrics.backlog_files)
         self.retry_waiting_records = child(metrics.retry_waiting_records)
+        self.stream_lost = child(metrics.queue_lost)
         self.last_commit = child(metrics.last_commit)
         self.commits_fenced = child(metrics.commits_fenced)
         self.career_failures = child(metrics.career_failures)
@@ -278,3 +284,6 @@ class QueueMetrics:
 
     def records_dropped(self, records: int) -> None:
         self.records(DROPPED_BY_WATERMARK).inc(records)
+
+    def queue_lost(self, lost: bool) -> None:
+        self.stream_lost.set(1 if lost else 0)

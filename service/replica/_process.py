@@ -9,12 +9,14 @@ import re
 import socket
 import time
 from collections.abc import Callable, Collection
+from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry
 
 from tenure.career import Career, CareerObserver, Careers, Standby, counter_careers
-from tenure.career.identity import ensure_data_root_id, ensure_topic, read_topic
+from tenure.career.identity import Topic, ensure_data_root_id, ensure_topic, read_topic
+from tenure.career.redis_queue import Position, RedisTopic, committed_positions
 from tenure.election import (
     Election,
     ElectionEvent,
@@ -30,6 +32,7 @@ from tenure.election import (
     disconnect,
     four_letter_word,
     is_connected,
+    read_commit,
     read_group_identity,
     register_group,
     registered_groups,
@@ -86,9 +89,55 @@ def _queue_groups(config: ReplicaConfig, client: ZooKeeperClient,
     return lambda: registered_groups(client, queue, timeout_s=timeout_s)
 
 
+def _group_positions(config: ReplicaConfig, client: ZooKeeperClient, queue: QueueKey,
+                     queues: int) -> Callable[[int], dict[str, Position | None]]:
+    """A Redis topic's trimming reads: each group registered on the topic and its committed and checkpointed
+    position in queue k's stream, from its commit record in ZooKeeper (a group registered with none: None)."""
+    timeout_s = config.election.op_timeout_s
+
+    def positions(k: int) -> dict[str, Position | None]:
+        return {group: committed_positions(read_commit(client, group, queue=k, queues=queues,
+                                                       timeout_s=timeout_s)[0]).checkpointed
+                for group in registered_groups(client, queue, timeout_s=timeout_s)}
+
+    return positions
+
+
+def _on_redis(topic: RedisTopic, call: Callable[[Any], Topic | None]) -> Topic | None:
+    """``call`` with a client of the Redis topic's server (closed after), Redis's refusal a ``ConfigError``."""
+    from tenure.career import redis_streams  # redis-py: only a replica of a Redis topic loads it
+
+    client = redis_streams.connect(topic)
+    try:
+        return call(client)
+    except (redis_streams.RedisUnavailable, redis_streams.RedisRefused) as exc:
+        raise ConfigError(f"queue_url={topic}: {exc}") from exc
+    finally:
+        client.close()
+
+
+def _topic_of(config: ReplicaConfig) -> Topic | None:
+    """What the Spark career's topic records (its identity and number of queues), if anything."""
+    redis_topic = config.spark.redis_topic if config.spark is not None else None
+    if redis_topic is None:
+        return read_topic(config.queue_dir or config.data_root)
+    from tenure.career.redis_streams import read_topic as read_redis_topic
+
+    return _on_redis(redis_topic, lambda client: read_redis_topic(client, redis_topic))
+
+
 def _queue(config: ReplicaConfig, queues: int) -> QueueKey:
-    """The Spark career's topic, its ``_topic.json`` written first if it has none (this replica is its first), of
-    ``queues`` queues, or refused when it records another number."""
+    """The Spark career's topic, its identity recorded first if it has none (this replica is its first: a queue
+    folder's ``_topic.json``, a Redis topic's ``<prefix>:topic``), of ``queues`` queues, or refused when it records
+    another number."""
+    assert config.spark is not None, "the Spark career's settings are built for the Spark career"
+    topic = config.spark.redis_topic
+    if topic is not None:
+        from tenure.career.redis_streams import ensure_topic as ensure_redis_topic
+
+        found = _on_redis(topic, lambda client: ensure_redis_topic(client, topic, queues))
+        assert found is not None, "ensure_topic records one or finds one"
+        return QueueKey(found.topic_id, str(topic))
     queue_dir = config.queue_dir or config.data_root
     queue_dir.mkdir(parents=True, exist_ok=True)
     return QueueKey(ensure_topic(queue_dir, queues).topic_id, str(queue_dir))
@@ -106,7 +155,7 @@ def _queue_count(config: ReplicaConfig, client: ZooKeeperClient) -> int:
                           f"--zk-auth and the ACLs of /tenure/{config.group}") from exc
     if recorded is not None:
         return recorded.queue_count
-    topic = read_topic(config.queue_dir or config.data_root) if config.career == "spark" else None
+    topic = _topic_of(config) if config.career == "spark" else None
     return 1 if topic is None else topic.queues
 
 
@@ -145,7 +194,8 @@ def _cluster_master(config: ReplicaConfig, spark_master: str) -> StandaloneMaste
 
 
 def _careers(config: ReplicaConfig, queues: int, observer: QueueProgress,
-             registered: Callable[[], Collection[str]] | None = None) -> Careers:
+             registered: Callable[[], Collection[str]] | None = None,
+             positions: Callable[[int], dict[str, Position | None]] | None = None) -> Careers:
     """The replica's standby and how each queue's career is made: the counter's, the Spark career's, or those a
     factory of one's own returns (``observer`` is queue 0's)."""
     if ":" in config.career:
@@ -165,11 +215,12 @@ def _careers(config: ReplicaConfig, queues: int, observer: QueueProgress,
         return Careers.solo(made)
     if config.career == "counter":
         return counter_careers(config.data_root, queues, config.counter, config.health)
-    return _spark_careers(config, queues, observer, registered)
+    return _spark_careers(config, queues, observer, registered, positions)
 
 
 def _spark_careers(config: ReplicaConfig, queues: int, observer: QueueProgress,
-                   registered: Callable[[], Collection[str]] | None) -> Careers:
+                   registered: Callable[[], Collection[str]] | None,
+                   positions: Callable[[int], dict[str, Position | None]] | None = None) -> Careers:
     """The Spark career: for a group of one queue, one ``SparkCareer``, its own standby, as before queues; for
     several, one ``SparkStandby`` (one SparkSession) shared by a ``SparkCareer`` per queue, each reading its queue's
     ``landing/`` and publishing beside the others."""
@@ -182,7 +233,7 @@ def _spark_careers(config: ReplicaConfig, queues: int, observer: QueueProgress,
         if queues == 1:
             return Careers.solo(SparkCareer(spark, observer, replica_id=config.replica_id, group=config.group,
                                             registered_groups=registered, faults=config.faults,
-                                            cluster_master=cluster_master))
+                                            cluster_master=cluster_master, positions=positions))
         standby = SparkStandby.for_replica(spark, replica_id=config.replica_id, group=config.group,
                                            cluster_master=cluster_master)
     except (ValueError, HookError) as exc:  # what only the career can check: the dedup interval, the hooks
@@ -191,7 +242,7 @@ def _spark_careers(config: ReplicaConfig, queues: int, observer: QueueProgress,
     def career_of(queue: int, queue_observer: CareerObserver) -> Career:
         return SparkCareer(spark, queue_observer, replica_id=config.replica_id, group=config.group,
                            registered_groups=registered, faults=config.faults, standby=standby, queue=queue,
-                           queues=queues)
+                           queues=queues, positions=positions)
 
     return Careers(standby, career_of)
 
@@ -223,7 +274,8 @@ def run_replica(config: ReplicaConfig, *, registry: CollectorRegistry | None = N
         # The Spark career reads a queue other groups may share: archiving waits for every registered group.
         # Its settings are checked first, so a bad value registers nothing.
         queue = _queue(config, queues) if config.career == "spark" else None
-        careers = _careers(config, queues, progress.queue(0), _queue_groups(config, client, queue) if queue else None)
+        careers = _careers(config, queues, progress.queue(0), _queue_groups(config, client, queue) if queue else None,
+                           _group_positions(config, client, queue, queues) if queue and queue.remote else None)
         data_root_id = _bind_group(config, client, queue, queues)
         if queue is not None:
             _register_group(config, client, queue, data_root_id)

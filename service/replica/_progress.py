@@ -169,6 +169,9 @@ class QueueProgress:
     def records_dropped(self, records: int) -> None:
         self._metrics.records_dropped(records)
 
+    def queue_lost(self, lost: bool) -> None:
+        self._metrics.queue_lost(lost)
+
 
 class ProgressClock:
     """The progress clock of one replica (the runner's ``LoopProgress``): the control loop's times, and each queue's

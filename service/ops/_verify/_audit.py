@@ -20,11 +20,13 @@ import structlog
 from tenure.career.identity import read_topic
 from tenure.career.output import DEAD_LETTER, QUARANTINE, TABLE
 from tenure.career.queue import DEFAULT_MAX_LINE_BYTES, printable_name, queue_of
+from tenure.career.redis_queue import RedisTopic, StreamAccount, committed_positions
 from tenure.career.spark._layout import Layout
 from tenure.election import GroupPaths, ZooKeeperClient, read_commit, read_group_identity
+from tenure.errors import ConfigError
 from tenure.service.ops._verify._content import CONTENT_FIELDS, EXAMPLES, QueueContent
 from tenure.service.ops._verify._delta import audit_delta
-from tenure.service.ops._verify._files import VerifyError, find_group, read_consumption
+from tenure.service.ops._verify._files import DEFAULT_GROUP, VerifyError, find_group, read_consumption
 from tenure.service.ops._verify._late import PublishedSeqs, check_late
 from tenure.service.ops._verify._report import VerifyReport
 from tenure.service.ops._verify._scan import (
@@ -81,7 +83,8 @@ def verify(
     queue_dir: str | os.PathLike[str] | None = None, allow_empty: bool = False,
     content_fields: Collection[str] = CONTENT_FIELDS, now: float | None = None, group: str | None = None,
     allow_waiting: bool = False, committed_batch: Committed | Callable[[], Committed] | None = None,
-    max_retry_age_s: float | None = None, queues: int | None = None,
+    max_retry_age_s: float | None = None, queues: int | None = None, queue_url: str | None = None,
+    commit_records: Mapping[int, Mapping[str, Any] | None] | None = None,
 ) -> VerifyReport:
     """Audit a data root: each valid queue id written exactly once, as it was, in order; each bad line
     quarantined once.
@@ -135,6 +138,14 @@ def verify(
         max_retry_age_s: ids held for retry longer than this since their first failure fail; None: no limit.
         queues: the topic's number of queues (``--queues``), checked against its ``_topic.json``; None: the
             file's (1 without one).
+        queue_url: a Redis topic the group reads instead of a queue folder (``--queue-url``): each stream's entries
+            are audited as a queue's lines (an entry named by its id, at its number), an entry after the group's
+            committed position is not read yet, and each stream's missing entries are told apart: consumed then
+            trimmed (numbered up to the trim point kept in the commit record; the output's ids and quarantine rows
+            they explain are no longer auditable from Redis, and pass) or lost (any other, which fails).
+        commit_records: on a Redis topic, each queue's commit record (by number): its committed position and trim
+            point; None: each queue's newest checkpoint tells its position, and no trim is known (every missing
+            entry is lost).
 
     Returns:
         The report; ``report.ok`` is False on any loss, waiting id (unless ``allow_waiting``), duplicate,
@@ -150,16 +161,24 @@ def verify(
     started = time.monotonic()
     root = Path(data_root)
     content = QueueContent(tuple(content_fields))
-    queue_root = root if queue_dir is None else Path(queue_dir)
-    topic = read_topic(queue_root, queues)
-    n = topic.queues if topic is not None else queues or 1
-    layouts = [Layout(root, None if queue_dir is None else queue_root, k, n) for k in range(n)]
-    group = group if group is not None else find_group([layout.queue for layout in layouts])
-    # First what each queue's group has read: a file read later counts as waiting, never as lost.
-    consumption = [read_consumption(layout.queue, layout.checkpoint, group) for layout in layouts]
     queue = QueueScan(content)
-    for layout, read in zip(layouts, consumption, strict=True):
-        scan_queue(layout.queue, max_line_bytes, read, queue)
+    accounts: list[StreamAccount] = []
+    trims: dict[int, int] = {}
+    if queue_url is not None:
+        n, layouts = _scan_redis(queue_url, queues, root, max_line_bytes, commit_records or {}, queue, accounts)
+        trims = {k: point.n for k, record in (commit_records or {}).items()
+                 if (point := committed_positions(record).trim) is not None}
+        group = group if group is not None else DEFAULT_GROUP
+    else:
+        queue_root = root if queue_dir is None else Path(queue_dir)
+        topic = read_topic(queue_root, queues)
+        n = topic.queues if topic is not None else queues or 1
+        layouts = [Layout(root, None if queue_dir is None else queue_root, k, n) for k in range(n)]
+        group = group if group is not None else find_group([layout.queue for layout in layouts])
+        # First what each queue's group has read: a file read later counts as waiting, never as lost.
+        consumption = [read_consumption(layout.queue, layout.checkpoint, group) for layout in layouts]
+        for layout, read in zip(layouts, consumption, strict=True):
+            scan_queue(layout.queue, max_line_bytes, read, queue)
     quarantine = scan_quarantine(root / QUARANTINE, n)
     late_keys = {r.record["key"] for r in quarantine.late if r.record}
     set_aside = SetAsideScan()
@@ -193,6 +212,9 @@ def verify(
     waiting_ids = missing & queue.unread_ids
     lost_ids = missing - waiting_ids
     unexpected = accounted - queue.ids
+    trimmed = sum(account.trimmed for account in accounts)
+    if len(unexpected) <= trimmed:  # ids of entries consumed, then trimmed: no longer auditable from Redis
+        unexpected = set()
     # An id in two places (written and dead-lettered, say), or dead-lettered twice, is duplicated too. A late
     # id may also be written: a repeat later than the dedup window, checked as late like any other.
     twice = ((table.written & dead.keys()) | (table.written & waiting) | (dead.keys() & waiting)
@@ -203,7 +225,8 @@ def verify(
     quarantined = quarantine.bad
     unquarantined = bad_keys - quarantined.keys() - set_aside.bad - refused.bad
     waiting_bad = unquarantined & queue.unread_bad
-    unexpected_q = quarantined.keys() - bad_keys
+    unexpected_q = {(name, line) for name, line in quarantined.keys() - bad_keys
+                    if line > trims.get(_queue_named(name, n), 0)}  # bad entries below a trim point were consumed
     dup_bad = sorted(k for k, n in quarantined.items() if n > 1)
     q_reasons = quarantine.reasons
     mismatched = sorted(k for k in bad_keys & quarantined.keys() if q_reasons[k] != queue.bad[k])
@@ -234,6 +257,8 @@ def verify(
         "files_outside_delta_versions": delta.outside[:EXAMPLES],
         "files_missing_from_delta_tables": delta.missing[:EXAMPLES],
         "delta_versions_not_one_batch": delta.bad_versions[:EXAMPLES],
+        "streams": [{"stream": a.stream, "present": a.present, "trimmed": a.trimmed, "lost": a.lost,
+                     **({"problems": list(a.problems)} if a.problems else {})} for a in accounts],
         **late.examples,
     }
     report = VerifyReport(
@@ -247,7 +272,7 @@ def verify(
         bad_lines_in=len(queue.bad),
         quarantined=len(quarantined),
         quarantine_rows=quarantine.bad_rows,
-        lost=len(lost_ids),
+        lost=len(lost_ids) + sum(1 if a.lost is None else a.lost for a in accounts),  # a stream's lost entries
         duplicated_ids=table.duplicated_ids + len(twice),
         duplicated_bad_lines=len(dup_bad),
         unexpected_ids=len(unexpected),
@@ -304,6 +329,47 @@ def verify(
               unquarantined=report.unquarantined, content_mismatches=report.content_mismatches,
               late=report.ids_late, wrongly_late=report.wrongly_late, seconds=report.seconds)
     return report
+
+
+def _scan_redis(queue_url: str, queues: int | None, root: Path, max_line_bytes: int,
+                records: Mapping[int, Mapping[str, Any] | None], scan: QueueScan,
+                accounts: list[StreamAccount]) -> tuple[int, list[Layout]]:
+    """Scan a Redis topic's streams into ``scan`` and their accounts into ``accounts``; its number of queues and
+    each queue's layout in the data root.
+
+    Raises:
+        ConfigError: ``queues`` is not the topic's number; VerifyError: Redis did not answer.
+    """
+    from tenure.career.redis_streams import RedisRefused, RedisUnavailable, connect, stream_state
+    from tenure.career.redis_streams import read_topic as read_redis_topic
+    from tenure.service.ops._verify._redis import scan_stream
+
+    topic = RedisTopic.parse(queue_url)
+    client = connect(topic)
+    try:
+        found = read_redis_topic(client, topic)  # none recorded: a topic of one queue, or --queues
+        if found is not None and queues is not None and queues != found.queues:
+            raise ConfigError(f"--queues {queues} does not match the topic {topic}, which has {found.queues} "
+                              f"queues ({topic.topic_key}): pass --queues {found.queues}")
+        n = found.queues if found is not None else queues or 1
+        layouts = [Layout(root, None, k, n) for k in range(n)]
+        for layout in layouts:
+            state = stream_state(client, topic.stream(layout.index))
+            accounts.append(scan_stream(client, state, layout.index, n, max_line_bytes, records.get(layout.index),
+                                        layout.checkpoint, scan))
+    except (RedisUnavailable, RedisRefused) as exc:
+        raise VerifyError(f"{exc}") from exc
+    finally:
+        client.close()
+    return n, layouts
+
+
+def _queue_named(name: str, queues: int) -> int:
+    """The queue of an audit name (``queues/<k>/<name>`` in a topic of several, else queue 0)."""
+    if queues == 1:
+        return 0
+    _folder, queue, _rest = name.split("/", 2)
+    return int(queue)
 
 
 def _check_commits(published: dict[str, BatchEpochs], committed: Mapping[int, int] | None, queues: int

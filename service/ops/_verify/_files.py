@@ -40,6 +40,7 @@ __all__ = [
     "find_group",
     "iter_lines",
     "iter_queue_files",
+    "newest_checkpoint",
     "output_files",
     "parquet_files",
     "qualified",
@@ -139,7 +140,7 @@ def read_consumption(queue: QueueLayout, checkpoint: Path, group: str) -> Consum
             marks[entry.name] = read_mark(Path(entry.path))
         except FileNotFoundError:  # its file archived and the mark removed meanwhile: archive/ says it is read
             continue
-    newest = _newest_checkpoint(checkpoint)
+    newest = newest_checkpoint(checkpoint)
     committed = {} if newest is None else _committed_files(newest)
     return Consumption(group, marks, committed)
 
@@ -147,7 +148,7 @@ def read_consumption(queue: QueueLayout, checkpoint: Path, group: str) -> Consum
 _TERM_FOLDER = re.compile(r"epoch=(\d+)")
 
 
-def _newest_checkpoint(folder: Path) -> Path | None:
+def newest_checkpoint(folder: Path) -> Path | None:
     """The newest term's Spark checkpoint (``epoch=<e>``, the highest ``e``: a stale term's later writes to its
     own folder commit nothing), or the flat one of a tenure before per-term folders; None when there is none."""
     try:

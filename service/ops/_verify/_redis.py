@@ -11,11 +11,15 @@ removed above the trim point, or a tail lost below the committed position, is co
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import redis
 
+from tenure.career.queue import WRONG_QUEUE, classify_line
 from tenure.career.redis_queue import (
     EntryId,
     Position,
@@ -24,11 +28,14 @@ from tenure.career.redis_queue import (
     StreamState,
     TrimPoint,
     account_stream,
+    committed_positions,
     entry_line,
 )
 from tenure.career.redis_streams import entries, stream_state
+from tenure.service.ops._verify._files import newest_checkpoint, qualified
+from tenure.service.ops._verify._scan import QueueScan
 
-__all__ = ["StreamLine", "account_topic", "stream_lines"]
+__all__ = ["StreamLine", "account_topic", "checkpoint_position", "scan_stream", "stream_lines"]
 
 
 @dataclass(frozen=True)
@@ -85,3 +92,62 @@ def account_topic(client: redis.Redis, topic: RedisTopic, queues: int, *,
         state = stream_state(client, stream)
         found.append((state, account_stream(state, (trims or {}).get(stream), (committed or {}).get(stream))))
     return found
+
+
+def checkpoint_position(checkpoint: Path) -> Position | None:
+    """The position the group's newest Spark checkpoint (of queue k: its terms' folder ``checkpoint``) has
+    committed in its stream: the end offset of its newest batch in ``commits/``; None when it committed none."""
+    from tenure.career.spark._intake import batch_offset  # imports pyspark: only with a checkpoint
+
+    newest = newest_checkpoint(checkpoint)
+    if newest is None:
+        return None
+    try:
+        batches = [int(e.name) for e in os.scandir(newest / "commits") if e.name.isdigit()]
+    except FileNotFoundError:
+        return None
+    offset = batch_offset(newest, max(batches)) if batches else {}
+    return Position.from_offset(offset) if "id" in offset else None
+
+
+def scan_stream(client: redis.Redis, state: StreamState, queue: int, queues: int, max_line_bytes: int,
+                record: Mapping[str, Any] | None, checkpoint: Path, scan: QueueScan) -> StreamAccount:
+    """Classify every entry of queue ``queue``'s stream into ``scan`` as :func:`scan_queue` does a queue's files
+    (each entry named by its id, qualified by its queue, at its number: where the consumer's quarantine rows name
+    it); an entry after the group's committed position (``record``'s ``through``, else its newest checkpoint's) is
+    not read yet. Returns the stream's account of the entries it misses (trimmed below ``record``'s trim point, or
+    lost)."""
+    committed = committed_positions(record)
+    position = committed.through if committed.through is not None else checkpoint_position(checkpoint)
+    content, bad = scan.content, scan.bad
+    lines_in, ids_before, bad_before, misrouted, unread = 0, len(content.first), len(bad), 0, 0
+    for line in stream_lines(client, state):
+        lines_in += 1
+        name, number = qualified(str(line.id), queue, queues), line.n or 0
+        read = position is not None and line.id <= position.id
+        unread += not read
+        if line.raw is None:
+            record_, reason = None, line.refused
+        else:
+            record_, reason = classify_line(line.raw, max_line_bytes, queue=queue, queues=queues)
+        if record_ is None:
+            bad[(name, number)] = reason or "?"
+            misrouted += reason == WRONG_QUEUE
+            if not read:
+                scan.unread_bad.add((name, number))
+            continue
+        scan.valid_lines += 1
+        rid = record_["id"]
+        if read:
+            scan.unread_ids.discard(rid)
+        elif rid not in content.first:
+            scan.unread_ids.add(rid)
+        content.add(record_)
+    if unread:
+        scan.unread_files.append(f"{state.stream} ({unread} entries)")
+    scan.files += 1
+    scan.lines += lines_in
+    scan.by_queue[queue] = {"files": 1, "lines": lines_in, "ids_in": len(content.first) - ids_before,
+                            "bad_lines_in": len(bad) - bad_before, "wrong_queue": misrouted,
+                            "waiting_files": int(bool(unread))}
+    return account_stream(state, committed.trim, position)
