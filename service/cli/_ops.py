@@ -170,7 +170,7 @@ def _verify_redis(audit: Callable[..., ops.VerifyReport], queue_url: str, target
         records = {k: read_commit(client, group, queue=k, queues=queues)[0] for k in range(queues)}
         if queues > 1:
             return audit(commit_records=records)
-        return audit(commit_records=records, committed_batch=lambda: ops.read_committed_batch(client, group))
+        return audit(commit_records=records, committed_batch=lambda: ops.read_committed_batches(client, group))
 
 
 @click.command()
