@@ -27,23 +27,35 @@ from tests._prometheus import alerts, prometheus_binary, query, running_promethe
 from tests._replicas import REPO, TENURE, counter_replica_set, descendants
 
 
+def _up(tmp_path: Path, *flags: str) -> subprocess.Popen[str]:
+    """`tenure up` on a counter career in tmp_path with quick elections and ``flags``, its terminal on a pipe."""
+    return subprocess.Popen([*TENURE, "up", "--dir", str(tmp_path), "--career", "counter", "--session-timeout-s", "4",
+                             "--handover-timeout-s", "2", *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def _endpoints(proc: subprocess.Popen[str]) -> str:
+    """The line where `tenure up` prints its endpoints (metrics, ZooKeeper, Redis), read off its terminal."""
+    assert proc.stdout is not None
+    stdout = proc.stdout
+
+    def endpoints() -> str | None:
+        line = stdout.readline()
+        assert line, "tenure up exited before printing its endpoints"
+        return line if "metrics:" in line else None
+
+    return wait_for(endpoints, 90, "tenure up to print its endpoints", interval_s=0)
+
+
 def test_up_elects_one_leader_and_stops_clean(tmp_path: Path) -> None:
     """`tenure up --career counter`: one leader, metrics on every replica; a replica that dies is restarted and
     the terminal says so; SIGTERM leaves no process behind."""
-    proc = subprocess.Popen([*TENURE, "up", "--replicas", "3", "--dir", str(tmp_path),
-                             "--career", "counter", "--session-timeout-s", "4", "--handover-timeout-s", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = _up(tmp_path, "--replicas", "3")
     try:
+        first = _endpoints(proc)
         assert proc.stdout is not None
         stdout = proc.stdout
-
-        def endpoints() -> str | None:
-            line = stdout.readline()
-            assert line, "tenure up exited before printing its endpoints"
-            return line if "metrics:" in line else None
-
-        first = wait_for(endpoints, 90, "tenure up to print its endpoints", interval_s=0)
         ports = [int(p.rsplit(":", 1)[1]) for p in first.split("metrics:")[1].strip().split(", ")]
         assert len(ports) == 3
         # A replica still importing answers no scrape yet and shows as down: wait until all three are up.
@@ -80,16 +92,11 @@ def test_up_elects_one_leader_and_stops_clean(tmp_path: Path) -> None:
 def test_up_queues_runs_a_topic_of_several_queues_for_replicas_and_producer(tmp_path: Path) -> None:
     """`tenure up --queues 3 --produce N`: the replicas' group records three queues, the producer writes a topic of
     three, every queue is led, and each status line names the queues each leader leads; SIGTERM stops it with 0."""
-    proc = subprocess.Popen([*TENURE, "up", "--replicas", "2", "--dir", str(tmp_path), "--career", "counter",
-                             "--queues", "3", "--produce", "300", "--rate", "500", "--session-timeout-s", "4",
-                             "--handover-timeout-s", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = _up(tmp_path, "--replicas", "2", "--queues", "3", "--produce", "300", "--rate", "500")
     try:
+        first = _endpoints(proc)
         assert proc.stdout is not None
         stdout = proc.stdout
-        first = wait_for(lambda: next((ln for ln in iter(stdout.readline, "") if "metrics:" in ln), None), 90,
-                         "tenure up to print its endpoints")
         zk = first.split("ZooKeeper:")[1].split()[0]
 
         def every_queue_led() -> str | None:
@@ -226,20 +233,9 @@ def test_a_replica_stopped_while_it_imports_exits_0_and_joins_nothing(zk_hosts: 
 def test_up_with_redis_runs_an_embedded_redis_beside_the_ensemble_and_reaps_it(tmp_path: Path) -> None:
     """`tenure up --redis`: an embedded Redis is started before the replicas (its topic's URL printed with the
     endpoints, prefixed by the group), answers, and is stopped with the rest on SIGTERM: no process left."""
-    proc = subprocess.Popen([*TENURE, "up", "--replicas", "1", "--dir", str(tmp_path), "--redis",
-                             "--career", "counter", "--session-timeout-s", "4", "--handover-timeout-s", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = _up(tmp_path, "--replicas", "1", "--redis")
     try:
-        assert proc.stdout is not None
-        stdout = proc.stdout
-
-        def endpoints() -> str | None:
-            line = stdout.readline()
-            assert line, "tenure up exited before printing its endpoints"
-            return line if "metrics:" in line else None
-
-        first = wait_for(endpoints, 90, "tenure up to print its endpoints", interval_s=0)
+        first = _endpoints(proc)
         url = re.search(r"Redis: (\S+)", first)
         assert url is not None and url.group(1).endswith("?prefix=default"), first
         client = redis.Redis.from_url(url.group(1).split("?")[0], socket_timeout=5)
