@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import psutil
 
-from tenure.election import GroupPaths, ZooKeeperClient, connected, group_status
+from tenure.election import GroupPaths, ZooKeeperClient, connected, group_status, read_contenders
 from tenure.service.drill import read_events
 from tenure.service.local import ReplicaProcess, Topology, free_port
 from tenure.service.replica import ReplicaSpec
@@ -214,3 +214,11 @@ def land_now(topology: Topology, prefix: str, files: int, ts: int = 0) -> None:
                                               "seq": i * 10 + j, "ts": ts, "payload": {"n": j}}) + "\n"
                                   for j in range(10)))
         hidden.replace(landing / hidden.name[1:])
+
+
+def every_replica_in_every_line(topology: Topology, queues: int) -> bool:
+    """Whether each of the topology's replicas stands in the election line of each of its group's ``queues`` queues
+    (every one warm and a contender: a poll for ``topology.wait_for``)."""
+    with connected(topology.ensemble.connect_string) as client:
+        return all(len(read_contenders(client, topology.group, queue=q, queues=queues)) == len(topology.replicas)
+                   for q in range(queues))

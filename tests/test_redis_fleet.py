@@ -14,11 +14,12 @@ import pytest
 from tenure.career.redis_queue import RedisTopic, committed_positions
 from tenure.career.redis_streams import connect
 from tenure.career.spark._redis_topic import STREAM_LOST
-from tenure.election import connected, read_commit, read_contenders
+from tenure.election import connected, read_commit
 from tenure.service.local import RedisServer, Topology, start_redis
 from tenure.service.ops import VerifyReport, by_queue, verify
 from tenure.service.replica import IS_LEADER, QUEUE_LOST, ReplicaSpec
 from tests._polling import stays_for
+from tests._replicas import every_replica_in_every_line
 
 SESSION_S = 6.0
 
@@ -86,12 +87,8 @@ def test_a_redis_topic_of_two_queues_is_read_once_when_its_leader_is_killed(tmp_
         for replica in topology.replicas:  # warmed up side by side: a Spark start each
             replica.start()
 
-        def both_in_every_line() -> bool:
-            with connected(topology.ensemble.connect_string) as client:
-                return all(len(read_contenders(client, topology.group, queue=q, queues=queues)) == 2
-                           for q in range(queues))
-
-        topology.wait_for(both_in_every_line, 300, "both replicas warm and in both lines", interval_s=1.0)
+        topology.wait_for(lambda: every_replica_in_every_line(topology, queues), 300,
+                          "both replicas warm and in both lines", interval_s=1.0)
         producer = topology.start_producer(["--records", str(records), "--keys", "100", "--rate", "800",
                                             "--duplicates", "0.02", "--bad", "0.005", "--seed", "5",
                                             "--queues", str(queues)])

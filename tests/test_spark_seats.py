@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from tenure.election import connected, read_contenders, read_history
+from tenure.election import connected, read_history
 from tenure.service.local import Topology
 from tenure.service.ops import by_queue, verify
 from tenure.service.replica import GROUP_BALANCED, IS_LEADER, ReplicaSpec
+from tests._replicas import every_replica_in_every_line
 
 QUEUES = 2
 SESSION_S = 6.0
@@ -69,12 +70,8 @@ def test_two_queues_are_each_written_once_when_the_leader_of_both_is_killed(tmp_
         first, second = topology.replicas
         second.start()
 
-        def both_in_every_line() -> bool:
-            with connected(topology.ensemble.connect_string) as client:
-                return all(len(read_contenders(client, topology.group, queue=q, queues=QUEUES)) == 2
-                           for q in range(QUEUES))
-
-        topology.wait_for(both_in_every_line, 300, "the second replica warm and in both lines", interval_s=1.0)
+        topology.wait_for(lambda: every_replica_in_every_line(topology, QUEUES), 300,
+                          "the second replica warm and in both lines", interval_s=1.0)
         producer = topology.start_producer(["--records", str(RECORDS), "--keys", "100", "--rate", "1000",
                                             "--duplicates", "0.02", "--bad", "0.005", "--seed", "5",
                                             "--queues", str(QUEUES)])
