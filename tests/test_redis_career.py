@@ -61,13 +61,15 @@ def _committed(ctx: Any) -> dict[str, Any]:
 
 
 def test_a_career_on_a_redis_topic_commits_each_entry_once_and_trims_behind_the_slowest_group(
-        spark: Any, zk_client: KazooClient, zk_group: str, redis_topic: RedisTopic, tmp_path: Path) -> None:
+        spark: Any, zk_client: KazooClient, zk_hosts: str, zk_group: str, redis_topic: RedisTopic,
+        tmp_path: Path) -> None:
     """Queue 0 of a Redis topic read by the Spark career: every record written once, a bad entry (no record field)
     quarantined with ``<stream>/<id>`` and its number; each commit record carries its stream's positions
     (``through``: the batch's last entry; ``checkpointed``: where it began) and the trim point kept with it, which
     never passes the slowest registered group's checkpointed position; the stream is trimmed below it after the
     commit (XTRIM MINID), and the group's Redis consumer group shows the committed place. ``verify`` counts the
-    trimmed entries as consumed with the commit record's trim point, and as lost without it."""
+    trimmed entries as consumed with the commit record's trim point, and as lost without it; ``tenure verify --zk
+    --group`` reads that commit record from ZooKeeper itself."""
     root = tmp_path / "data"
     client = connect(redis_topic)
     stream = redis_topic.stream(0)
@@ -117,6 +119,10 @@ def test_a_career_on_a_redis_topic_commits_each_entry_once_and_trims_behind_the_
     assert report.examples["streams"] == [{"stream": stream, "present": 5, "trimmed": 61, "lost": 0}]
     blind = verify(root, max_line_bytes=MAX_LINE, queue_url=str(redis_topic))
     assert not blind.ok and blind.lost == 61, blind.render()
+    done = tenure("verify", "--data-root", str(root), "--queue-url", str(redis_topic), "--max-line-bytes",
+                  str(MAX_LINE), "--zk", zk_hosts, "--group", zk_group, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["examples"]["streams"] == report.examples["streams"]
 
 
 def test_a_stream_that_lost_entries_stops_the_leader_until_it_is_restored(

@@ -16,7 +16,7 @@ from tenure.career.redis_streams import connect
 from tenure.career.spark._redis_topic import STREAM_LOST
 from tenure.election import connected, read_commit
 from tenure.service.local import RedisServer, Topology, start_redis
-from tenure.service.ops import VerifyReport, by_queue, verify
+from tenure.service.ops import GroupCommits, VerifyReport, by_queue, verify
 from tenure.service.replica import IS_LEADER, QUEUE_LOST, ReplicaSpec
 from tests._polling import stays_for
 from tests._replicas import every_replica_in_every_line
@@ -48,9 +48,11 @@ def _records(topology: Topology, queues: int) -> dict[int, dict[str, Any] | None
         return {k: read_commit(client, topology.group, queue=k, queues=queues)[0] for k in range(queues)}
 
 
-def _audit(topology: Topology, url: str, queues: int) -> VerifyReport:
-    return verify(topology.data_root, queue_url=url, group=topology.group,
-                  commit_records=_records(topology, queues))
+def _audit(topology: Topology, url: str) -> VerifyReport:
+    """verify with the group's commit records (its trim points and committed positions), as ``--zk --group``."""
+    with connected(topology.ensemble.connect_string) as client:
+        return verify(topology.data_root, queue_url=url, group=topology.group,
+                      commit_records=GroupCommits(client, topology.group))
 
 
 def _written(topology: Topology) -> int:
@@ -103,11 +105,11 @@ def test_a_redis_topic_of_two_queues_is_read_once_when_its_leader_is_killed(tmp_
         topology.wait_for(lambda: producer.poll() is not None, 300, "the producer to finish")
 
         def drained() -> bool:
-            report = _audit(topology, url, queues)
+            report = _audit(topology, url)
             return report.unaccounted == 0 and report.unquarantined == 0
 
         topology.wait_for(drained, 300, "both streams to drain", interval_s=2.0)
-        report = _audit(topology, url, queues)  # the commit records are ZooKeeper's: read while it runs
+        report = _audit(topology, url)  # the commit records are ZooKeeper's: read while it runs
     finally:
         topology.stop()
     assert report.ok, report.render()
@@ -139,11 +141,11 @@ def test_redis_killed_and_restarted_on_its_append_only_file_loses_and_repeats_no
         assert producer.returncode == 0, (topology.logs / "producer.log").read_text()[-2000:]
 
         def drained() -> bool:
-            report = _audit(topology, url, 1)
+            report = _audit(topology, url)
             return report.unaccounted == 0 and report.unquarantined == 0
 
         topology.wait_for(drained, 300, "the stream to drain", interval_s=2.0)
-        report = _audit(topology, url, 1)
+        report = _audit(topology, url)
     finally:
         topology.stop()
     assert report.ok, report.render()

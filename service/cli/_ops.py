@@ -8,7 +8,6 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -125,7 +124,13 @@ def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, queue_u
             if queue_dir is not None:
                 raise TenureError(f"--queue-dir {queue_dir} and --queue-url name two topics: give the one the group "
                                   "reads")
-            report = _verify_redis(audit, queue_url, target, group)
+            if target is None:
+                report = audit()
+            elif group is None:
+                raise TenureError("--zk needs --group: name the group whose commit records verify should read")
+            else:
+                with target.connected(read_only=True) as client:
+                    report = audit(commit_records=ops.GroupCommits(client, group))
             click.echo(report.to_json() if as_json else report.render())
             sys.exit(0 if report.ok else 1)
         ops.check_data_root(data_root, queue_dir)
@@ -145,32 +150,6 @@ def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, queue_u
         fail(exc)
     click.echo(report.to_json() if as_json else report.render())
     sys.exit(0 if report.ok else 1)
-
-
-def _verify_redis(audit: Callable[..., ops.VerifyReport], queue_url: str, target: ZkTarget | None,
-                  group: str | None) -> ops.VerifyReport:
-    """``tenure verify --queue-url``: with ``--zk`` and ``--group``, each queue's commit record is read (its trim
-    point and committed position), and a topic of one queue's committed batch checked."""
-    if target is None:
-        return audit()
-    if group is None:
-        raise TenureError("--zk needs --group: name the group whose commit records verify should read")
-    from tenure.career import redis_streams
-
-    topic = RedisTopic.parse(queue_url)
-    client_r = redis_streams.connect(topic)
-    try:
-        found = redis_streams.read_topic(client_r, topic)
-    finally:
-        client_r.close()
-    queues = found.queues if found is not None else 1
-    from tenure.election import read_commit
-
-    with target.connected(read_only=True) as client:
-        records = {k: read_commit(client, group, queue=k, queues=queues)[0] for k in range(queues)}
-        if queues > 1:
-            return audit(commit_records=records)
-        return audit(commit_records=records, committed_batch=lambda: ops.read_committed_batches(client, group))
 
 
 @click.command()

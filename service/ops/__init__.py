@@ -27,6 +27,7 @@ from tenure.service.ops._status import fetch_status, format_status_table, show_s
 from tenure.service.ops._verify import (
     CONTENT_FIELDS,
     VERIFIED,
+    GroupCommits,
     VerifyReport,
     check_data_root,
     read_committed_batches,
@@ -37,6 +38,7 @@ __all__ = [
     "CONTENT_FIELDS",
     "VERIFIED",
     "DrainError",
+    "GroupCommits",
     "GroupError",
     "HandoverDone",
     "HandoverError",

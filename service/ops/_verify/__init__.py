@@ -7,7 +7,7 @@ each input, ``_content`` and ``_late`` check rows against their queue lines, ``_
 ``_report``; ``_redis`` reads a Redis topic's streams and accounts for the entries trimmed from them.
 """
 
-from tenure.service.ops._verify._audit import VERIFIED, read_committed_batches, verify
+from tenure.service.ops._verify._audit import VERIFIED, GroupCommits, read_committed_batches, verify
 from tenure.service.ops._verify._content import CONTENT_FIELDS
 from tenure.service.ops._verify._files import VerifyError, check_data_root, iter_queue_files
 from tenure.service.ops._verify._late import LATE_REASON
@@ -18,6 +18,7 @@ __all__ = [
     "CONTENT_FIELDS",
     "LATE_REASON",
     "VERIFIED",
+    "GroupCommits",
     "StreamLine",
     "VerifyError",
     "VerifyReport",

@@ -8,10 +8,12 @@ against the group's commit record.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -45,7 +47,7 @@ from tenure.service.ops._verify._scan import (
 Committed = int | Mapping[int, int]
 """A group's committed batch (a topic of one queue), or each queue's (by number; a queue without one: absent)."""
 
-__all__ = ["VERIFIED", "read_committed_batches", "verify"]
+__all__ = ["VERIFIED", "GroupCommits", "read_committed_batches", "verify"]
 
 # The log events other code reads (the drill, tests, bench): named once, here where they are logged.
 VERIFIED: Final = "verified"
@@ -78,13 +80,35 @@ def read_committed_batches(client: ZooKeeperClient, group: str, queues: int = 1)
     return found[0] if queues == 1 else found
 
 
+@dataclass(frozen=True)
+class GroupCommits:
+    """A group's commit records in ZooKeeper, for the audit of a Redis topic to read once it has read the topic's
+    number of queues (``tenure verify --queue-url --zk --group``): so the topic is read once, by the audit.
+
+    Attributes:
+        client: a connected ZooKeeper client (read-only will do).
+        group: the consumer group whose commit records are read.
+    """
+
+    client: ZooKeeperClient
+    group: str
+
+    def records(self, queues: int) -> dict[int, Mapping[str, Any] | None]:
+        """Each queue's commit record (None for a queue that committed nothing): its positions and trim point."""
+        return {k: read_commit(self.client, self.group, queue=k, queues=queues)[0] for k in range(queues)}
+
+    def batches(self, queues: int) -> Committed:
+        """The batch each queue's commit record names (:func:`read_committed_batches`)."""
+        return read_committed_batches(self.client, self.group, queues)
+
+
 def verify(
     data_root: str | os.PathLike[str], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     queue_dir: str | os.PathLike[str] | None = None, allow_empty: bool = False,
     content_fields: Collection[str] = CONTENT_FIELDS, now: float | None = None, group: str | None = None,
     allow_waiting: bool = False, committed_batch: Committed | Callable[[], Committed] | None = None,
     max_retry_age_s: float | None = None, queues: int | None = None, queue_url: str | None = None,
-    commit_records: Mapping[int, Mapping[str, Any] | None] | None = None,
+    commit_records: Mapping[int, Mapping[str, Any] | None] | GroupCommits | None = None,
 ) -> VerifyReport:
     """Audit a data root: each valid queue id written exactly once, as it was, in order; each bad line
     quarantined once.
@@ -144,8 +168,10 @@ def verify(
             trimmed (numbered up to the trim point kept in the commit record; the output's ids and quarantine rows
             they explain are no longer auditable from Redis, and pass) or lost (any other, which fails).
         commit_records: on a Redis topic, each queue's commit record (by number): its committed position and trim
-            point; None: each queue's newest checkpoint tells its position, and no trim is known (every missing
-            entry is lost).
+            point; or the group's commit records in ZooKeeper (:class:`GroupCommits`), read once the topic's number
+            of queues is read, which also give the committed batches (unless ``committed_batch`` does), read again
+            once the output is read; None: each queue's newest checkpoint tells its position, and no trim is known
+            (every missing entry is lost).
 
     Returns:
         The report; ``report.ok`` is False on any loss, waiting id (unless ``allow_waiting``), duplicate,
@@ -165,9 +191,11 @@ def verify(
     accounts: list[StreamAccount] = []
     trims: dict[int, int] = {}
     if queue_url is not None:
-        n, layouts = _scan_redis(queue_url, queues, root, max_line_bytes, commit_records or {}, queue, accounts)
-        trims = {k: point.n for k, record in (commit_records or {}).items()
+        n, layouts, records = _scan_redis(queue_url, queues, root, max_line_bytes, commit_records, queue, accounts)
+        trims = {k: point.n for k, record in records.items()
                  if (point := committed_positions(record).trim) is not None}
+        if isinstance(commit_records, GroupCommits) and committed_batch is None:
+            committed_batch = functools.partial(commit_records.batches, n)  # read once the output is read
         group = group if group is not None else DEFAULT_GROUP
     else:
         queue_root = root if queue_dir is None else Path(queue_dir)
@@ -332,13 +360,16 @@ def verify(
 
 
 def _scan_redis(queue_url: str, queues: int | None, root: Path, max_line_bytes: int,
-                records: Mapping[int, Mapping[str, Any] | None], scan: QueueScan,
-                accounts: list[StreamAccount]) -> tuple[int, list[Layout]]:
-    """Scan a Redis topic's streams into ``scan`` and their accounts into ``accounts``; its number of queues and
-    each queue's layout in the data root.
+                commit_records: Mapping[int, Mapping[str, Any] | None] | GroupCommits | None, scan: QueueScan,
+                accounts: list[StreamAccount]
+                ) -> tuple[int, list[Layout], Mapping[int, Mapping[str, Any] | None]]:
+    """Scan a Redis topic's streams into ``scan`` and their accounts into ``accounts``; its number of queues, each
+    queue's layout in the data root, and each queue's commit record (read from ZooKeeper once the number is known,
+    when ``commit_records`` says so).
 
     Raises:
-        ConfigError: ``queues`` is not the topic's number; VerifyError: Redis did not answer.
+        ConfigError: ``queues`` is not the topic's number; VerifyError: Redis did not answer, or the group
+            records another number of queues than the topic's.
     """
     from tenure.career.redis_streams import RedisRefused, RedisUnavailable, connect, stream_state
     from tenure.career.redis_streams import read_topic as read_redis_topic
@@ -352,6 +383,11 @@ def _scan_redis(queue_url: str, queues: int | None, root: Path, max_line_bytes: 
             raise ConfigError(f"--queues {queues} does not match the topic {topic}, which has {found.queues} "
                               f"queues ({topic.topic_key}): pass --queues {found.queues}")
         n = found.queues if found is not None else queues or 1
+        if isinstance(commit_records, GroupCommits):
+            commit_records.batches(n)  # a wrong group, or one of another number of queues, fails before the audit
+            records = commit_records.records(n)
+        else:
+            records = dict(commit_records or {})
         layouts = [Layout(root, None, k, n) for k in range(n)]
         for layout in layouts:
             state = stream_state(client, topic.stream(layout.index))
@@ -361,7 +397,7 @@ def _scan_redis(queue_url: str, queues: int | None, root: Path, max_line_bytes: 
         raise VerifyError(f"{exc}") from exc
     finally:
         client.close()
-    return n, layouts
+    return n, layouts, records
 
 
 def _queue_named(name: str, queues: int) -> int:
