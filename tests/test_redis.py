@@ -37,9 +37,12 @@ from tenure.career.redis_streams import (
     stream_state,
     trim,
 )
+from tenure.career.set_aside import MANIFEST, REPLAY_REQUEST, published, write_json
+from tenure.career.spark._layout import Layout
+from tenure.career.wake import read_wake
 from tenure.errors import ConfigError
 from tenure.service.local import RedisServer, free_port
-from tenure.service.ops import ProducerError, produce
+from tenure.service.ops import ProducerError, ReplayError, produce, request_replay
 from tenure.service.ops._produce import WriteRetry
 from tenure.service.ops._produce._redis import RedisProducer
 from tenure.service.ops._verify import account_topic, stream_lines
@@ -407,3 +410,29 @@ def test_tenure_redis_serves_with_an_fsynced_append_only_file_and_stops_on_sigte
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+# -- replay on a Redis topic ----------------------------------------------------------------------------------------
+
+
+def test_a_replay_on_a_redis_topic_of_two_queues_reads_its_queues_from_the_topic(redis_topic: RedisTopic,
+                                                                                 tmp_path: Path) -> None:
+    """A data root reading a Redis topic of two queues has no ``_topic.json``: ``tenure replay --queue 1`` without
+    ``--queue-url`` is refused in one line saying to pass it (not taken for a topic of one queue); with it, the
+    request is written beside queue 1's set-aside batch and queue 1's wake counter is woken (there is no
+    ``landing/`` to drop a tick into); without ``--queue``, refused naming the queues."""
+    ensure_topic(connect(redis_topic), redis_topic, 2)
+    layout = Layout(tmp_path, None, 1, 2)
+    layout.set_aside.mkdir(parents=True)
+    write_json(layout.set_aside / published(4, MANIFEST), {"batch_id": 4, "records": 2, "files": ["orders:1"]})
+    blind = tenure("replay", "--data-root", str(tmp_path), "--batch", "4", "--queue", "1")
+    assert blind.returncode == 2, blind.stderr
+    assert "the group reads a Redis topic; pass --queue-url" in blind.stderr and len(blind.stderr.splitlines()) == 1
+    with pytest.raises(ReplayError, match=r"the topic has 2 queues.*pass --queue K \(0 to 1\)"):
+        request_replay(tmp_path, [4], queue_url=str(redis_topic))
+    done = tenure("replay", "--data-root", str(tmp_path), "--batch", "4", "--queue", "1", "--queue-url",
+                  str(redis_topic))
+    assert done.returncode == 0, done.stderr
+    assert (layout.set_aside / published(4, REPLAY_REQUEST)).is_file()
+    assert read_wake(layout.wake) == 1 and read_wake(Layout(tmp_path, None, 0, 2).wake) == 0
+    assert not layout.landing.exists()

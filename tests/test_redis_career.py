@@ -217,7 +217,8 @@ def test_a_batch_of_a_redis_topic_set_aside_whole_keeps_its_records_for_a_replay
         spark: Any, zk_client: KazooClient, zk_group: str, redis_topic: RedisTopic, tmp_path: Path) -> None:
     """A poison batch of a Redis topic whose split failed before is set aside whole without running: a stream has
     no file to keep, so its records are kept themselves (one file for the stream, each at its entry's number) and
-    nothing is skipped — verify counts them set aside, not lost; replayed, the next batch writes them."""
+    nothing is skipped — verify counts them set aside, not lost; replayed, the next batch writes them, on a quiet
+    stream too: ``tenure replay`` wakes the leader through the queue's wake counter, without a new entry."""
     root = tmp_path / "data"
     client = connect(redis_topic)
     stream = redis_topic.stream(0)
@@ -237,11 +238,50 @@ def test_a_batch_of_a_redis_topic_set_aside_whole_keeps_its_records_for_a_replay
             assert before.ids_set_aside == 10 and before.lost == 0 and before.ids_written == 0, before.render()
             done = tenure("replay", "--data-root", str(root), "--batch", "0")
             assert done.returncode == 0, done.stderr
-            _add(client, stream, 11, 1)
-            run_until(career, lambda: len(_ids(root)) == 11)
+            run_until(career, lambda: len(_ids(root)) == 10)
             career.hand_over(Outcome.CLEAN)
             record = _committed(ctx)
     finally:
         career.close()
-    report = verify(root, max_line_bytes=MAX_LINE, queue_url=str(redis_topic), commit_records={0: record})
-    assert report.ok and report.ids_written == 11 and report.ids_replayed == 10, report.render()
+    assert int(client.xinfo_stream(stream)["entries-added"]) == 10  # nothing added to wake the leader
+    # Every entry is consumed and trimmed now: no id is left in the stream to audit, hence allow_empty.
+    report = verify(root, max_line_bytes=MAX_LINE, queue_url=str(redis_topic), commit_records={0: record},
+                    allow_empty=True)
+    assert report.ok and report.ids_written == 10 and report.ids_replayed == 10, report.render()
+
+
+def test_a_retry_due_on_a_quiet_stream_is_taken_without_a_new_entry(
+        spark: Any, zk_client: KazooClient, zk_group: str, redis_topic: RedisTopic, tmp_path: Path) -> None:
+    """A record whose row function fails is held for retry; the stream then stays quiet. When the retry falls due
+    the leader's housekeeping wakes the source through the queue's wake counter, a batch of no entry runs, and
+    the record is written — without an entry added to the stream (which every group reads) — once, as verify
+    finds."""
+    root = tmp_path / "data"
+    flag = tmp_path / "fails"
+    flag.touch()
+    client = connect(redis_topic)
+    stream = redis_topic.stream(0)
+    held = {"id": "held-1", "key": "held", "seq": 1, "ts": 1, "payload": {"fail_while": str(flag)}}
+    client.xadd(stream, {"record": json.dumps(held, separators=(",", ":"))})
+    _add(client, stream, 1, 4)
+    settings = {"row_function": "tests.pipelines:flaky", "retry_attempts": 100, "retry_backoff_s": 2.0,
+                "retry_backoff_max_s": 2.0}
+    career = SparkCareer(make_config(root, queue_url=str(redis_topic), **settings), Recorder(), replica_id="r1",
+                         group=zk_group)
+    try:
+        with leadership(zk_client, zk_group, "r1") as (_, ctx):
+            career.inaugurate(ctx)
+            run_until(career, lambda: len(_ids(root)) == 4 and _committed(ctx).get("retry_waiting") == 1)
+            flag.unlink()
+            run_until(career, lambda: "held-1" in _ids(root), timeout_s=120)
+            assert _committed(ctx).get("retry_waiting") == 0
+            career.hand_over(Outcome.CLEAN)
+            record = _committed(ctx)
+    finally:
+        career.close()
+    assert int(client.xinfo_stream(stream)["entries-added"]) == 5
+    assert _ids(root) == sorted(["held-1", *(f"k-{seq}" for seq in range(1, 5))])
+    # Every entry is consumed and trimmed now: no id is left in the stream to audit, hence allow_empty.
+    report = verify(root, max_line_bytes=MAX_LINE, queue_url=str(redis_topic), commit_records={0: record},
+                    allow_empty=True)
+    assert report.ok and report.ids_written == 5, report.render()

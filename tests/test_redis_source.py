@@ -20,6 +20,7 @@ from tenure.career.spark._intake import batch_offset
 from tenure.career.spark._pipeline import KIND_BAD, KIND_ROW
 from tenure.career.spark._redis_source import RedisSource, classified_entries
 from tenure.career.spark._session import use_driver_python
+from tenure.career.wake import wake
 from tenure.service.local import RedisServer
 
 MAX = 1 << 16  # the line limit the classification is given
@@ -220,3 +221,23 @@ def test_redis_restarted_without_its_append_only_file_stops_the_stream_naming_bo
     assert refilled is not None and "holds other entries than the group read" in str(refilled)
     assert _newest_batch(checkpoint) == newest
     assert EntryId.parse(ids[-1]) < EntryId.parse(connect(topic).xinfo_stream(stream)["first-entry"][0])
+
+
+def test_a_wake_count_runs_a_batch_of_no_entry_that_keeps_the_streams_position(session: Any, redis_topic: RedisTopic,
+                                                                               tmp_path: Path) -> None:
+    """With its queue's wake counter, a stream with nothing new runs one batch of no entry when the count moves —
+    its end offset the start's ``{id, n}`` with the new ``wake``, so it names no entry and replays as it ran — and
+    none when the count stays; the stream itself is untouched (no entry added for the wake-up)."""
+    client = connect(redis_topic)
+    stream = redis_topic.stream(0)
+    ids = _add(client, stream, _records("k", 1, 5))
+    checkpoint, counter = tmp_path / "checkpoint", tmp_path / "wake"
+    first = _run(session, redis_topic, checkpoint, wake=str(counter))
+    assert [len(rows) for _, rows in first] == [5]
+    assert _run(session, redis_topic, checkpoint, wake=str(counter)) == []
+    assert wake(counter) == 1
+    woken = _run(session, redis_topic, checkpoint, wake=str(counter))
+    assert woken == [(1, [])]
+    assert batch_offset(checkpoint, 1) == {"id": ids[-1], "n": 5, "wake": 1}
+    assert _run(session, redis_topic, checkpoint, wake=str(counter)) == []
+    assert int(client.xinfo_stream(stream)["entries-added"]) == 5

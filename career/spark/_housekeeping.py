@@ -1,5 +1,5 @@
 """The leader's chores between batches, on the control thread: consumption marks, archiving, backlog, retry ticks
-(a Redis topic: its backlog only).
+(a Redis topic: its backlog, and its wake counter for retries).
 
 Rate-limited so that ``execute``, called every few milliseconds, touches the filesystem about once a second. The
 archive sweep, which stats every archived file (the retention's worth: millions on a busy queue), runs on a
@@ -23,6 +23,7 @@ from tenure.career.spark._landing import MarkReader, QueueEntry, scan_landing, w
 from tenure.career.spark._layout import Layout
 from tenure.career.spark._redis_topic import backlog_entries
 from tenure.career.spark._term import Term, committed_batch, mark_consumed
+from tenure.career.wake import wake
 from tenure.errors import TenureError
 
 __all__ = ["Housekeeper"]
@@ -70,6 +71,8 @@ class Housekeeper:
         if now < self._next_backlog:
             return
         self._next_backlog = now + _BACKLOG_EVERY_S
+        due = (term.last_record or {}).get("retry_next_due")
+        retry_due = due is not None and due <= term.clock.now()
         if self._config.file_source:
             self.archive_committed(term)
             if now >= self._next_sweep and not self.sweeping:
@@ -78,15 +81,16 @@ class Housekeeper:
                 stale = term.marks.sweep()
                 if stale:
                     term.log.info("stale_marks_swept", marks=stale)
-            due = (term.last_record or {}).get("retry_next_due")
-            self._observer.backlog(len(self.backlog(term)), retry_due=due is not None and due <= term.clock.now())
+            self._observer.backlog(len(self.backlog(term)), retry_due=retry_due)
             self._wake_for_retries(term)
         elif (topic := self._config.redis_topic) is not None:
-            self._redis_backlog(term, topic)
+            self._redis_backlog(term, topic, retry_due)
+            self._wake_for_retries(term)
 
-    def _redis_backlog(self, term: Term, topic: RedisTopic) -> None:
+    def _redis_backlog(self, term: Term, topic: RedisTopic, retry_due: bool) -> None:
         """A Redis topic's backlog: the stream's entries after the committed position (none while it lost entries:
-        nothing can be read, and the leader is not stalled for it), asked within the probe's deadline."""
+        nothing can be read, and the leader is not stalled for it), asked within the probe's deadline; and whether
+        held records are due (work, as entries are: the wake counter runs their batch)."""
         if term.lost is not None:
             self._observer.backlog(0)
             return
@@ -96,7 +100,7 @@ class Housekeeper:
         except TenureError as exc:
             term.log.debug("backlog_unknown", reason=str(exc)[:500])
             return
-        self._observer.backlog(entries)
+        self._observer.backlog(entries, retry_due=retry_due)
 
     def backlog(self, term: Term) -> list[QueueEntry]:
         """The entries of ``landing/`` this group has yet to consume, by the queue source's own rule
@@ -133,10 +137,20 @@ class Housekeeper:
         self._sweeper.start()
 
     def _wake_for_retries(self, term: Term) -> None:
-        """Drop a tick file into ``landing/`` once held records fall due: a file source runs no batch without
-        a new file, and a quiet queue must not keep a due retry waiting."""
+        """Wake the source once held records fall due: a source runs no batch without a new file or entry, and a
+        quiet queue must not keep a due retry waiting. A queue folder gets a tick file in ``landing/``; a Redis
+        topic's queue, whose stream other groups read, its wake counter (:mod:`tenure.career.wake`)."""
         due = (term.last_record or {}).get("retry_next_due")
         if due is None or due > term.clock.now() or due == self._ticked_for:
+            return
+        if not self._config.file_source:
+            try:
+                count = wake(self._layout.wake)
+            except TenureError as exc:  # the next round wakes it again
+                term.log.warning("retry_wake_failed", due=due, error=str(exc)[:500])
+                return
+            self._ticked_for = due
+            term.log.debug("retry_tick", due=due, wake=count)
             return
         self._ticked_for = due
         name = f"tenure-tick-{term.epoch}-{time.time_ns()}{TICK_SUFFIX}"

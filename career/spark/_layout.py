@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tenure.career.output import CHECKPOINT, DEAD_LETTER, ORDER, QUARANTINE, RETRY, SET_ASIDE, TABLE, QueueOutput
 from tenure.career.queue import QueueLayout, check_queue
+from tenure.career.wake import WAKE
 
 __all__ = ["EPOCH_PREFIX", "QUEUE_PREFIX", "Layout", "epoch_of", "published_name"]
 
@@ -132,6 +133,11 @@ class Layout:
     def set_aside(self) -> Path:
         """Poison batches set aside: each one's queue files and a manifest (``tenure.career.spark._set_aside``)."""
         return self._own(SET_ASIDE)
+
+    @property
+    def wake(self) -> Path:
+        """The queue's wake counter (:mod:`tenure.career.wake`): what wakes a Redis topic's leader without an entry."""
+        return self._own(WAKE)
 
     def outputs(self) -> dict[str, Path]:
         """The folders a commit record's ``staged`` entries publish into, by entry name."""

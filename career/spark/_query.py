@@ -66,7 +66,7 @@ def source_stream(session: SparkSession, config: SparkCareerConfig, layout: Layo
         session.dataSource.register(RedisSource)
         options = {"url": config.queue_url,
                    "queue": str(layout.index), "partitions": str(session.sparkContext.defaultParallelism),
-                   "maxLineBytes": str(config.max_line_bytes),
+                   "maxLineBytes": str(config.max_line_bytes), "wake": str(layout.wake),
                    **(clock_options(clock) if clock is not None else {})}
         if config.max_bytes_per_trigger is not None:
             options["maxBytesPerTrigger"] = str(config.max_bytes_per_trigger)

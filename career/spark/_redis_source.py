@@ -5,8 +5,12 @@ replay the same rows.
   number>}``: ``n`` is the stream's ``entries-added`` counter as it stood when that entry was added, so two offsets
   name the entries between them and their count. A batch's end offset may add ``base`` (the number before its
   first entry, when that is not its start's ``n``: a first read of a stream trimmed before it), ``cuts`` (the
-  positions where its read tasks split it) and ``clock`` (the group's clock when it was planned, every row's
-  ``admitted``: deduplication's event time, as the queue source's).
+  positions where its read tasks split it), ``clock`` (the group's clock when it was planned, every row's
+  ``admitted``: deduplication's event time, as the queue source's) and ``wake`` (the queue's wake count it planned
+  by: :mod:`tenure.career.wake`).
+- **Waking.** With the ``wake`` option (the queue's wake counter folder), a wake count other than the start
+  offset's is a batch of no entry when the stream has none new — ``{id, n}`` to ``{id, n}`` with the new count —
+  so a retry that falls due or a replay asked for runs without touching the stream other groups read.
 - **Planning** (``latestOffset``) asks ``XINFO STREAM`` first: a stream whose last id or counter is below the start
   offset lost its tail, one whose entries above it were removed lost those, and the planner raises
   :class:`tenure.career.redis_queue.StreamLost` and plans nothing (``StreamState.check``).
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -48,6 +53,7 @@ from tenure.career.redis_queue import EntryId, Position, RedisTopic, StreamLost,
 from tenure.career.redis_streams import DEFAULT_TIMEOUT_S, Entry, connect, entries, entry_bytes, stream_state
 from tenure.career.spark._intake import PlannerClock
 from tenure.career.spark._pipeline import CLASSIFIED_SCHEMA, KIND_BAD, KIND_FILE, _add_line, _Columns
+from tenure.career.wake import read_wake
 
 __all__ = [
     "DEFAULT_MAX_ENTRIES_PER_TRIGGER",
@@ -113,6 +119,7 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._timeout_s = float(options.get("timeoutS") or DEFAULT_TIMEOUT_S)
         self._until: EntryId | None = None  # Trigger.AvailableNow: only what the stream held when the query began
         self._clock = PlannerClock.from_options(options)
+        self._wake = Path(options["wake"]) if options.get("wake") else None
         self._redis: redis.Redis | None = None  # the planner's client, made on first use (never pickled)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -137,9 +144,10 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         client = self._client()
         state = stream_state(client, self._stream)
         base = state.check(position)  # StreamLost: nothing is planned past a hole
+        woken = read_wake(self._wake) if self._wake is not None else int(start.get("wake", 0))
         through = state.last_id if self._until is None else min(state.last_id, self._until)
         if through <= position.id:
-            return start
+            return start if woken == int(start.get("wake", 0)) else self._end(position.to_offset(), start, woken)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         count = size = 0
@@ -157,7 +165,7 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if full:
                 break
         if not count:
-            return start
+            return start if woken == int(start.get("wake", 0)) else self._end(position.to_offset(), start, woken)
         end = Position(last, base + count)
         state.check_end(end)
         offset = end.to_offset()
@@ -165,8 +173,15 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             offset["base"] = base
         if cuts := _cuts(pages, base, count, self._tasks):
             offset["cuts"] = [cut.to_offset() for cut in cuts]
+        return self._end(offset, start, woken)
+
+    def _end(self, offset: dict[str, Any], start: Mapping[str, Any], woken: int) -> dict[str, Any]:
+        """A batch's end ``offset`` with its clock and the wake count it was planned by (none while nothing woke
+        the queue: the offsets of before wake counters)."""
         if self._clock is not None:
             offset["clock"] = self._clock.stamp(start)
+        if woken:
+            offset["wake"] = woken
         return offset
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
@@ -224,8 +239,9 @@ class RedisSource(DataSource):
     Options: ``url`` (the topic, :class:`tenure.career.redis_queue.RedisTopic`), ``queue`` (k: the stream
     ``<prefix>:<k>``), ``partitions`` (read tasks per batch), one of ``maxEntriesPerTrigger`` (default
     :data:`DEFAULT_MAX_ENTRIES_PER_TRIGGER`) / ``maxBytesPerTrigger``, ``maxLineBytes`` (the pipeline's line limit),
-    ``timeoutS`` (each Redis call's deadline) and the term's group clock
-    (:func:`tenure.career.spark._intake.clock_options`). The schema is :data:`REDIS_SOURCE_SCHEMA`.
+    ``timeoutS`` (each Redis call's deadline), ``wake`` (the queue's wake counter folder, ``Layout.wake``: without
+    it, only a new entry runs a batch) and the term's group clock (:func:`tenure.career.spark._intake.clock_options`).
+    The schema is :data:`REDIS_SOURCE_SCHEMA`.
     """
 
     @classmethod

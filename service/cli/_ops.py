@@ -162,11 +162,16 @@ def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, queue_u
 @click.option("--queue", type=click.IntRange(min=0), default=None,
               help="In a topic of several queues, the queue whose set-aside batches these are "
                    "(set-aside/queue=<K>/); required there.")
-def replay(data_root: Path, queue_dir: Path | None, batches: tuple[int, ...], queue: int | None) -> None:
+@click.option("--queue-url", default=None, envvar="TENURE_QUEUE_URL", metavar="URL",
+              help="The Redis topic the group reads, if it reads one (redis://host:port[/db]?prefix=P): its number "
+                   "of queues is read from it.")
+def replay(data_root: Path, queue_dir: Path | None, batches: tuple[int, ...], queue: int | None,
+           queue_url: str | None) -> None:
     """Write set-aside records into the output: the leader's next batch adds them, past their keys' order marks,
     once (fix what made them fail first)."""
     try:
-        requested = ops.request_replay(data_root, list(batches), queue_dir=queue_dir, queue=queue)
+        requested = ops.request_replay(data_root, list(batches), queue_dir=queue_dir, queue=queue,
+                                       queue_url=queue_url)
     except TenureError as exc:
         fail(exc)
     click.echo(requested.render())
