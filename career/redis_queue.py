@@ -360,6 +360,21 @@ class TrimPoint:
     below: EntryId
     n: int
 
+    def holds(self, entry: str, number: int) -> bool:
+        """Whether the entry ``entry`` (its id as text), numbered ``number``, is one this trim removed: its number
+        up to ``n`` and its id below ``below`` — both, so a row naming an id above the trim point is not taken for
+        a trimmed entry's by its number alone, nor one numbered above it by its id.
+
+        Example:
+            >>> point = TrimPoint(EntryId(5, 0), 10)
+            >>> point.holds("4-9", 10), point.holds("5-0", 9), point.holds("4-0", 11), point.holds("x", 1)
+            (True, False, False, False)
+        """
+        try:
+            return number <= self.n and EntryId.parse(entry) < self.below
+        except ValueError:  # not an entry id: no entry of the stream's
+            return False
+
 
 def trim_point(groups: Mapping[str, Position | None]) -> TrimPoint | None:
     """The trim point of a stream from the position each registered group has committed and checkpointed in it

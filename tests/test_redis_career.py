@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 import redis
 import structlog
@@ -69,7 +71,8 @@ def test_a_career_on_a_redis_topic_commits_each_entry_once_and_trims_behind_the_
     never passes the slowest registered group's checkpointed position; the stream is trimmed below it after the
     commit (XTRIM MINID), and the group's Redis consumer group shows the committed place. ``verify`` counts the
     trimmed entries as consumed with the commit record's trim point, and as lost without it; ``tenure verify --zk
-    --group`` reads that commit record from ZooKeeper itself."""
+    --group`` reads that commit record from ZooKeeper itself; a quarantine row whose entry id is above the trim
+    point is unexpected, though its number is below it."""
     root = tmp_path / "data"
     client = connect(redis_topic)
     stream = redis_topic.stream(0)
@@ -123,6 +126,15 @@ def test_a_career_on_a_redis_topic_commits_each_entry_once_and_trims_behind_the_
                   str(MAX_LINE), "--zk", zk_hosts, "--group", zk_group, "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["examples"]["streams"] == report.examples["streams"]
+    # A quarantine row naming an entry above the trim point is no trimmed entry's, whatever its number says.
+    (part,) = (root / "quarantine").glob("*.parquet")
+    table = pq.read_table(part)
+    column = table.schema.get_field_index("source_file")
+    named = pa.array([f"{stream}/{more[0]}"], table.column(column).type)
+    pq.write_table(table.set_column(column, "source_file", named), part)
+    forged = verify(root, max_line_bytes=MAX_LINE, queue_url=str(redis_topic), commit_records={0: record})
+    assert forged.examples["unexpected_quarantined"] == [{"file": more[0], "line": 31}], forged.render()
+    assert not forged.ok
 
 
 def test_a_stream_that_lost_entries_stops_the_leader_until_it_is_restored(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import posixpath
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Mapping
@@ -22,7 +23,7 @@ import structlog
 from tenure.career.identity import read_topic
 from tenure.career.output import DEAD_LETTER, QUARANTINE, TABLE
 from tenure.career.queue import DEFAULT_MAX_LINE_BYTES, printable_name, queue_of
-from tenure.career.redis_queue import RedisTopic, StreamAccount, committed_positions
+from tenure.career.redis_queue import RedisTopic, StreamAccount, TrimPoint, committed_positions
 from tenure.career.spark._layout import Layout
 from tenure.election import GroupPaths, ZooKeeperClient, read_commit, read_group_identity
 from tenure.errors import ConfigError
@@ -189,10 +190,10 @@ def verify(
     content = QueueContent(tuple(content_fields))
     queue = QueueScan(content)
     accounts: list[StreamAccount] = []
-    trims: dict[int, int] = {}
+    trims: dict[int, TrimPoint] = {}
     if queue_url is not None:
         n, layouts, records = _scan_redis(queue_url, queues, root, max_line_bytes, commit_records, queue, accounts)
-        trims = {k: point.n for k, record in records.items()
+        trims = {k: point for k, record in records.items()
                  if (point := committed_positions(record).trim) is not None}
         if isinstance(commit_records, GroupCommits) and committed_batch is None:
             committed_batch = functools.partial(commit_records.batches, n)  # read once the output is read
@@ -253,8 +254,9 @@ def verify(
     quarantined = quarantine.bad
     unquarantined = bad_keys - quarantined.keys() - set_aside.bad - refused.bad
     waiting_bad = unquarantined & queue.unread_bad
-    unexpected_q = {(name, line) for name, line in quarantined.keys() - bad_keys
-                    if line > trims.get(_queue_named(name, n), 0)}  # bad entries below a trim point were consumed
+    unexpected_q = {(name, line) for name, line in quarantined.keys() - bad_keys  # a trimmed bad entry was consumed
+                    if (point := trims.get(_queue_named(name, n))) is None
+                    or not point.holds(posixpath.basename(name), line)}
     dup_bad = sorted(k for k, n in quarantined.items() if n > 1)
     q_reasons = quarantine.reasons
     mismatched = sorted(k for k in bad_keys & quarantined.keys() if q_reasons[k] != queue.bad[k])
