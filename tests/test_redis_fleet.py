@@ -1,10 +1,12 @@
-"""Spark replicas reading a Redis topic, on real processes: the leader SIGKILLed mid-stream, Redis SIGKILLed and
-restarted on its append-only file, and Redis restarted without it (a lost tail, which stops the leader)."""
+"""Spark replicas reading a Redis topic, on real processes: the leader SIGKILLed mid-stream, frozen or SIGTERMed
+while it reads a batch and while it trims, Redis SIGKILLed and restarted on its append-only file, and Redis restarted
+without it (a lost tail, which stops the leader)."""
 
 from __future__ import annotations
 
 import json
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,11 +15,13 @@ import pytest
 
 from tenure.career.redis_queue import RedisTopic, committed_positions
 from tenure.career.redis_streams import connect
+from tenure.career.spark import BATCH_COMMITTED
 from tenure.career.spark._redis_topic import STREAM_LOST
 from tenure.election import connected, read_commit
+from tenure.service.drill import read_events
 from tenure.service.local import RedisServer, Topology, start_redis
 from tenure.service.ops import GroupCommits, VerifyReport, by_queue, verify
-from tenure.service.replica import IS_LEADER, QUEUE_LOST, ReplicaSpec
+from tenure.service.replica import FAULT_INJECTED, IS_LEADER, QUEUE_LOST, ReplicaSpec
 from tests._polling import stays_for
 from tests._replicas import every_replica_in_every_line
 
@@ -32,12 +36,12 @@ def redis_for_fleet(tmp_path: Path) -> Iterator[RedisServer]:
     server.kill()
 
 
-def _topology(tmp_path: Path, server: RedisServer, *, replicas: int, queues: int,
+def _topology(tmp_path: Path, server: RedisServer, *, replicas: int, queues: int, fault_files: bool = False,
               **settings: Any) -> tuple[Topology, str]:
     url = f"{server.url}?prefix=orders"
     spec = ReplicaSpec(career="spark", queues=queues, queue_url=url, session_timeout_s=SESSION_S,
                        handover_timeout_s=4.0, max_entries_per_trigger=500, **settings)
-    topology = Topology(tmp_path / "fleet", replicas=replicas, spec=spec)
+    topology = Topology(tmp_path / "fleet", replicas=replicas, spec=spec, fault_files=fault_files)
     topology.make_dirs()
     topology.ensemble.start()
     return topology, url
@@ -193,3 +197,73 @@ def test_redis_restarted_without_its_append_only_file_stops_the_leader_at_the_ho
                                             f"{committed.id} (entry {committed.n}), Redis has last-generated-id ")
     finally:
         topology.stop()
+
+
+def _events(replica: Any, name: str, since: float) -> list[dict[str, Any]]:
+    """The replica's log events ``name`` logged at ``since`` or later, each as its fields."""
+    return [e.fields for e in read_events(replica.log_path, replica.replica_id) if e.event == name and e.at >= since]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("point", "fault"), [
+    pytest.param("after_read", "freeze", marks=pytest.mark.fleet),
+    pytest.param("after_commit", "freeze", marks=[pytest.mark.fleet, pytest.mark.long]),
+    pytest.param("after_read", "sigterm", marks=[pytest.mark.fleet, pytest.mark.long]),
+    pytest.param("after_commit", "sigterm", marks=[pytest.mark.fleet, pytest.mark.long]),
+])
+def test_a_leader_frozen_or_sigtermed_while_it_reads_or_trims_loses_and_repeats_nothing(
+        tmp_path: Path, redis_for_fleet: RedisServer, point: str, fault: str) -> None:
+    """Two Spark replicas on a Redis topic while a producer adds 1 600 records; the leader stops its whole process
+    tree (Python and its JVM) at ``point`` of a batch — ``after_read``: the batch's entries read, nothing staged;
+    ``after_commit``: the fenced commit applied, the stream not yet trimmed — then is either frozen past the
+    session timeout (its successor leads and commits; resumed, the frozen leader's in-flight batch is fenced or
+    refused, and its late trim, planned below the group's committed place, removes nothing unread) or SIGTERMed
+    and resumed (it hands over). Every id is written once, every bad entry quarantined once, nothing lost from the
+    stream (verify with the commit records' trim points), and no batch published by two epochs."""
+    records = 1600
+    topology, url = _topology(tmp_path, redis_for_fleet, replicas=2, queues=1, fault_files=True)
+    try:
+        for replica in topology.replicas:
+            replica.start()
+        topology.wait_for(lambda: every_replica_in_every_line(topology, 1), 300, "both replicas warm and in line",
+                          interval_s=1.0)
+        producer = topology.start_producer(["--records", str(records), "--keys", "40", "--rate", "200",
+                                            "--duplicates", "0.02", "--bad", "0.005", "--seed", "11"])
+        victim = next(r for r in topology.replicas if _leads(topology, r.replica_id) == {0})
+        successor = next(r for r in topology.replicas if r is not victim)
+        armed = time.time()
+        topology.wait_for(lambda: _events(victim, BATCH_COMMITTED, armed), 120, "a commit by the leader",
+                          interval_s=0.5)
+        victim.arm(point, "pause")
+        topology.wait_for(lambda: _events(victim, FAULT_INJECTED, armed) and victim.stopped(), 120,
+                          f"the leader to stop its tree at {point}", interval_s=0.5)
+        paused = time.time()
+        if fault == "sigterm":
+            victim.signal(signal.SIGTERM)  # delivered as the tree resumes: a handover from where it stood
+            victim.resume()
+        topology.wait_for(lambda: _events(successor, BATCH_COMMITTED, paused), SESSION_S + 120,
+                          "the successor to lead and commit", interval_s=0.5)
+        resumed = time.time()
+        if fault == "freeze":
+            victim.resume()
+            topology.wait_for(lambda: 0 not in _leads(topology, victim.replica_id), 60,
+                              "the frozen leader to know it no longer leads", interval_s=0.5)
+        topology.wait_for(lambda: producer.poll() is not None, 300, "the producer to finish")
+
+        def drained() -> bool:
+            report = _audit(topology, url)
+            return report.unaccounted == 0 and report.unquarantined == 0
+
+        topology.wait_for(drained, 300, "the stream to drain", interval_s=2.0)
+        report = _audit(topology, url)
+        late = _events(victim, BATCH_COMMITTED, resumed) if victim.alive else []
+    finally:
+        topology.stop()
+    assert report.ok, report.render()
+    assert report.ids_written == records and report.rows_written == records
+    assert report.batches_with_two_epochs == 0
+    (stream,) = report.examples["streams"]
+    assert stream["lost"] == 0 and stream["trimmed"] > 0, stream
+    if fault == "freeze":  # resumed, the frozen leader committed no batch of its own (at most it logs the one
+        # whose commit it had made before it froze, at after_commit, finishing its publish and trim)
+        assert len(late) <= (1 if point == "after_commit" else 0), late

@@ -384,6 +384,7 @@ class BatchWriter:
         read_s = time.monotonic() - phase
         if failing is None:  # a split stages the batch again: its entries were reported the first time
             self._log_outcomes(batch_id, outcomes)
+            self._fault("after_read")
         marks = self._marks_at(record)
         staged: dict[str, str] = {}
         fresh, late = records(df), None

@@ -14,7 +14,10 @@ __all__ = ["CAREER_POINTS", "FAULT_KINDS", "ChaosSettings", "PlannedFault", "pla
 #: The kinds a fault is drawn from, each equally likely.
 FAULT_KINDS: Final = ("sigkill", "sigterm", "pause", "partition", "zk-restart", "inject")
 #: Fault points each career reaches (the Spark career's batch windows and inauguration; any career's fence).
-CAREER_POINTS: Final = {"spark": tuple(FAULT_POINTS), "counter": ("before_transaction",)}
+#: ``after_read`` is left out: it came after the seeded plans the drills rely on (tests/test_drill.py's seed 12),
+#: which one more point would redraw; tests/test_redis_fleet.py places it itself.
+CAREER_POINTS: Final = {"spark": tuple(p for p in FAULT_POINTS if p != "after_read"),
+                        "counter": ("before_transaction",)}
 _INJECT_ACTIONS: Final = ("pause", "kill")
 _ZK_ROLES: Final = ("leader", "follower")
 #: A planned fault lands at a uniform point of the middle of its slot: never two faults back to back.

@@ -30,6 +30,7 @@ FAULT_INJECTED: Final = "fault_injected"
 
 FAULT_POINTS: Final[dict[str, str]] = {
     "inaugurate": "inside inaugurate: the commit record is read, nothing rolled forward or removed yet",
+    "after_read": "the batch's input read (its entries or files, cached), nothing of it staged yet",
     "after_stage": "the batch's output staged and fsynced, the fenced commit not yet sent",
     "before_transaction": "inside the fence: the local leadership checks passed, the transaction not yet sent",
     "after_commit": "the fenced commit applied, the batch not yet published",
