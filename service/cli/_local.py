@@ -127,11 +127,14 @@ def up(replicas: int, directory: Path, career: str, group: str, session_timeout_
 @click.option("--records", type=click.IntRange(min=100), default=20000, show_default=True)
 @click.option("--rate", type=click.FloatRange(min=1), default=2000.0, show_default=True)
 @setting_option("career")
+@click.option("--redis", is_flag=True, help="The topic on an embedded Redis (as `tenure up --redis`) instead of a "
+              "queue folder; audited with the group's commit records before Redis stops.")
 @spark_cluster_option
-def demo(directory: Path, records: int, rate: float, career: str, spark_workers: int) -> None:
+def demo(directory: Path, records: int, rate: float, career: str, redis: bool, spark_workers: int) -> None:
     """The README's main job: 3 replicas and a producer, the leader SIGKILLed midway, then `verify`."""
     log_to_file(directory / "logs" / "demo.log")  # opened at its first event, once the demo has wiped the folder
     try:
-        sys.exit(run_demo(directory, records=records, rate=rate, career=career, spark_workers=spark_workers))
+        sys.exit(run_demo(directory, records=records, rate=rate, career=career, spark_workers=spark_workers,
+                          redis=redis))
     except TenureError as exc:
         fail(exc)

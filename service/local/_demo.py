@@ -1,6 +1,6 @@
-"""`tenure demo`: the README's main job — a topic of four queues on three replicas and a producer, the replica
-leading the most queues killed midway, who led which queues before and after and how long each moved queue went
-without a commit, then an audit."""
+"""`tenure demo`: the README's main job — a topic of four queues (in a folder, or on an embedded Redis) on three
+replicas and a producer, the replica leading the most queues killed midway, who led which queues before and after and
+how long each moved queue went without a commit, then an audit."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tenure.career.output import TABLE, snapshot_rows
 from tenure.career.queue import QueueLayout, is_queue_file
 from tenure.election import ZooKeeperClient, connected, read_commit, read_contenders, read_history
 from tenure.service.local._topology import Topology
-from tenure.service.ops import verify
+from tenure.service.ops import GroupCommits, VerifyReport, verify
 from tenure.service.replica import ReplicaSpec
 
 __all__ = ["DEMO_QUEUES", "Move", "format_leads", "format_moves", "run_demo"]
@@ -60,6 +60,15 @@ class Move:
         if self.last_before_s is None or self.first_after_s is None:
             return None
         return self.last_before_s + self.first_after_s
+
+
+def _audit_redis(topology: Topology) -> VerifyReport:
+    """The audit of a Redis topic, while Redis (its streams) and ZooKeeper (the commit records, with their trim
+    points) still run: drained, with the producer done, no batch adds anything meanwhile."""
+    with connected(topology.ensemble.connect_string, read_only=True) as client:
+        return verify(topology.data_root, max_line_bytes=_MAX_LINE_BYTES, group=topology.group,
+                      queue_url=str(topology.spec.value("queue_url")),
+                      commit_records=GroupCommits(client, topology.group))
 
 
 def format_leads(leaders: Mapping[int, str | None]) -> str:
@@ -121,43 +130,55 @@ def _first_commit_after(client: ZooKeeperClient, group: str, queue: int, count: 
 
 
 class _DrainProgress:
-    """The wait for the queue to drain, told as progress (written of expected, files waiting) every few seconds,
-    not as audits that fail until the end: the one audit runs once everything is stopped."""
+    """The wait for the queue to drain, told as progress (written of expected, files or entries waiting) every few
+    seconds, not as audits that fail until the end: the one audit runs once the replicas are done."""
 
-    def __init__(self, console: Console, data_root: Path, queues: int, expected: int, every_s: float = 5.0) -> None:
-        self._console, self._data_root, self._expected, self._every_s = console, data_root, expected, every_s
+    def __init__(self, console: Console, topology: Topology, queues: int, expected: int,
+                 every_s: float = 5.0) -> None:
+        self._console, self._topology, self._expected, self._every_s = console, topology, expected, every_s
         self._queues = queues
         self._next = 0.0
 
+    def _waiting(self) -> tuple[int, str, str]:
+        """What waits to be read: queue files in ``landing/``, or a Redis topic's entries after the committed
+        positions (the leaders' backlog gauges, asked each second; the rows written tell a gauge not yet set)."""
+        if self._topology.redis is None:
+            return _waiting_files(self._topology.data_root, self._queues), "queue file", "queue files"
+        entries = sum(s.backlog for s in self._topology.statuses())
+        return entries + (_written(self._topology.data_root) < self._expected), "stream entry", "stream entries"
+
     def __call__(self) -> bool:
-        waiting = _waiting_files(self._data_root, self._queues)
+        waiting, one, many = self._waiting()
         now = time.monotonic()
         if waiting == 0 or now >= self._next:
             self._next = now + self._every_s
-            _say(self._console, f"written {_written(self._data_root)} of {self._expected} records, "
-                                f"{waiting} queue file{'' if waiting == 1 else 's'} waiting")
+            _say(self._console, f"written {_written(self._topology.data_root)} of {self._expected} records, "
+                                f"{waiting} {one if waiting == 1 else many} waiting")
         return waiting == 0
 
 
 def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, keys: int = 50,
              career: str = "spark", settle_timeout_s: float = 240.0, warmup_timeout_s: float = 600.0,
-             spark_workers: int = 0) -> int:
+             spark_workers: int = 0, redis: bool = False) -> int:
     """Run the scripted demonstration; returns 0 when the audit finds every message exactly once, in order. On a
-    Spark cluster (``spark_workers``) the topic has one queue: the Spark career runs several on local masters only."""
+    Spark cluster (``spark_workers``) the topic has one queue: the Spark career runs several on local masters only.
+    With ``redis``, the topic is on an embedded Redis (as ``tenure up --redis``): audited once the queues drained,
+    with the group's commit records (their trim points), before Redis and ZooKeeper stop."""
     console = Console(soft_wrap=True)  # long lines stay whole in logs and pipes
     if directory.exists():
         shutil.rmtree(directory)
     n = 1 if spark_workers else DEMO_QUEUES
     # Injected oversized lines are max_line_bytes + 1 long: a 64 KiB limit keeps the demo's queue small.
-    topology = Topology(directory, replicas=3, spark_workers=spark_workers,
+    topology = Topology(directory, replicas=3, spark_workers=spark_workers, redis=redis,
                         spec=ReplicaSpec(career=career, max_line_bytes=_MAX_LINE_BYTES, queues=n))
     session_timeout_s = topology.spec.value("session_timeout_s")
     group = topology.group
     try:
         cluster = f", a Spark cluster of {spark_workers} workers" if spark_workers else ""
         topic = f"{n} queues" if n > 1 else "one queue (several need a local Spark master)"
-        _say(console, f"starting a 3-server ZooKeeper ensemble{cluster} and 3 {career} replicas on a topic of {topic} "
-                      f"under {directory}")
+        where = " on an embedded Redis" if redis else ""
+        _say(console, f"starting a 3-server ZooKeeper ensemble{cluster} and 3 {career} replicas on a topic of {topic}"
+                      f"{where} under {directory}")
         topology.start()
         with connected(topology.ensemble.connect_string, read_only=True) as client:
             leaders: dict[int, str | None] = {}
@@ -205,14 +226,16 @@ def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, key
             _say(console, f"now: {format_leads(after)}")
         topology.wait_for(lambda: producer.poll() is not None, settle_timeout_s, "the producer to finish")
         _say(console, "producer done; waiting for the leaders to drain the queues")
-        topology.wait_for(_DrainProgress(console, topology.data_root, n, records), settle_timeout_s,
+        topology.wait_for(_DrainProgress(console, topology, n, records), settle_timeout_s,
                           "the queues to drain", interval_s=0.5)
+        report = _audit_redis(topology) if redis else None
     except TimeoutError as exc:
         _say(console, f"[red]{exc}[/]: see the logs under {topology.logs}")
         return 1
     finally:
         _say(console, "stopping every process (followers, then leaders, each with a graceful handover)")
         topology.stop()
-    report = verify(topology.data_root, max_line_bytes=_MAX_LINE_BYTES)
+    if report is None:
+        report = verify(topology.data_root, max_line_bytes=_MAX_LINE_BYTES)
     print(report.render(), flush=True)
     return 0 if report.ok else 1
