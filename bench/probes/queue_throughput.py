@@ -78,8 +78,11 @@ def _run(name: str, work: Path, sources: list[Path], records: int) -> list[dict[
             led.update(balanced(topology, queues) or {})
             return bool(led)
 
-        topology.wait_for(settled, _START_TIMEOUT_S, f"{name}: every replica ready and the queues balanced",
-                          interval_s=0.5)
+        try:
+            topology.wait_for(settled, _START_TIMEOUT_S, f"{name}: every replica ready and the queues balanced",
+                              interval_s=0.5)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc} (replicas: {topology.statuses()})") from exc
         logs = [topology.logs / f"{r.replica_id}.log" for r in topology]
         for fill, source in enumerate(sources):
             meter, per_replica = CpuMeter(), ReplicaCpu(topology)
