@@ -30,6 +30,10 @@ __all__ = ["GROUP", "QueueCommit", "QueueTimeline", "ReplicaCpu", "balanced", "g
 
 GROUP = "bench"
 _BALANCE_SETTLE_S = 2.0  # the probes start every replica at once: no restart to wait out
+#: Calls into a JVM and the control loop's liveness: the defaults (10 s, 30 s) with room for a machine whose load
+#: average is ten times its cores (the other work on this one), where a replica otherwise turns unhealthy while
+#: warming up and never gets ready; neither bounds a handover or a crash's failover
+_PROBE_TIMEOUT_S, _LIVENESS_TIMEOUT_S = 30.0, 90.0
 
 
 def group_topology(directory: Path, *, queues: int, replicas: int, spark_workers: int = 0,
@@ -37,7 +41,8 @@ def group_topology(directory: Path, *, queues: int, replicas: int, spark_workers
     """A topology of ``replicas`` warm Spark replicas of a group of ``queues`` on a one-server ensemble (the
     bench's session and handover timeouts; ``spark_workers``: on the embedded standalone cluster)."""
     base = ReplicaSpec(group=GROUP, career="spark", standby="warm", session_timeout_s=SESSION_TIMEOUT_S,
-                       handover_timeout_s=HANDOVER_TIMEOUT_S, queues=queues, balance_settle_s=_BALANCE_SETTLE_S)
+                       handover_timeout_s=HANDOVER_TIMEOUT_S, queues=queues, balance_settle_s=_BALANCE_SETTLE_S,
+                       probe_timeout_s=_PROBE_TIMEOUT_S, liveness_timeout_s=_LIVENESS_TIMEOUT_S)
     return Topology(directory, replicas=replicas, spec=base | (spec or {}), zk_tick_ms=ZK_TICK_MS, zk_servers=1,
                     spark_workers=spark_workers)
 
