@@ -98,7 +98,7 @@ def _graceful(group: _Group) -> dict[str, Any]:
     with connected(group.topology.ensemble.connect_string) as client:
         request_handover(client, GROUP, to=target, queue=queue, queues=group.queues)
     row = group.gap("graceful", queue, old, started, **{"from": source})
-    if row["to"] != target:
+    if row["to"] and row["to"] != target:  # the counter's records name no replica
         row["note"] = f"asked for {target}"
     return row
 
@@ -159,10 +159,11 @@ def render(body: dict[str, Any]) -> None:
         if p50.get("1q") and p50.get("4q"):
             body.setdefault("ratios", {})[f"{kind} p50 4q / 1q"] = round(p50["4q"] / p50["1q"], 3)
     lines = ["# A moved queue's gap: 4 queues on 3 replicas against 1 queue on 3 (`python -m bench.probes.queue_gap`)",
-             "", f"`{body['command']}`; {body['rate']:g} records/s per queue; load average (1 min) before: "
+             "", f"`{body['command']}`; the {body.get('career', 'spark')} career; {body['rate']:g} records/s per "
+             "queue; load average (1 min) before: "
              f"{body['load_before']}, after: {body.get('load_after')}; {body['machine']['cores']} cores.", "",
              markdown_table(summary), "", f"Ratios of the p50s: {body.get('ratios')}", "", "Every move:", "",
-             markdown_table([{k: v for k, v in m.items() if k != "started_at"} for m in moves]), ""]
+             markdown_table([{k: v for k, v in m.items() if m["to"] or k not in ("to", "note")} for m in moves]), ""]
     (_OUT / "gap.md").write_text("\n".join(lines))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -184,14 +185,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--moves", type=int, default=3, help="graceful moves per group per round")
     parser.add_argument("--rate", type=float, default=200.0, help="records/s per queue")
     parser.add_argument("--career", default="spark", choices=("spark", "counter"),
-                        help="counter: a quick check of the probe itself, without Spark (its figures mean nothing)")
+                        help="counter: the election, fence, handover and balance without Spark (no query to stop or "
+                             "start: the coordination's part of a gap)")
     parser.add_argument("--render", action="store_true", help="write gap.md and gap.png from gap.json")
     args = parser.parse_args(argv)
     if args.render:
         render(json.loads((_OUT / "gap.json").read_text()))
         return
     command = "python -m bench.probes.queue_gap " + " ".join(sys.argv[1:] if argv is None else argv)
-    body: dict[str, Any] = {"command": command.strip(), "rate": args.rate, "machine": machine(),
+    body: dict[str, Any] = {"command": command.strip(), "career": args.career, "rate": args.rate, "machine": machine(),
                             "load_before": [round(x, 2) for x in os.getloadavg()], "moves": []}
 
     def keep(rows: list[dict[str, Any]], round_: int) -> None:

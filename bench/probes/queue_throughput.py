@@ -155,7 +155,8 @@ def render(body: dict[str, Any]) -> None:
              "", f"`{body['command']}`; {body['records']:,} records over 100 keys in files of {_PER_FILE:,} "
              f"records, the backlog linked into landing/ at once; load average (1 min) before: "
              f"{body['load_before']}, after: {body['load_after']}; {body['machine']['cores']} cores.", "",
-             markdown_table(summary), "", "Every run (cores: CPU seconds / wall seconds from the backlog's arrival "
+             *([body["note"], ""] if body.get("note") else []), markdown_table(summary), "",
+             "Every run (cores: CPU seconds / wall seconds from the backlog's arrival "
              "to the last commit; per replica: its Python process, its JVM, its Python workers):", "",
              markdown_table(rows), ""]
     (_OUT / "throughput.md").write_text("\n".join(lines))
@@ -179,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--configs", nargs="+", default=[*CONFIGS, "1q1r"], choices=list(CONFIGS),
                         help="the configurations in the order run (one may come again: the baseline first and last "
                              "brackets the machine's drift)")
+    parser.add_argument("--keep-work", action="store_true", help="keep the scratch folder (the replicas' logs)")
     parser.add_argument("--render", action="store_true", help="write throughput.md and .png from throughput.json")
     args = parser.parse_args(argv)
     if args.render:
@@ -204,7 +206,8 @@ def main(argv: list[str] | None = None) -> None:
             body["load_after"] = [round(x, 2) for x in os.getloadavg()]
             (_OUT / "throughput.json").write_text(json.dumps(body, indent=2) + "\n")
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if not args.keep_work:
+            shutil.rmtree(scratch, ignore_errors=True)
     render(body)
 
 
