@@ -1,18 +1,19 @@
-"""A group's aggregate throughput by (queues, replicas), against one queue on one replica, paired in one run.
+"""A group's aggregate throughput by (queues, replicas), against one queue on one replica, side by side in one run.
 
-`.venv/bin/python -m bench.probes.queue_throughput [--records N] [--rounds R] [--configs NAME ...]` (from the
-repository root) produces a backlog of ``--records`` records (default 300 000, 100 keys, files of 2 000 records,
-routed by key) once per number of queues, then, round after round with the order rotating, runs each
-configuration: a topology of R warm Spark replicas (``local[2]`` each) of a group of N queues on a one-server
-ensemble, started, balanced (every replica ready, every queue led, the counts within one), then the backlog
-hard-linked into the queues' ``landing/`` at once, and timed until every record is committed (the replicas'
-``batch_committed`` events). Configurations: ``1q1r`` (the baseline), ``2q2r``, ``4q1r``, ``4q2r``, ``4q3r``, and
-``1q1r-cluster`` (one queue, one replica, its query on the embedded Spark standalone cluster of one worker of two
-cores: a topic of several queues is refused there). Figures: records/s from the backlog's arrival to the last
-commit (``records_per_s``), each configuration's ratio to the baseline of its round, the CPU each replica's tree
-used (driver, JVM, Python workers) and the machine's, and the Delta step of the batches (``delta_s``). Writes
-``throughput.json``, ``throughput.md`` and ``throughput.png`` to ``bench/results/issue-51-scaling/``, which
-``docs/performance/scaling.md`` quotes.
+`.venv/bin/python -m bench.probes.queue_throughput [--records N] [--fills F] [--configs NAME ...]` (from the
+repository root) produces F backlogs of ``--records`` records each (default 60 000, 100 keys, files of 2 000
+records, routed by key) per number of queues, then runs each configuration in the order given (the baseline first
+and last, by default, brackets the machine's drift): a topology of R warm Spark replicas (``local[2]`` each) of a
+group of N queues on a one-server ensemble, started, balanced (every replica ready, every queue led, the counts
+within one), then the backlog hard-linked into the queues' ``landing/`` at once, and timed until every record is
+committed (the replicas' ``batch_committed`` events), one backlog after the other. Configurations: ``1q1r`` (the
+baseline), ``2q2r``, ``4q1r``, ``4q2r``, ``4q3r``, and ``1q1r-cluster`` (one queue, one replica, its query on the
+embedded Spark standalone cluster of one worker of two cores: a topic of several queues is refused there). Figures:
+records/s from the backlog's arrival to the last commit (``records_per_s``) and its ratio to the baseline's, the CPU
+each replica's tree used (driver, JVM, Python workers) and the machine's, the records per CPU second of the
+replicas' trees (what a record cost, whatever else the machine ran) and its ratio to the baseline's, and the Delta
+step of the batches (``delta_s``). Writes ``<name>.json``, ``<name>.md`` and ``<name>.png`` (``--name``, default
+``throughput``) to ``bench/results/issue-51-scaling/``, which ``docs/performance/scaling.md`` quotes.
 """
 
 from __future__ import annotations
@@ -119,27 +120,43 @@ def _figures(commits: list[dict[str, Any]], filled_at: float, records: int) -> d
             "batch_s": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in batch.items()}}
 
 
-def render(body: dict[str, Any]) -> None:
-    """``throughput.md`` and ``throughput.png`` from ``throughput.json``'s ``body``."""
+def _per_cpu_s(run: dict[str, Any]) -> float:
+    """Records committed per CPU second of the replicas' process trees: what a record cost, whatever else the
+    machine ran meanwhile."""
+    cpu_s = sum(c["all"] for c in run["replica_cores"].values()) * run["cpu"]["wall_s"]
+    return round(run["records"] / cpu_s) if cpu_s else 0.0
+
+
+def render(body: dict[str, Any], name: str = "throughput") -> None:
+    """``<name>.md`` and ``<name>.png`` from ``<name>.json``'s ``body``."""
     runs = body["runs"]
-    names = body["configs"]
+    configs = body["configs"]
     baseline = [r["records_per_s"] for r in runs if r["config"] == "1q1r"]
     base = statistics.fmean(baseline) if baseline else None
+    per_cpu = [_per_cpu_s(r) for r in runs if r["config"] == "1q1r"]
+    base_cpu = statistics.fmean(per_cpu) if per_cpu else None
     for r in runs:
         r["ratio"] = round(r["records_per_s"] / base, 3) if base else None
+        r["per_cpu_s"] = _per_cpu_s(r)
+        r["per_cpu_s_ratio"] = round(r["per_cpu_s"] / base_cpu, 3) if base_cpu else None
     summary = []
-    for name in names:
-        mine = [r for r in runs if r["config"] == name]
+    for config in configs:
+        mine = [r for r in runs if r["config"] == config]
         if not mine:
             continue
         ratios = [r["ratio"] for r in mine if r["ratio"] is not None]
-        summary.append({"config": name, "queues": mine[0]["queues"], "replicas": mine[0]["replicas"],
+        summary.append({"config": config, "queues": mine[0]["queues"], "replicas": mine[0]["replicas"],
                         "runs": len(mine), "records/s median": round(statistics.median(r["records_per_s"]
                                                                                        for r in mine)),
                         "ratio to 1q1r": round(statistics.median(ratios), 3) if ratios else None,
                         "machine cores busy": round(statistics.median(r["cpu"]["cores_busy"] for r in mine), 2),
                         "replicas' cores": round(statistics.median(
                             sum(c["all"] for c in r["replica_cores"].values()) for r in mine), 2),
+                        "rest of the machine, cores": round(statistics.median(
+                            r["cpu"]["other_cpu_s"] / r["cpu"]["wall_s"] for r in mine), 2),
+                        "records per replica CPU s": round(statistics.median(r["per_cpu_s"] for r in mine)),
+                        "its ratio to 1q1r": statistics.median(r["per_cpu_s_ratio"] for r in mine)
+                        if base_cpu else None,
                         "delta p50 s": statistics.median(r["delta_s"]["p50"] for r in mine if r["delta_s"]["p50"]),
                         "batch p50 s": statistics.median(r["batch_s"]["p50"] for r in mine if r["batch_s"]["p50"])})
     rows = [{"order": r["order"], "fill": r["fill"], "config": r["config"], "records/s": r["records_per_s"],
@@ -159,18 +176,20 @@ def render(body: dict[str, Any]) -> None:
              "Every run (cores: CPU seconds / wall seconds from the backlog's arrival "
              "to the last commit; per replica: its Python process, its JVM, its Python workers):", "",
              markdown_table(rows), ""]
-    (_OUT / "throughput.md").write_text("\n".join(lines))
+    (_OUT / f"{name}.md").write_text("\n".join(lines))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for index, r in enumerate(summary):
-        mine = [x["ratio"] for x in runs if x["config"] == r["config"] and x["ratio"] is not None]
-        ax.bar(index, r["ratio to 1q1r"] or 0, color="#4c9a6a")
-        ax.scatter([index] * len(mine), mine, color="black", s=12, zorder=3)
+        ax.bar(index - 0.2, r["ratio to 1q1r"] or 0, width=0.4, color="#4c9a6a",
+               label="records/s" if index == 0 else None)
+        ax.bar(index + 0.2, r["its ratio to 1q1r"] or 0, width=0.4, color="#8fb8de",
+               label="records per replica CPU second" if index == 0 else None)
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax.set_xticks(range(len(summary)), [r["config"] for r in summary])
-    ax.set_ylabel("records/s ÷ 1q1r's (mean of its runs)")
-    ax.set_title("Aggregate throughput of N queues on R replicas, against one queue on one (2 cores)")
-    save(fig, _OUT / "throughput.png")
+    ax.set_ylabel("÷ 1q1r's (mean of its runs)")
+    ax.legend()
+    ax.set_title("N queues on R replicas against one queue on one (2 cores, shared)")
+    save(fig, _OUT / f"{name}.png")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -181,10 +200,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="the configurations in the order run (one may come again: the baseline first and last "
                              "brackets the machine's drift)")
     parser.add_argument("--keep-work", action="store_true", help="keep the scratch folder (the replicas' logs)")
-    parser.add_argument("--render", action="store_true", help="write throughput.md and .png from throughput.json")
+    parser.add_argument("--render", action="store_true", help="write NAME.md and .png from NAME.json")
+    parser.add_argument("--name", default="throughput", help="the results' file names (default throughput)")
     args = parser.parse_args(argv)
     if args.render:
-        render(json.loads((_OUT / "throughput.json").read_text()))
+        render(json.loads((_OUT / f"{args.name}.json").read_text()), args.name)
         return
     command = "python -m bench.probes.queue_throughput " + " ".join(sys.argv[1:] if argv is None else argv)
     scratch = Path(tempfile.mkdtemp(prefix="tenure-scaling-"))
@@ -204,11 +224,11 @@ def main(argv: list[str] | None = None) -> None:
             print(f"queue_throughput: {name}: {[r['records_per_s'] for r in runs]} records/s", file=sys.stderr,
                   flush=True)
             body["load_after"] = [round(x, 2) for x in os.getloadavg()]
-            (_OUT / "throughput.json").write_text(json.dumps(body, indent=2) + "\n")
+            (_OUT / f"{args.name}.json").write_text(json.dumps(body, indent=2) + "\n")
     finally:
         if not args.keep_work:
             shutil.rmtree(scratch, ignore_errors=True)
-    render(body)
+    render(body, args.name)
 
 
 if __name__ == "__main__":
