@@ -29,14 +29,14 @@ from tests._replicas import every_replica_in_every_line, replica_events, tenure
 QUEUES = 4
 SESSION_S = 6.0
 RECORDS = 6000
-PROBE_S = 3.0
 #: Deadline of a Spark replica's start-up (a SparkSession, a warm-up run, a seat in every line): about a minute on
 #: two idle cores, several when the machine is shared.
 WARM_UP_S = 600.0
-#: A short probe timeout, so that a frozen JVM is found out in seconds; the watchdog's other timeouts are the
-#: defaults, which a loaded machine's slow query starts stay within.
+#: The watchdog's timeouts are the defaults, which a loaded machine's slow Spark calls stay within.
 SPEC = ReplicaSpec(career="spark", queues=QUEUES, session_timeout_s=SESSION_S, handover_timeout_s=3.0,
-                   probe_timeout_s=PROBE_S, failure_backoff_s=0.5, balance_settle_s=2.0)
+                   failure_backoff_s=0.5, balance_settle_s=2.0)
+#: The frozen JVM's test only: a short probe timeout, so that the freeze is found out in seconds.
+PROBE_S = 3.0
 
 
 def _led(topology: Topology, replica_id: str) -> set[int]:
@@ -74,10 +74,10 @@ def _produce(topology: Topology, records: int, rate: float, seed: int) -> None:
 
 
 @contextlib.contextmanager
-def _three_sharing_four(tmp_path: Path) -> Iterator[Topology]:
-    """Three Spark replicas of a topic of four queues, balanced 2, 1, 1 and all in every queue's line; the whole
-    topology stopped afterwards."""
-    topology = Topology(tmp_path, replicas=3, spec=SPEC)
+def _three_sharing_four(tmp_path: Path, spec: ReplicaSpec = SPEC) -> Iterator[Topology]:
+    """Three Spark replicas of a topic of four queues (``spec``), balanced 2, 1, 1 and all in every queue's line;
+    the whole topology stopped afterwards."""
+    topology = Topology(tmp_path, replicas=3, spec=spec)
     topology.start()
     try:
         topology.wait_for(lambda: every_replica_in_every_line(topology, QUEUES), WARM_UP_S,
@@ -88,13 +88,20 @@ def _three_sharing_four(tmp_path: Path) -> Iterator[Topology]:
         topology.stop()
 
 
-@pytest.fixture()
-def topology(tmp_path: Path) -> Iterator[Topology]:
+@contextlib.contextmanager
+def _producing(tmp_path: Path, spec: ReplicaSpec = SPEC) -> Iterator[Topology]:
     """Three Spark replicas sharing four queues 2, 1, 1, the producer running and a third of its records written."""
-    with _three_sharing_four(tmp_path) as topology:
+    with _three_sharing_four(tmp_path, spec) as topology:
         _produce(topology, RECORDS, 500, seed=11)
         topology.wait_for(lambda: verify(topology.data_root).ids_written >= RECORDS // 3, 300,
                           f"{RECORDS // 3} ids written", interval_s=1.0)
+        yield topology
+
+
+@pytest.fixture()
+def topology(tmp_path: Path) -> Iterator[Topology]:
+    """Three Spark replicas sharing four queues 2, 1, 1, the producer running and a third of its records written."""
+    with _producing(tmp_path) as topology:
         yield topology
 
 
@@ -206,22 +213,24 @@ def test_a_leader_of_two_queues_frozen_whole_past_its_session_is_fenced_and_foll
 
 @pytest.mark.long
 @pytest.mark.timeout(1500)
-def test_a_leader_of_two_queues_whose_jvm_freezes_gives_both_up(topology: Topology) -> None:
+def test_a_leader_of_two_queues_whose_jvm_freezes_gives_both_up(tmp_path: Path) -> None:
     """SIGSTOP only the Spark JVM (and its Python workers) of the replica leading two of four queues: its Python
     side keeps the ZooKeeper session, so the watchdog must give the queues up — the JVM does not answer, a stall
     that cannot be contained to one queue, so the replica stops (exit 4, ``stalled``) and gives every queue up at
     once. Both queues get new leaders that commit, and the audit is clean, each queue's terms committing batch
     ranges that never overlap."""
-    victim_id, queues = _leader_of_two(topology)
-    victim = topology.replica(victim_id)
-    assert victim.freeze_spark(), "the replica has a Spark JVM to freeze"
-    frozen_at = time.monotonic()
-    assert victim.process is not None and victim.process.wait(timeout=60) == EXIT_STALLED
-    gave_up_s = time.monotonic() - frozen_at
-    stalled = [e for e in replica_events(topology, victim_id) if e.get("event") == STALLED]
-    assert stalled and stalled[0]["reason"] == "spark_unresponsive", stalled
-    topology.wait_for(_moved_and_committed(topology, victim_id, queues), 60, "both its queues committed by others")
-    ranges = _audit(topology)
+    with _producing(tmp_path, SPEC | ReplicaSpec(probe_timeout_s=PROBE_S)) as topology:
+        victim_id, queues = _leader_of_two(topology)
+        victim = topology.replica(victim_id)
+        assert victim.freeze_spark(), "the replica has a Spark JVM to freeze"
+        frozen_at = time.monotonic()
+        assert victim.process is not None and victim.process.wait(timeout=60) == EXIT_STALLED
+        gave_up_s = time.monotonic() - frozen_at
+        stalled = [e for e in replica_events(topology, victim_id) if e.get("event") == STALLED]
+        assert stalled and stalled[0]["reason"] == "spark_unresponsive", stalled
+        topology.wait_for(_moved_and_committed(topology, victim_id, queues), 60,
+                          "both its queues committed by others")
+        ranges = _audit(topology)
     assert all(len(ranges[q]) >= 2 for q in queues), ranges
     # Its next call into Spark misses the probe's deadline: one probe and a control loop's turn.
     assert gave_up_s < PROBE_S + 15, f"the frozen JVM's replica gave up {gave_up_s:.1f} s after the freeze"
