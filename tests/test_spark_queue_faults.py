@@ -32,6 +32,9 @@ RECORDS = 6000
 #: Deadline of a Spark replica's start-up (a SparkSession, a warm-up run, a seat in every line): about a minute on
 #: two idle cores, several when the machine is shared.
 WARM_UP_S = 600.0
+#: Deadline of draining what a producer left once it finished or was stopped: the backlog a producer builds while
+#: replicas warm up on a shared machine takes minutes.
+DRAIN_S = 600.0
 #: The watchdog's timeouts are the defaults, which a loaded machine's slow Spark calls stay within.
 SPEC = ReplicaSpec(career="spark", queues=QUEUES, session_timeout_s=SESSION_S, handover_timeout_s=3.0,
                    failure_backoff_s=0.5, balance_settle_s=2.0)
@@ -141,7 +144,7 @@ def _audit(topology: Topology, *, stop_producer: bool = False) -> dict[int, list
     topology.wait_for(lambda: producer.poll() is not None, 300, "the producer to finish")
     if not stop_producer:
         assert verify(topology.data_root).ids_in == RECORDS, "the producer wrote every record"
-    topology.wait_for(lambda: _drained(topology), 300, "every queue to drain", interval_s=2.0)
+    topology.wait_for(lambda: _drained(topology), DRAIN_S, "every queue to drain", interval_s=2.0)
     zk = topology.ensemble.connect_string
     audit = tenure("verify", "--data-root", str(topology.data_root), "--zk", zk, "--group", topology.group)
     assert audit.returncode == 0, audit.stdout + audit.stderr
@@ -278,7 +281,7 @@ def test_a_replica_joining_two_that_lead_two_queues_each_takes_one_and_no_queue_
         topology.wait_for(lambda: sorted(len(_led(topology, r.replica_id)) for r in (first, second)) == [2, 2]
                           and all(r.metrics().get(GROUP_BALANCED) == 1.0 for r in (first, second)), WARM_UP_S,
                           "two queues each", interval_s=1.0)
-        _produce(topology, 100 * RECORDS, 100, seed=13)  # until stopped
+        _produce(topology, 100 * RECORDS, 30, seed=13)  # until stopped
         topology.wait_for(_all_advanced(topology, dict.fromkeys(range(QUEUES), -1)), 120, "every queue committing")
         before = _history(topology)
         third.start()
@@ -304,7 +307,7 @@ def test_a_rolling_restart_of_every_replica_keeps_every_queue_committing(tmp_pat
     queue has committed again, and once the producer stops the audit is clean, each queue's terms committing batch
     ranges that never overlap."""
     with _three_sharing_four(tmp_path) as topology:
-        _produce(topology, 100 * RECORDS, 60, seed=17)  # until stopped
+        _produce(topology, 100 * RECORDS, 30, seed=17)  # until stopped
         _restart_each(topology)
         ranges = _audit(topology, stop_producer=True)
     assert all(ranges[q] for q in range(QUEUES)), ranges
