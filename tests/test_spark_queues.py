@@ -20,7 +20,7 @@ from tenure.career.queue import QueueLayout, queue_of
 from tenure.career.spark import SparkCareer, SparkStandby
 from tenure.errors import ConfigError
 from tenure.service.ops import produce, verify
-from tests.test_spark_career import MAX_LINE, Recorder, leadership, make_config, run_until
+from tests.test_spark_career import MAX_LINE, Crash, Recorder, crash_at, leadership, make_config, run_until
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -78,6 +78,55 @@ def test_two_queues_on_one_standby_commit_into_the_same_tables(spark: Any, zk_cl
         assert (root / "checkpoint" / f"queue={k}").is_dir() and (root / "order" / f"queue={k}").is_dir()
         assert any((root / "queues" / str(k) / "archive").iterdir())
     assert not (root / "landing").exists() and not (root / "checkpoint" / "offsets").exists()
+
+
+def _queue_1_of_3_drained(root: Path) -> bool:
+    """Queue 1 of a topic of three consumed and archived, and the audit clean but for the other queues' files,
+    which wait."""
+    return (not any(QueueLayout(root, 1, 3).landing.glob("*.jsonl"))
+            and verify(root, max_line_bytes=MAX_LINE, allow_waiting=True).ok)
+
+
+@pytest.mark.parametrize("point", ["after_commit", "inside_delta_commit"])
+def test_a_crash_window_in_queue_1_of_3_then_its_new_leader_writes_it_exactly_once(
+        spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path, point: str) -> None:
+    """``test_crash_window_then_new_leader_exactly_once`` on queue 1 of a topic of three: a crash forced inside
+    queue 1's first batch after its fenced commit (or inside its Delta commit), then a new leader of queue 1 (a new
+    epoch on queue 1's line): it rolls the batch forward under queue 1's staging, skips it when Spark runs it again,
+    and queue 1 ends exactly once, each of its batches one Delta version of its own; queues 0 and 2, led by nobody,
+    are untouched."""
+    root = tmp_path / "data"
+    produce(root, records=150, keys=12, duplicates=0.05, bad=0.02, queues=3, seed=5, progress=False,
+            batch_records=20, max_line_bytes=MAX_LINE)
+    crashing = SparkCareer(make_config(root, max_files_per_trigger=3), Recorder(), replica_id="r1", group=zk_group,
+                           faults=crash_at(point), queue=1, queues=3)
+    with leadership(zk_client, f"{zk_group}.q1", "r1") as (_, ctx):
+        crashing.inaugurate(ctx)
+        with pytest.raises(Crash):
+            run_until(crashing, lambda: False)
+        crashing.hand_over(Outcome.FAILED)
+        record, _ = ctx.fence.read_commit()
+    assert record is not None and record["queue"] == 1 and record["batch_id"] == 0, record
+    assert list((root / "table" / "_staging").glob("queue=1/*")), "the crash left queue 1's batch staged"
+    second = Recorder()
+    successor = SparkCareer(make_config(root), second, replica_id="r2", group=zk_group, queue=1, queues=3)
+    try:
+        with leadership(zk_client, f"{zk_group}.q1", "r2") as (_, ctx2):
+            successor.inaugurate(ctx2)
+            assert {v.batch for v in batch_versions(root / "table")} == {0}, "batch 0 not rolled forward"
+            run_until(successor, lambda: _queue_1_of_3_drained(root))
+            successor.hand_over(Outcome.CLEAN)
+    finally:
+        crashing.close()
+        successor.close()
+    assert second.outcomes()[0] == "skipped", second.outcomes()
+    assert not list((root / "table" / "_staging").glob("queue=1/*")), "dead staging survived"
+    report = verify(root, max_line_bytes=MAX_LINE, allow_waiting=True)
+    assert report.ok, report.render()
+    assert [(q["queue"], q["lost"], q["rows_written"] > 0) for q in report.per_queue] == [
+        (0, 0, False), (1, 0, True), (2, 0, False)], report.per_queue
+    versions = [v for v in batch_versions(root / "table") if v.batch is not None]
+    assert {v.queue for v in versions} == {1} and [v.batch for v in versions] == list(range(len(versions)))
 
 
 def test_a_career_refuses_what_reads_no_queue_of_its_topic(tmp_path: Path) -> None:
