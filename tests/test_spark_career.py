@@ -636,3 +636,25 @@ def test_each_batch_logs_its_spark_progress_once_even_after_an_idle_trigger(
         assert event["input_rows"] > 0 and event["epoch"] == ctx.epoch, event
         (dedup,) = event["state"]
         assert dedup["rows"] > 0 and dedup["commit_ms"] >= 0 and dedup["metrics"], dedup
+
+
+def _fails_on_records(frame: Any) -> Any:
+    """A transform that passes the empty-batch check and fails on the first batch with records."""
+    from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
+
+    return frame.withColumn("id", F.when(F.col("id").isNotNull(), F.raise_error("boom")).otherwise(F.col("id")))
+
+
+def test_a_warm_up_whose_query_fails_is_logged_not_raised(tmp_path: Path, spark: Any) -> None:
+    """A warm-up whose query dies (here the user's transform fails on the sample; under load, a Python worker that
+    cannot connect back) logs ``warmup_failed`` and returns: the replica can still lead, only its first batch is
+    slower. It never escapes ``prepare`` as a traceback that kills ``tenure run``."""
+    from tenure.career.spark._hooks import Hooks
+    from tenure.career.spark._warmup import warm_up
+
+    config = make_config(tmp_path / "root", standby="warm", warmup_timeout_s=120.0)
+    with structlog.testing.capture_logs() as logs:
+        warm_up(spark, config, Hooks(transform=_fails_on_records, policy=config.retry_policy), replica_id="r1",
+                log=structlog.get_logger(), scratch_parent=tmp_path / "scratch")
+    failed = [e for e in logs if e["event"] == "warmup_failed"]
+    assert failed and "boom" in failed[0]["error"], logs

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from tenure.career._protocol import CareerContext
@@ -136,11 +137,15 @@ def warm_up(session: SparkSession, config: SparkCareerConfig, hooks: Hooks, *, r
             .trigger(availableNow=True)
             .start()
         )
-        finished = query.awaitTermination(int(config.warmup_timeout_s))
+        try:
+            finished = query.awaitTermination(int(config.warmup_timeout_s))
+        except StreamingQueryException:  # the query failed: query.exception() says how, below
+            finished = True
         if not finished:
             query.stop()
-        if term.error is not None or query.exception() is not None:
-            log.warning("warmup_failed", error=repr(term.error or query.exception())[:1000])
+        error = term.error or query.exception()
+        if error is not None:
+            log.warning("warmup_failed", error=f"{type(error).__name__}: {error}"[:1000])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
