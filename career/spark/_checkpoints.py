@@ -157,7 +157,7 @@ def adopt_checkpoint(layout: Layout, epoch: int, *, prepared: PreparedCheckpoint
     shutil.rmtree(partial, ignore_errors=True)
     shutil.rmtree(target, ignore_errors=True)  # an earlier attempt of this very term (same node, same epoch)
     partial.mkdir(parents=True)  # from here on, a stale term marks nothing consumed (``newer_term_started``)
-    if prepared is not None and prepared.take(source, source_epoch, committed, partial):
+    if prepared is not None and prepared.take(source_epoch, committed, partial):
         sync_dirs(partial.parent)
     else:
         if source is not None:
@@ -239,12 +239,13 @@ class PreparedCheckpoint:
             raise
         return len(linked)
 
-    def take(self, source: Path | None, source_epoch: int | None, committed: int | None, into: Path) -> bool:
-        """At inauguration, once ``into`` (the empty hidden folder of the new term) exists: catch the copy up with
-        ``source`` and move it to ``into`` if it passes the checks, its folders and the files linked now made
+    def take(self, source_epoch: int | None, committed: int | None, into: Path) -> bool:
+        """At inauguration, once ``into`` (the empty hidden folder of the new term) exists: if the copy follows
+        ``source_epoch``'s folder (the one the term copies), catch it up with that folder and move it to ``into``
+        if it holds the ``committed`` batch as that folder does, its folders and the files linked now made
         durable; else discard it. Sets :attr:`verdict`; True when the copy was used."""
         self.linked_at_take = 0
-        if source is None or source_epoch is None or self._source is None:
+        if source_epoch is None or self._source is None:
             self.verdict = "none"  # nothing prepared, or nothing to copy from
             self.discard()
             return False
@@ -252,6 +253,7 @@ class PreparedCheckpoint:
             self.verdict = "stale_term"  # taken from a term that is no longer the newest
             self.discard()
             return False
+        source = self._layout.term_checkpoint(self._source)
         try:
             linked = self._mirror(source)
             if committed is not None and not self._holds_batch(source, committed):
