@@ -116,7 +116,7 @@ def test_a_new_term_of_the_leader_itself_starts_with_no_copy_left_behind(tmp_pat
     assert not left.exists() and prepared.catch_up() == 0 and prepared.source_epoch is None
 
 
-def _crash_at_batch(point: str, batch: int) -> tuple[Callable[[str], None], list[int]]:
+def _crash_at_batch(point: str, batch: int) -> Callable[[str], None]:
     """A fault hook that raises :class:`Crash` when the ``batch``-th batch (from 0) reaches ``point``."""
     reached: list[int] = []
 
@@ -126,7 +126,7 @@ def _crash_at_batch(point: str, batch: int) -> tuple[Callable[[str], None], list
             if len(reached) == batch + 1:
                 raise Crash(f"injected crash at {point} of batch {batch}")
 
-    return hook, reached
+    return hook
 
 
 def _inaugurated(logs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -134,33 +134,31 @@ def _inaugurated(logs: list[dict[str, Any]]) -> dict[str, Any]:
     return event
 
 
-@pytest.mark.parametrize("point", ["after_stage", "after_commit"])
-def test_a_successor_on_its_prepared_copy_after_a_leader_killed_mid_batch_neither_skips_nor_doubles(
-    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path, point: str
-) -> None:
-    """r1 commits two batches while r2 follows and prepares; r1 dies inside its third batch, after staging it
-    (nothing committed: its planned offsets are in its folder) or after its fenced commit (ZooKeeper has the
-    batch, Spark's commit log does not). r2 takes over on its prepared copy: it re-plans or runs the batch once,
-    or skips it as committed; the output is exactly once. After ``after_commit`` the marks r2 preloaded are one
-    batch behind the record, so they are not used."""
-    root = tmp_path / "data"
+def _handover_to_r2(root: Path, zk_client: KazooClient, zk_group: str, between: Callable[[dict[str, Any]], None],
+                    crash: Callable[[str], None] | None = None, **config: Any) -> tuple[list[dict[str, Any]], int,
+                                                                                         Recorder]:
+    """r1 leads over 8 queue files while r2 follows: it drains them and hands over cleanly or, with ``crash`` (a
+    fault hook), dies where it raises; ``between(commit record)`` runs while r2 still follows; then two more files,
+    which r2's term drains, and the audit: exactly once. r2's logs, r1's epoch, and what r2's batches did."""
     q = Queue(root)
     q.standard(files=8)
-    hook, _ = _crash_at_batch(point, 2)
+    seen = Recorder()
     with structlog.testing.capture_logs() as logs:
-        leader = SparkCareer(make_config(root), Recorder(), replica_id="r1", faults=hook)
-        follower_seen = Recorder()
-        follower = SparkCareer(make_config(root), follower_seen, replica_id="r2")
+        leader = SparkCareer(make_config(root, **config), Recorder(), replica_id="r1", faults=crash)
+        follower = SparkCareer(make_config(root, **config), seen, replica_id="r2")
         try:
             with leadership(zk_client, zk_group, "r1") as (_, ctx):
                 leader.inaugurate(ctx)
-                with pytest.raises(Crash):
-                    run_until(leader, lambda: False)
-                leader.hand_over(Outcome.FAILED)
+                if crash is None:
+                    run_until(leader, drained(root))
+                else:
+                    with pytest.raises(Crash):
+                        run_until(leader, lambda: False)
+                leader.hand_over(Outcome.CLEAN if crash is None else Outcome.FAILED)
                 record, _ = ctx.fence.read_commit()
-            assert record is not None and record["batch_id"] == (1 if point == "after_stage" else 2)
-            prepared = root / "checkpoint" / f"{PREPARED_PREFIX}r2"
-            wait_for((prepared / "commits" / "1").exists, 30, "r2 to prepare up to batch 1")
+            assert record is not None
+            between(record)
+            q.standard(files=2, start=1000)
             with leadership(zk_client, zk_group, "r2") as (_, ctx2):
                 follower.inaugurate(ctx2)
                 run_until(follower, drained(root))
@@ -170,9 +168,34 @@ def test_a_successor_on_its_prepared_copy_after_a_leader_killed_mid_batch_neithe
             follower.close()
     assert_exactly_once(root)
     assert not landing_names(root)
-    event = _inaugurated([e for e in logs if e.get("replica_id") == "r2"])
-    assert event["prepared"] == "used" and event["checkpoint_from"] == ctx.epoch
-    assert follower_seen.outcomes()[0] == ("committed" if point == "after_stage" else "skipped")
+    return [e for e in logs if e.get("replica_id") == "r2"], ctx.epoch, seen
+
+
+def _prepared_up_to(root: Path, batch: int) -> None:
+    prepared = root / "checkpoint" / f"{PREPARED_PREFIX}r2"
+    wait_for((prepared / "commits" / str(batch)).exists, 30, f"r2 to prepare up to batch {batch}")
+
+
+@pytest.mark.parametrize("point", ["after_stage", "after_commit"])
+def test_a_successor_on_its_prepared_copy_after_a_leader_killed_mid_batch_neither_skips_nor_doubles(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path, point: str
+) -> None:
+    """r1 commits two batches while r2 follows and prepares; r1 dies inside its third batch, after staging it
+    (nothing committed: its planned offsets are in its folder) or after its fenced commit (ZooKeeper has the
+    batch, Spark's commit log does not). r2 takes over on its prepared copy: it runs the batch once, or skips it
+    as committed; the output is exactly once. After ``after_commit`` the marks r2 preloaded are one batch behind
+    the record, so they are not used."""
+    root = tmp_path / "data"
+
+    def r1_died_in_batch_2(record: dict[str, Any]) -> None:
+        assert record["batch_id"] == (1 if point == "after_stage" else 2)
+        _prepared_up_to(root, 1)
+
+    logs, epoch, seen = _handover_to_r2(root, zk_client, zk_group, r1_died_in_batch_2,
+                                        crash=_crash_at_batch(point, 2))
+    event = _inaugurated(logs)
+    assert event["prepared"] == "used" and event["checkpoint_from"] == epoch
+    assert seen.outcomes()[0] == ("committed" if point == "after_stage" else "skipped")
     if point == "after_commit":
         assert event["preloaded"] == []
 
@@ -184,33 +207,11 @@ def test_a_clean_successor_uses_its_prepared_copy_and_preloaded_marks(
     only what the last commit added, with the marks of the committed batch it preloaded; more files, then the audit:
     exactly once, order kept."""
     root = tmp_path / "data"
-    q = Queue(root)
-    q.standard(files=4)
-    with structlog.testing.capture_logs() as logs:
-        leader = SparkCareer(make_config(root), Recorder(), replica_id="r1")
-        follower = SparkCareer(make_config(root), Recorder(), replica_id="r2")
-        try:
-            with leadership(zk_client, zk_group, "r1") as (_, ctx):
-                leader.inaugurate(ctx)
-                run_until(leader, drained(root))
-                leader.hand_over(Outcome.CLEAN)
-                record, _ = ctx.fence.read_commit()
-            assert record is not None
-            prepared = root / "checkpoint" / f"{PREPARED_PREFIX}r2"
-            last = record["batch_id"]
-            wait_for((prepared / "commits" / str(last)).exists, 30, "r2 to prepare the last batch")
-            q.standard(files=2, start=1000)
-            with leadership(zk_client, zk_group, "r2") as (_, ctx2):
-                follower.inaugurate(ctx2)
-                run_until(follower, drained(root))
-                follower.hand_over(Outcome.CLEAN)
-        finally:
-            leader.close()
-            follower.close()
-    assert_exactly_once(root)
-    event = _inaugurated([e for e in logs if e.get("replica_id") == "r2"])
+    logs, epoch, _ = _handover_to_r2(root, zk_client, zk_group, lambda record: _prepared_up_to(root,
+                                                                                              record["batch_id"]))
+    event = _inaugurated(logs)
     assert event["prepared"] == "used" and event["preloaded"] == ["order"]
-    assert event["prepared_linked"] < len(_tree(root / "checkpoint" / f"epoch={ctx.epoch}"))
+    assert event["prepared_linked"] < len(_tree(root / "checkpoint" / f"epoch={epoch}"))
 
 
 def test_standby_state_off_copies_in_full_and_keeps_no_copy(
@@ -219,25 +220,10 @@ def test_standby_state_off_copies_in_full_and_keeps_no_copy(
     """With ``standby_state="off"`` a follower keeps nothing ready: no prepared folder while it follows, and its
     term copies the whole checkpoint and reads its marks from disk (``prepared="off"``); exactly once."""
     root = tmp_path / "data"
-    q = Queue(root)
-    q.standard(files=3)
-    with structlog.testing.capture_logs() as logs:
-        leader = SparkCareer(make_config(root, standby_state="off"), Recorder(), replica_id="r1")
-        follower = SparkCareer(make_config(root, standby_state="off"), Recorder(), replica_id="r2")
-        try:
-            with leadership(zk_client, zk_group, "r1") as (_, ctx):
-                leader.inaugurate(ctx)
-                run_until(leader, drained(root))
-                leader.hand_over(Outcome.CLEAN)
-            assert not list((root / "checkpoint").glob(f"{PREPARED_PREFIX}*"))
-            q.standard(files=2, start=1000)
-            with leadership(zk_client, zk_group, "r2") as (_, ctx2):
-                follower.inaugurate(ctx2)
-                run_until(follower, drained(root))
-                follower.hand_over(Outcome.CLEAN)
-        finally:
-            leader.close()
-            follower.close()
-    assert_exactly_once(root)
-    event = _inaugurated([e for e in logs if e.get("replica_id") == "r2"])
-    assert event["prepared"] == "off" and event["preloaded"] == [] and event["checkpoint_from"] == ctx.epoch
+
+    def nothing_prepared(_record: dict[str, Any]) -> None:
+        assert not list((root / "checkpoint").glob(f"{PREPARED_PREFIX}*"))
+
+    logs, epoch, _ = _handover_to_r2(root, zk_client, zk_group, nothing_prepared, standby_state="off")
+    event = _inaugurated(logs)
+    assert event["prepared"] == "off" and event["preloaded"] == [] and event["checkpoint_from"] == epoch
