@@ -229,15 +229,13 @@ class PreparedCheckpoint:
         try:
             linked = self._mirror(folder)
             self._source = newest
-            for path in linked:
+            for path in linked:  # the leader may not have synced them yet (it syncs at its next batch's start)
                 with contextlib.suppress(FileNotFoundError):
                     fsync(path)
-            for rel in sorted(self._dirs, key=len, reverse=True):
-                fsync(self.folder / rel if rel else self.folder, directory=True)
         except BaseException:
             self.discard()
             raise
-        return len(linked)
+        return len(linked)  # the copy's folders are synced once, when a term takes it
 
     def take(self, source_epoch: int | None, committed: int | None, into: Path) -> bool:
         """At inauguration, once ``into`` (the empty hidden folder of the new term) exists: if the copy follows
