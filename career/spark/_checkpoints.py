@@ -180,15 +180,17 @@ class PreparedCheckpoint:
     ``commits/<B>`` as the very files (same inode) that folder holds; otherwise discarded. A catch-up is exact: it
     links what the source has that the copy lacks or holds as another file, and drops what the source no longer
     has, so a copy never keeps a file the source replaced (a batch re-run after a pause writes its state again).
-    Each file linked is fsynced when linked, so a term that takes the copy syncs only what it links itself.
+    The follower fsyncs what it links (:meth:`sync_linked`), so a term that takes the copy syncs only what it links
+    itself and whatever the follower had not synced yet.
 
-    Calls are not thread-safe: the follower's thread and inauguration take turns through :attr:`lock`.
+    The follower's thread and inauguration take turns through :attr:`lock` (:meth:`take` takes it itself).
 
     Example::
 
         prepared = PreparedCheckpoint(layout, "r1")
         with prepared.lock:
             prepared.catch_up()                 # the follower, after each commit it sees
+        prepared.sync_linked()
         adopt_checkpoint(layout, epoch, prepared=prepared, committed=7)   # at inauguration
         prepared.verdict                        # "used", or why not
     """
@@ -202,6 +204,7 @@ class PreparedCheckpoint:
         self._source: int | None = None  # the term folder the copy mirrors
         self._files: dict[str, int] = {}  # relative path -> inode of the link the copy holds
         self._dirs: set[str] = set()
+        self._unsynced: set[tuple[Path, int]] = set()  # links made and not fsynced yet, with their inodes
         self.discard()  # a copy left by an earlier life of the process: what it holds is not known
 
     @property
@@ -217,31 +220,43 @@ class PreparedCheckpoint:
     def discard(self) -> None:
         """Drop the copy: the next catch-up starts from nothing."""
         shutil.rmtree(self.folder, ignore_errors=True)
-        self._source, self._files, self._dirs = None, {}, set()
+        self._source, self._files, self._dirs, self._unsynced = None, {}, set(), set()
 
     def catch_up(self) -> int:
         """Mirror the newest term folder (a newer term's replaces the one mirrored: the files both share stay);
-        returns the number of files linked. Any error leaves no copy (never a half-known one)."""
+        returns the number of files linked, which :meth:`sync_linked` makes durable. Any error leaves no copy
+        (never a half-known one). Call it holding :attr:`lock`."""
         found = self.newest_term()
         if found is None:
             return 0
         newest, folder = found
         try:
             linked = self._mirror(folder)
-            self._source = newest
-            for path in linked:  # the leader may not have synced them yet (it syncs at its next batch's start)
-                with contextlib.suppress(FileNotFoundError):
-                    fsync(path)
         except BaseException:
             self.discard()
             raise
-        return len(linked)  # the copy's folders are synced once, when a term takes it
+        self._source = newest
+        return len(linked)
+
+    def sync_linked(self) -> None:
+        """fsync the files linked and not synced yet (the leader syncs them only at its next batch's start), without
+        holding :attr:`lock` while the disk works, so an inauguration waits for none of it; the copy's folders are
+        synced once, by the term that takes it."""
+        with self.lock:
+            pending = list(self._unsynced)
+        done = [(path, inode) for path, inode in pending if _synced(path, inode)]
+        with self.lock:
+            self._unsynced.difference_update(done)
 
     def take(self, source_epoch: int | None, committed: int | None, into: Path) -> bool:
         """At inauguration, once ``into`` (the empty hidden folder of the new term) exists: if the copy follows
         ``source_epoch``'s folder (the one the term copies), catch it up with that folder and move it to ``into``
-        if it holds the ``committed`` batch as that folder does, its folders and the files linked now made
+        if it holds the ``committed`` batch as that folder does, its folders and every link not yet synced made
         durable; else discard it. Sets :attr:`verdict`; True when the copy was used."""
+        with self.lock:
+            return self._take(source_epoch, committed, into)
+
+    def _take(self, source_epoch: int | None, committed: int | None, into: Path) -> bool:
         self.linked_at_take = 0
         if source_epoch is None or self._source is None:
             self.verdict = "none"  # nothing prepared, or nothing to copy from
@@ -258,9 +273,8 @@ class PreparedCheckpoint:
                 self.verdict = "batch_differs"
                 self.discard()
                 return False
-            for path in linked:
-                with contextlib.suppress(FileNotFoundError):
-                    fsync(path)
+            for path, inode in self._unsynced:
+                _synced(path, inode)
             os.replace(self.folder, into)  # onto the empty folder: its name stays, for ``newer_term_started``
             for rel in sorted(self._dirs, key=len, reverse=True):
                 fsync(into / rel if rel else into, directory=True)
@@ -269,7 +283,7 @@ class PreparedCheckpoint:
             raise
         self.linked_at_take = len(linked)
         self.verdict = "used"
-        self._source, self._files, self._dirs = None, {}, set()
+        self._source, self._files, self._dirs, self._unsynced = None, {}, set(), set()
         return True
 
     def _holds_batch(self, source: Path, batch: int) -> bool:
@@ -305,12 +319,29 @@ class PreparedCheckpoint:
             except FileNotFoundError:
                 continue  # renamed or deleted meanwhile: not part of any state
             self._files[rel] = path.stat().st_ino
+            self._unsynced.add((path, self._files[rel]))
             linked.append(path)
         for rel in sorted(self._dirs - dirs, key=len, reverse=True):
             with contextlib.suppress(OSError):
                 (self.folder / rel).rmdir()
         self._dirs = dirs
         return linked
+
+
+def _synced(path: Path, inode: int) -> bool:
+    """fsync ``path`` if it is still the file ``inode`` (it may have been linked again since, or dropped); True
+    when that file needs no sync any more."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return True  # dropped from the copy: nothing of it is a term's
+    try:
+        if os.fstat(fd).st_ino != inode:
+            return False  # linked again since: the new link is pending on its own
+        os.fsync(fd)
+        return True
+    finally:
+        os.close(fd)
 
 
 def _inode(path: Path) -> int | None:

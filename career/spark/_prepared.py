@@ -107,7 +107,10 @@ class StatePreparer:
 
     def catch_up(self) -> bool:
         """One round, unless the career leads: when the newest term's commit log has changed since the last round,
-        catch the copy up and load the newest committed batch's marks and retry store. True if it did."""
+        catch the copy up and load the newest committed batch's marks and retry store. True if it did.
+
+        Only the links are made holding the copy's lock; their fsyncs and the Parquet reads come after, so an
+        inauguration that begins meanwhile waits for the links alone (and drops what the round loads)."""
         with self.checkpoint.lock:
             if self._leading.is_set():
                 return False
@@ -122,9 +125,13 @@ class StatePreparer:
             if seen == self._seen:
                 return False
             self.checkpoint.catch_up()
-            self._seen = seen
-            self._preloaded = self._load(folder, self._preloaded)
-            return True
+            self._seen, before = seen, self._preloaded
+        self.checkpoint.sync_linked()
+        loaded = self._load(folder, before)
+        with self.checkpoint.lock:
+            if not self._leading.is_set() and self._seen == seen:
+                self._preloaded = loaded
+        return True
 
     def _run(self) -> None:
         while not self._stop.wait(_POLL_S):
