@@ -105,6 +105,20 @@ def test_a_copy_without_the_committed_batch_is_not_used(tmp_path: Path) -> None:
     assert prepared.verdict == "batch_differs" and _tree(term) == _tree(source) and not prepared.folder.exists()
 
 
+def test_the_last_catch_up_goes_by_the_disk_not_by_what_the_follower_remembers(tmp_path: Path) -> None:
+    """Files removed from the copy, or put into it, behind the follower's back: inauguration still leaves exactly
+    the source's files (the removed ones linked again, the foreign one dropped)."""
+    layout = Layout(tmp_path)
+    source = layout.term_checkpoint(3)
+    _batches(source, 0, 4)
+    prepared = PreparedCheckpoint(layout, "r2")
+    prepared.catch_up()
+    (prepared.folder / "state/0/0/3.changelog").unlink()
+    (prepared.folder / "offsets/9").write_text("v1\nnot the source's")
+    term, _ = adopt_checkpoint(layout, 4, prepared=prepared, committed=4)
+    assert prepared.verdict == "used" and prepared.linked_at_take == 1 and _tree(term) == _tree(source)
+
+
 def test_a_new_term_of_the_leader_itself_starts_with_no_copy_left_behind(tmp_path: Path) -> None:
     """A replica's copy of an earlier life is dropped when it starts (what it holds is not known), and the copy
     follows the newest term folder only."""

@@ -268,6 +268,10 @@ class PreparedCheckpoint:
             return False
         source = self._layout.term_checkpoint(self._source)
         try:
+            # What the copy holds, read from the disk rather than remembered: the last catch-up then leaves the
+            # source's tree whatever happened to the folder since the follower's rounds.
+            self._files, self._dirs = {}, set()
+            _list_tree(self.folder, "", self._files, self._dirs)
             linked = self._mirror(source)
             if committed is not None and not self._holds_batch(source, committed):
                 self.verdict = "batch_differs"
