@@ -158,8 +158,8 @@ class TenureCluster:
     """``tenure.service.local.Topology`` with the Spark career, 3 replicas, warm or cold standby, plus a producer."""
 
     def __init__(self, directory: Path, *, standby: str, rate: float, replicas: int = 3,
-                 spec: ReplicaSpec | None = None) -> None:
-        self.label = f"tenure-{standby}"
+                 spec: ReplicaSpec | None = None, label: str | None = None) -> None:
+        self.label = label or f"tenure-{standby}"
         self.group = "bench"
         self._directory = directory
         self._replicas = replicas

@@ -103,13 +103,15 @@ _NEW = {"--op-timeout-share": None, "--master-request-share": 0.25, "--master-re
         # issue 51: a topic of several queues, the cap on queues led, the balance's settle time
         "--queues": None, "--max-queues-led": None, "--balance-settle-s": 10.0,
         # issue 52: a Redis topic
-        "--queue-url": None, "--max-entries-per-trigger": 10_000}
+        "--queue-url": None, "--max-entries-per-trigger": 10_000,
+        # issue 53: a follower's state kept ready
+        "--standby-state": "on"}
 
 
 def test_flags_variables_and_defaults_are_those_of_before() -> None:
     """Every flag of `tenure run` before is still there with its variable, type and default (the TOML key is the
     flag's name with underscores); the only new flags are the named shares of budgets, a poison batch's two
-    bounds, the queues' three and a Redis topic's two."""
+    bounds, the queues' three, a Redis topic's two and the follower's state kept ready."""
     options = {p.opts[0]: p for p in run.params if isinstance(p, click.Option) and p.name != "config_file"}
     declared = {d.flag: d for d in SETTINGS}
     assert set(options) == set(declared)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -403,7 +404,7 @@ class BatchWriter:
         dead_max: dict[str, int] = {}
         row_state: bool | None = None
         processed: DataFrame | None = None
-        held = read_snapshot(layout.resolve(record["retry"])) if record and record.get("retry") else None
+        held = self._held_at(record)
         row_function = self._hooks.row_function or (identity_row if held is not None and held.num_rows else None)
         if row_function is not None:
             processed, rows, retry, dead_max, row_state = self._retry(fresh, held, row_function, counts,
@@ -668,6 +669,17 @@ class BatchWriter:
             marks = HighWaterMarks()
         term.order = (path, marks)
         return marks
+
+    def _held_at(self, record: dict[str, Any] | None) -> pa.Table | None:
+        """The retry store as of the committed ``record`` (the one the follower preloaded, when the record names
+        its very snapshot), or None when the record names none."""
+        path = (record or {}).get("retry")
+        if not path:
+            return None
+        held = self._term.held
+        if held is not None and held[0] == path:
+            return held[1]
+        return read_snapshot(self._layout.resolve(path))
 
     def _stage_marks(self, new: HighWaterMarks, old: HighWaterMarks, record: dict[str, Any] | None,
                      staged: dict[str, str], batch_id: int) -> dict[str, str]:

@@ -26,6 +26,7 @@ from tenure.career.spark._errors import CommitRecordError, SparkCareerError
 from tenure.career.spark._housekeeping import Housekeeper
 from tenure.career.spark._layout import Layout
 from tenure.career.spark._marks import ConsumptionMarks
+from tenure.career.spark._prepared import Preloaded, StatePreparer
 from tenure.career.spark._progress import BATCH_PROGRESS, progress_figures
 from tenure.career.spark._publish import adopt_outputs, finish_publish, is_published, remove_dead_staging
 from tenure.career.spark._query import query_name, start_query
@@ -154,6 +155,8 @@ class SparkCareer:
             config, replica_id=replica_id, group=group, clock=clock, cluster_master=cluster_master)
         self._hooks = self._standby.hooks
         self._jvm = self._standby.jvm  # every call from the control thread into Spark's JVM
+        # What this replica keeps ready to lead the queue while it follows (``_prepared``), or nothing.
+        self._preparer = StatePreparer(self._layout, replica_id, self._log) if config.standby_state == "on" else None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -215,9 +218,26 @@ class SparkCareer:
                          "a newer leader has committed")
         if not ctx.still_leading():
             raise NotLeader(f"inaugurate(epoch {ctx.epoch}): leadership lost before the term started")
+        preparer = self._preparer
+        preloaded = preparer.pause() if preparer is not None else None
+        try:
+            self._begin_term(ctx, record, preloaded, log, started)
+        except BaseException:
+            if preparer is not None:
+                preparer.resume()
+            raise
+
+    def _begin_term(self, ctx: CareerContext, record: dict[str, Any] | None, preloaded: Preloaded | None,
+                    log: Any, started: float) -> None:
+        """The part of ``inaugurate`` that acts on the data root: the checkpoint (from the follower's prepared copy
+        when it passes its checks), torn files, the roll-forward, dead staging; the term opened."""
+        layout = self._layout
+        preparer = self._preparer
         copying = self._clock()
         try:
-            checkpoint, copied_from = adopt_checkpoint(layout, ctx.epoch)
+            checkpoint, copied_from = adopt_checkpoint(
+                layout, ctx.epoch, prepared=preparer.checkpoint if preparer is not None else None,
+                committed=committed_batch(record))
         except StaleTermError as exc:
             raise Fenced(str(exc)) from exc
         # What a power loss left empty or torn, before Spark or delta-rs reads it and stops for good.
@@ -229,6 +249,9 @@ class SparkCareer:
             log.warning(TORN_FILES_REMOVED, files=torn, effect="Spark plans or runs again the batches they were "
                         "part of; a committed batch's Delta version is added again by the roll-forward")
         checkpoint_s = self._clock() - copying
+        prepared = "off" if preparer is None else preparer.checkpoint.verdict
+        prepared_figures = {} if preparer is None or prepared != "used" else {
+            "prepared_linked": preparer.checkpoint.linked_at_take}
         term = Term(ctx=ctx, log=log, marks=self._marks, checkpoint=checkpoint, clock=TermClock(record))
         rolled = 0
         adopted: list[str] = []
@@ -250,6 +273,11 @@ class SparkCareer:
                 rolled = finish_publish(layout, record).moved
             adopted = adopt_outputs(layout, record)  # a data root of a release before the Delta outputs
             outputs_s = self._clock() - outputs
+        reused: list[str] = []
+        if preloaded is not None and (marks := preloaded.marks_for(record)) is not None:
+            term.order, reused = marks, [*reused, "order"]
+        if preloaded is not None and (held := preloaded.held_for(record)) is not None:
+            term.held, reused = held, [*reused, "retry"]
         removed = remove_dead_staging(layout, ctx.epoch)
         self._term = term
         self._standby.term_began()
@@ -257,7 +285,8 @@ class SparkCareer:
         log.info(INAUGURATED, epoch=ctx.epoch, batch=term.last_committed, rolled_forward=rolled,
                  removed_staging=len(removed), archived=archived, clean=ctx.after_clean_handover,
                  **({"adopted_as_delta": adopted} if adopted else {}),
-                 checkpoint_from=copied_from, checkpoint_s=round(checkpoint_s, 3), outputs_s=round(outputs_s, 3),
+                 checkpoint_from=copied_from, prepared=prepared, **prepared_figures, preloaded=reused,
+                 checkpoint_s=round(checkpoint_s, 3), outputs_s=round(outputs_s, 3),
                  seconds=round(self._clock() - started, 3))
 
     def execute(self) -> bool:
@@ -339,6 +368,8 @@ class SparkCareer:
         term.log.info(HANDED_OVER, outcome=outcome.value, batch=term.last_committed, timed_out=timed_out,
                       seconds=round(self._clock() - started, 3))
         self._standby.term_ended(term.log)
+        if self._preparer is not None:
+            self._preparer.resume()
         return term.last_committed
 
     def _answers(self, query: Any) -> None:
@@ -378,6 +409,8 @@ class SparkCareer:
                 self.hand_over(Outcome.FAILED)
             except Unresponsive as exc:  # a frozen JVM at the end: the process's exit kills it
                 self._log.warning("spark_unresponsive_at_close", reason=str(exc))
+        if self._preparer is not None:
+            self._preparer.close()
         if self._owns_standby:
             self._standby.close()
 

@@ -92,6 +92,13 @@ class SparkCareerConfig:
         20.0, unit="s", help="Warm standby, local Spark: a follower runs a tiny Python job this often so its Python "
         "workers stay alive (Spark stops them after 60 s idle); 0: off.",
         hazard="Off, or above 60 s, a new leader's first batch starts Python workers again (seconds).")
+    standby_state: Literal["on", "off"] = setting(
+        "on", help="on: a follower keeps a hard-linked copy of the newest term's checkpoint, caught up after each "
+        "commit, and the committed per-key marks and retry store loaded, so its inauguration links only what is new "
+        "and its first batch reads neither; each is checked against the commit record before use. off: a new term "
+        "copies the whole checkpoint and reads both from disk.", hazard="on costs a follower a thread, one "
+        "directory entry per checkpoint file, and the marks and retry store in memory (one row per key, per held "
+        "record).")
     standby_executors: int = setting(
         1, unit="executors", help="Warm standby on a cluster: executors a follower's own application holds, warmed "
         "(spark.executor.cores each, default 1); it joins the election once they have registered, and its "

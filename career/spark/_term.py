@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from tenure.career._protocol import CareerContext
 from tenure.career.spark._checkpoints import CheckpointSync, newer_term_started
 from tenure.career.spark._intake import admitted_entries
@@ -79,6 +81,7 @@ class Term:
     injected: BaseException | None = None  # what the fault hook raised in a batch: execute re-raises it as is
     restarts: int = 0
     order: tuple[str | None, HighWaterMarks] | None = None  # the per-key marks as of a commit record's "order"
+    held: tuple[str, pa.Table] | None = None  # the retry store as of a commit record's "retry", preloaded
     marked: int | None = None  # the last batch whose queue files this term marked consumed
     lost: Exception | None = None  # a Redis topic: the StreamLost that stopped the query (planned again later)
     lost_check_at: float | None = None  # monotonic: when to plan again, or to call the stream restored
