@@ -158,6 +158,7 @@ def _handover_to_r2(root: Path, zk_client: KazooClient, zk_group: str, between: 
     q.standard(files=8)
     seen = Recorder()
     with structlog.testing.capture_logs() as logs:
+        config.setdefault("standby_state", "on")
         leader = SparkCareer(make_config(root, **config), Recorder(), replica_id="r1", faults=crash)
         follower = SparkCareer(make_config(root, **config), seen, replica_id="r2")
         try:

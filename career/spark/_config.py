@@ -93,10 +93,11 @@ class SparkCareerConfig:
         "workers stay alive (Spark stops them after 60 s idle); 0: off.",
         hazard="Off, or above 60 s, a new leader's first batch starts Python workers again (seconds).")
     standby_state: Literal["on", "off"] = setting(
-        "on", help="on: a follower keeps a hard-linked copy of the newest term's checkpoint, caught up after each "
+        "off", help="on: a follower keeps a hard-linked copy of the newest term's checkpoint, caught up after each "
         "commit, and the committed per-key marks and retry store loaded, so its inauguration links only what is new "
         "and its first batch reads neither; each is checked against the commit record before use. off: a new term "
-        "copies the whole checkpoint and reads both from disk.", hazard="on costs a follower a thread, one "
+        "copies the whole checkpoint and reads both from disk (the default until its gain is measured on an idle "
+        "machine and the power-loss tests have run with it on).", hazard="on costs a follower a thread, one "
         "directory entry per checkpoint file, and the marks and retry store in memory (one row per key, per held "
         "record).")
     standby_executors: int = setting(
