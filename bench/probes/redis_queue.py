@@ -54,7 +54,7 @@ import redis
 from bench.probes import results_folder
 from tenure.career import CareerContext, Outcome
 from tenure.career.redis_queue import RedisTopic
-from tenure.career.spark import SparkCareer, SparkCareerConfig
+from tenure.career.spark import SparkCareer, SparkCareerConfig, SparkCareerError
 from tenure.election import Elected, Election, HandoverRecord, Identity, connect, disconnect
 from tenure.service.local import running_ensemble, running_redis, wait_for
 
@@ -159,6 +159,7 @@ class _Leader:
         self.commits = _Commits()
         self.career = SparkCareer(config, self.commits, replica_id="bench", group=f"bench-{name}")
         self.added = 0  # records added so far: id-0 … id-<added - 1>
+        self.failed_terms: list[str] = []  # the gap phase's terms whose query died, and why
         self._client = client
         self._election: Election | None = None
         self._epoch = 0
@@ -213,12 +214,18 @@ class _Leader:
 
 def _pump_until(leaders: list[_Leader], done: Callable[[], bool], timeout_s: float, what: str) -> None:
     """Wait for ``done``, doing meanwhile the control thread's part of every leading career (start its query,
-    watch it, archive)."""
+    watch it, archive); a term whose query dies (under load, Spark's Python worker may not connect back in time)
+    ends as a crash and a new one begins, counted in the results."""
 
     def check() -> bool:
         for leader in leaders:
             if leader.leading:
-                leader.career.execute()
+                try:
+                    leader.career.execute()
+                except SparkCareerError as exc:  # as a replica's runner does: the term ends, a new one begins
+                    leader.failed_terms.append(str(exc)[:300])
+                    leader.end(clean=False)
+                    leader.begin()
         return done()
 
     wait_for(check, timeout_s, what, interval_s=0.01)
@@ -321,6 +328,7 @@ def _gaps(leaders: list[_Leader], rate: float, handovers: int) -> dict[str, dict
     for leader in leaders:
         ids = _all_ids(leaders, leader)
         out[leader.name] = {"records": leader.added, "rows": len(ids), "distinct_ids": len(set(ids)),
+                            "failed_terms": leader.failed_terms,
                             **{f"{kind}_{name}": value for kind, values in gaps[leader.name].items()
                                for name, value in (("gaps_s", [round(v, 3) for v in values]),
                                                    ("p50_s", _quantile(values, 0.5)),
