@@ -105,7 +105,7 @@ _NEW = {"--op-timeout-share": None, "--master-request-share": 0.25, "--master-re
         # issue 52: a Redis topic
         "--queue-url": None, "--max-entries-per-trigger": 10_000,
         # issue 53: a follower's state kept ready
-        "--standby-state": "on"}
+        "--standby-state": "off"}
 
 
 def test_flags_variables_and_defaults_are_those_of_before() -> None:

@@ -60,6 +60,7 @@ def _terms(topology: Topology) -> dict[int, list[str]]:
 
 
 @pytest.mark.fleet
+@pytest.mark.long  # in CI, test_demo kills the replica leading the most of four queues and audits every queue
 @pytest.mark.timeout(900)
 def test_two_queues_are_each_written_once_when_the_leader_of_both_is_killed(tmp_path: Path) -> None:
     """Two Spark replicas on a topic of two queues, the first leading both, the producer routing 6 000 records
@@ -95,6 +96,7 @@ def test_two_queues_are_each_written_once_when_the_leader_of_both_is_killed(tmp_
 
 
 @pytest.mark.fleet
+@pytest.mark.long  # in CI, test_spark_queue_faults's SIGTERM test shares four queues 2, 1, 1 and audits each
 @pytest.mark.timeout(900)
 def test_two_spark_replicas_share_two_queues_one_each_and_every_record_is_written_once(tmp_path: Path) -> None:
     """Two Spark replicas on a topic of two queues, the first leading both: once the second is warm the balance
