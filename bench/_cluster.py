@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -49,25 +49,19 @@ class Commit:
     files: tuple[str, ...] = ()  # the queue files the batch read (names inside landing/)
 
 
-class CommitTimeline:
-    """Polls ``/tenure/<group>/commit`` every ``interval_s`` on its own session and keeps every new version.
+class RecordPoller:
+    """Polls ZooKeeper nodes (``paths``) every ``interval_s`` on its own session, from a thread of its own, and hands
+    each new version's JSON to :meth:`_seen` with the index of its path; a subclass keeps what it needs."""
 
-    Example::
-
-        with CommitTimeline(hosts, "bench") as timeline:
-            first = timeline.wait_for(lambda c: c.epoch != old, 60)
-    """
-
-    def __init__(self, hosts: str, group: str, interval_s: float = 0.02) -> None:
-        self.path = GroupPaths(group).commit
+    def __init__(self, hosts: str, paths: list[str], interval_s: float, name: str) -> None:
         self.interval_s = interval_s
-        self.commits: list[Commit] = []
+        self._paths = paths
         self._client = KazooClient(hosts=hosts, timeout=10.0)
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="commit-timeline", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def __enter__(self) -> CommitTimeline:
+    def __enter__(self) -> Self:
         self._client.start(timeout=30)
         self._thread.start()
         return self
@@ -78,27 +72,48 @@ class CommitTimeline:
         self._client.stop()
         self._client.close()
 
+    def _seen(self, index: int, record: dict[str, Any]) -> None:
+        raise NotImplementedError
+
     def _run(self) -> None:
-        version = -1
+        versions = [-1] * len(self._paths)
         while not self._stop.wait(self.interval_s):
-            try:
-                raw, stat = self._client.get(self.path)
-            except NoNodeError:
-                continue
-            except Exception:  # a reconnect: poll again
-                continue
-            if stat.version == version or not raw:
-                continue
-            version = stat.version
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                record: dict[str, Any] = json.loads(raw)
-                commit = Commit(observed_at=time.time(), batch_id=int(record["batch_id"]),
-                                epoch=int(record["epoch"]), committed_at=float(record["committed_at"]),
-                                replica_id=str(record.get("replica_id", "")),
-                                written=int((record.get("counts") or record).get("written", 0)),
-                                files=tuple(record.get("files") or ()))
-                with self._lock:
-                    self.commits.append(commit)
+            for index, path in enumerate(self._paths):
+                try:
+                    raw, stat = self._client.get(path)
+                except NoNodeError:
+                    continue
+                except Exception:  # a reconnect: poll again
+                    continue
+                if stat.version == versions[index] or not raw:
+                    continue
+                versions[index] = stat.version
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    record = json.loads(raw)
+                    with self._lock:
+                        self._seen(index, record)
+
+
+class CommitTimeline(RecordPoller):
+    """Polls ``/tenure/<group>/commit`` every ``interval_s`` on its own session and keeps every new version.
+
+    Example::
+
+        with CommitTimeline(hosts, "bench") as timeline:
+            first = timeline.wait_for(lambda c: c.epoch != old, 60)
+    """
+
+    def __init__(self, hosts: str, group: str, interval_s: float = 0.02) -> None:
+        self.path = GroupPaths(group).commit
+        self.commits: list[Commit] = []
+        super().__init__(hosts, [self.path], interval_s, "commit-timeline")
+
+    def _seen(self, index: int, record: dict[str, Any]) -> None:
+        self.commits.append(Commit(observed_at=time.time(), batch_id=int(record["batch_id"]),
+                                   epoch=int(record["epoch"]), committed_at=float(record["committed_at"]),
+                                   replica_id=str(record.get("replica_id", "")),
+                                   written=int((record.get("counts") or record).get("written", 0)),
+                                   files=tuple(record.get("files") or ())))
 
     def snapshot(self) -> list[Commit]:
         with self._lock:

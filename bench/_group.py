@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -16,10 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
-from bench._cluster import HANDOVER_TIMEOUT_S, SESSION_TIMEOUT_S, ZK_TICK_MS
+from bench._cluster import HANDOVER_TIMEOUT_S, SESSION_TIMEOUT_S, ZK_TICK_MS, RecordPoller
 from tenure.career.spark import BATCH_COMMITTED
 from tenure.election import GroupPaths
 from tenure.service.local import Topology, wait_for
@@ -81,51 +78,20 @@ class QueueCommit:
     replica_id: str
 
 
-class QueueTimeline:
+class QueueTimeline(RecordPoller):
     """Polls every queue's commit record of the group every ``interval_s`` on its own session and keeps every new
     version: the commits a moved queue's gap is measured from (the committer's ``committed_at``, so the poll's
     pace bounds only how soon a commit is seen, not the gap)."""
 
     def __init__(self, hosts: str, queues: int, interval_s: float = 0.05) -> None:
-        self._paths = [GroupPaths(GROUP, q, queues).commit for q in range(queues)]
-        self.interval_s = interval_s
         self._commits: list[QueueCommit] = []
-        self._client = KazooClient(hosts=hosts, timeout=10.0)
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="queue-timeline", daemon=True)
+        super().__init__(hosts, [GroupPaths(GROUP, q, queues).commit for q in range(queues)], interval_s,
+                         "queue-timeline")
 
-    def __enter__(self) -> QueueTimeline:
-        self._client.start(timeout=30)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._client.stop()
-        self._client.close()
-
-    def _run(self) -> None:
-        versions = [-1] * len(self._paths)
-        while not self._stop.wait(self.interval_s):
-            for queue, path in enumerate(self._paths):
-                try:
-                    raw, stat = self._client.get(path)
-                except NoNodeError:
-                    continue
-                except Exception:  # a reconnect: poll again
-                    continue
-                if stat.version == versions[queue] or not raw:
-                    continue
-                versions[queue] = stat.version
-                with contextlib.suppress(ValueError, KeyError, TypeError):
-                    record: dict[str, Any] = json.loads(raw)
-                    commit = QueueCommit(queue=queue, batch_id=int(record.get("batch_id", -1)),
+    def _seen(self, index: int, record: dict[str, Any]) -> None:
+        self._commits.append(QueueCommit(queue=index, batch_id=int(record.get("batch_id", -1)),
                                          epoch=int(record["epoch"]), committed_at=float(record["committed_at"]),
-                                         replica_id=str(record.get("replica_id", "")))
-                    with self._lock:
-                        self._commits.append(commit)
+                                         replica_id=str(record.get("replica_id", ""))))
 
     def of(self, queue: int) -> list[QueueCommit]:
         with self._lock:
