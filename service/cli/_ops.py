@@ -120,14 +120,14 @@ def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, queue_u
                               allow_waiting=allow_waiting, max_retry_age_s=max_retry_age_s, queues=queues,
                               queue_url=queue_url)
     try:
+        if target is not None and group is None:
+            raise TenureError("--zk needs --group: name the group whose committed batch verify should check")
         if queue_url is not None:
             if queue_dir is not None:
                 raise TenureError(f"--queue-dir {queue_dir} and --queue-url name two topics: give the one the group "
                                   "reads")
-            if target is None:
+            if target is None or group is None:
                 report = audit()
-            elif group is None:
-                raise TenureError("--zk needs --group: name the group whose commit records verify should read")
             else:
                 with target.connected(read_only=True) as client:
                     report = audit(commit_records=ops.GroupCommits(client, group))
@@ -135,10 +135,8 @@ def verify(data_root: Path, max_line_bytes: int, queue_dir: Path | None, queue_u
             sys.exit(0 if report.ok else 1)
         ops.check_data_root(data_root, queue_dir)
         topic = read_topic(queue_dir or data_root, queues)  # another number of queues is refused before the audit
-        if target is None:
+        if target is None or group is None:
             report = audit()
-        elif group is None:
-            raise TenureError("--zk needs --group: name the group whose committed batch verify should check")
         else:
             with target.connected(read_only=True) as client:
                 ops.check_group_data(client, group, data_root, queue_dir)  # the group's data, not another's
