@@ -3,6 +3,8 @@ other step refused; and the role a seat shows is the state the runner had before
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,6 +20,7 @@ from tenure.career.lifecycle import (
     SeatState,
     role_of,
 )
+from tenure.career.lifecycle._execution import Execution, Work
 from tenure.errors import TenureError
 
 _R = ReplicaState
@@ -110,3 +113,32 @@ def test_a_seat_shows_its_state_while_active_and_the_replicas_otherwise(replica:
     for seat in _S:
         expected = Role(seat.value) if replica is _R.ACTIVE else Role(replica.value)
         assert role_of(replica, seat) is expected
+
+
+class _Progress(_Quiet):
+    """A loop progress that records, for each ``execute()``, whether it ran inside an inauguration's allowance."""
+
+    def __init__(self) -> None:
+        self.inside = False
+
+    @contextlib.contextmanager
+    def inaugurating(self) -> Iterator[None]:
+        self.inside = True
+        try:
+            yield
+        finally:
+            self.inside = False
+
+
+def test_a_terms_first_execute_has_the_inaugurations_allowance_and_later_ones_do_not() -> None:
+    """A term's first ``execute()`` starts its work (Spark's query), which can outlast the liveness timeout on a
+    loaded host or with several queues elected at once: it runs inside the inauguration's allowance; the term's
+    later units of work do not, and the next term's first does again."""
+    progress = _Progress()
+    seen: list[bool] = []
+    career = SimpleNamespace(execute=lambda: seen.append(progress.inside) or True)
+    election = SimpleNamespace(lease_headroom=lambda: None)
+    execution = Execution(election, career, _Quiet(), progress, _Quiet(), _Quiet())  # type: ignore[arg-type]
+    for epoch in (7, 7, 7, 9, 9):
+        assert execution.once(epoch).work is Work.DONE
+    assert seen == [True, False, False, True, False]

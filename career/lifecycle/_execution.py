@@ -7,6 +7,7 @@ against it, anything else is a career failure. The runner acts on the answer (``
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from dataclasses import dataclass
 
@@ -62,11 +63,18 @@ class Execution:
         self._progress = progress
         self._observer = observer
         self._log = log
+        self._started: int | None = None  # the term whose first execute() has run
 
     def once(self, epoch: int | None) -> Executed:
-        """One ``execute()`` of the term of ``epoch``, its progress reported, its failure told apart."""
+        """One ``execute()`` of the term of ``epoch``, its progress reported, its failure told apart.
+
+        A term's first ``execute()`` starts its work (Spark's query: a new Python runner, the checkpoint resumed),
+        which on a loaded host, or for several queues elected at once, can outlast the liveness timeout: it has the
+        inauguration's allowance, as the inauguration has."""
+        first, self._started = epoch != self._started, epoch
         try:
-            worked = self._career.execute()
+            with self._progress.inaugurating() if first else contextlib.nullcontext():
+                worked = self._career.execute()
             self._terms.progressed()
             self._observer.lease_headroom(self._queue, self._election.lease_headroom())
             return Executed(Work.DONE, worked=worked)
