@@ -5,9 +5,13 @@ bench.probes.<name>``, and says in its docstring what it measures and which resu
 made (and writes there, where it writes files at all). The docs that quote a figure name the command.
 """
 
+import os
+import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["results_folder"]
+__all__ = ["results_folder", "run_header"]
 
 
 def results_folder(name: str) -> Path:
@@ -15,3 +19,13 @@ def results_folder(name: str) -> Path:
     folder = Path(__file__).resolve().parents[1] / "results" / name
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def run_header(module: str, argv: Sequence[str] | None) -> dict[str, Any]:
+    """What a probe's results begin with: the command that made them (``argv``, or the process's own), the machine
+    and its load average before the run."""
+    from bench._common import machine
+
+    args = sys.argv[1:] if argv is None else argv
+    return {"command": f"python -m bench.probes.{module} {' '.join(args)}".strip(), "machine": machine(),
+            "load_before": [round(x, 2) for x in os.getloadavg()]}

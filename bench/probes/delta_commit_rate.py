@@ -29,9 +29,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench._common import machine, markdown_table, percentiles
+from bench._common import markdown_table, percentiles
 from bench._plots import pyplot, save
-from bench.probes import results_folder
+from bench.probes import results_folder, run_header
 from tenure.career.output import QueueOutput, publish_batch
 
 _OUT = results_folder("issue-51-scaling")
@@ -152,9 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.render:
         render(json.loads((_OUT / "delta.json").read_text()))
         return
-    command = "python -m bench.probes.delta_commit_rate " + " ".join(sys.argv[1:] if argv is None else argv)
-    body: dict[str, Any] = {"command": command.strip(), "seconds": args.seconds, "machine": machine(),
-                            "load_before": [round(x, 2) for x in os.getloadavg()], "runs": []}
+    body: dict[str, Any] = {**run_header("delta_commit_rate", argv), "seconds": args.seconds, "runs": []}
     with tempfile.TemporaryDirectory(prefix="tenure-delta-") as scratch:
         for index in range(args.rounds):
             for queues in COUNTS if index % 2 == 0 else tuple(reversed(COUNTS)):

@@ -30,10 +30,10 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 from bench._cluster import producer_args
-from bench._common import machine, markdown_table, percentiles
+from bench._common import markdown_table, percentiles
 from bench._group import GROUP, QueueTimeline, balanced, group_topology
 from bench._plots import pyplot, save
-from bench.probes import results_folder
+from bench.probes import results_folder, run_header
 from tenure.election import connected
 from tenure.service.local import wait_for
 from tenure.service.ops import request_handover
@@ -192,9 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.render:
         render(json.loads((_OUT / "gap.json").read_text()))
         return
-    command = "python -m bench.probes.queue_gap " + " ".join(sys.argv[1:] if argv is None else argv)
-    body: dict[str, Any] = {"command": command.strip(), "career": args.career, "rate": args.rate, "machine": machine(),
-                            "load_before": [round(x, 2) for x in os.getloadavg()], "moves": []}
+    body: dict[str, Any] = {**run_header("queue_gap", argv), "career": args.career, "rate": args.rate, "moves": []}
 
     def keep(rows: list[dict[str, Any]], round_: int) -> None:
         for row in rows:

@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import CpuMeter, machine, markdown_table, percentiles
+from bench._common import CpuMeter, markdown_table, percentiles
 from bench._group import ReplicaCpu, balanced, group_topology, logged_commits
 from bench._plots import pyplot, save
-from bench.probes import results_folder
+from bench.probes import results_folder, run_header
 from tenure.career.queue import QueueLayout
 from tenure.service.ops import produce
 
@@ -206,11 +206,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.render:
         render(json.loads((_OUT / f"{args.name}.json").read_text()), args.name)
         return
-    command = "python -m bench.probes.queue_throughput " + " ".join(sys.argv[1:] if argv is None else argv)
     scratch = Path(tempfile.mkdtemp(prefix="tenure-scaling-"))
-    body: dict[str, Any] = {"command": command.strip(), "records": args.records, "fills": args.fills,
-                            "configs": list(dict.fromkeys(args.configs)), "machine": machine(),
-                            "load_before": [round(x, 2) for x in os.getloadavg()], "runs": []}
+    body: dict[str, Any] = {**run_header("queue_throughput", argv), "records": args.records, "fills": args.fills,
+                            "configs": list(dict.fromkeys(args.configs)), "runs": []}
     try:
         sources: dict[int, list[Path]] = {}
         for queues in sorted({CONFIGS[name][0] for name in args.configs}):
