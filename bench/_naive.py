@@ -18,12 +18,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import FrameType
 
 from kazoo.client import KazooClient
 
 from tenure.career.spark._layout import Layout
 from tenure.election import ELECTED, GroupPaths
+from tenure.service._signals import on_signals
 
 __all__ = ["main"]
 
@@ -45,12 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     commit_path = GroupPaths(args.group).commit
     client.ensure_path(commit_path)
 
-    def on_term(_signum: int, _frame: FrameType | None) -> None:
+    def on_term(_signum: signal.Signals) -> None:
         stop.set()
         election.cancel()  # leaves the queue when still waiting; the leader sees ``stop`` instead
 
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    on_signals(on_term, signal.SIGTERM, signal.SIGINT)
 
     def lead() -> None:
         # Imported here, as a user's leader callback would: nothing of Spark exists until election.

@@ -17,6 +17,7 @@ from tenure.career.queue import DEFAULT_MAX_LINE_BYTES
 from tenure.career.redis_queue import RedisTopic
 from tenure.errors import TenureError
 from tenure.service import ops
+from tenure.service._signals import on_signals
 from tenure.service.cli._root import ZkTarget, fail, zk_target
 
 __all__ = ["drain_command", "groups", "handover", "history", "produce", "replay", "status", "undrain_command",
@@ -62,7 +63,7 @@ def produce(data_root: Path | None, queue_url: str | None, records: int, keys: i
     """Write records into the landing/ of each one's queue (DATA_ROOT/landing/ for a topic of one queue) as
     atomically renamed, fsynced JSON Lines files, or into a Redis topic's streams (--queue-url)."""
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())
+    on_signals(lambda _signum: stop.set(), signal.SIGTERM)
     try:
         if (data_root is None) == (queue_url is None):
             raise TenureError("give the queue to write to: --data-root D (a queue folder) or --queue-url redis://… "

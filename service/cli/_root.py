@@ -9,7 +9,6 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any, NoReturn
 
 import click
@@ -18,6 +17,7 @@ from tenure import __version__
 from tenure.election import DigestCredential, ZooKeeperClient, connected
 from tenure.errors import TenureError
 from tenure.service._logs import configure_logging
+from tenure.service._signals import on_signals
 
 __all__ = ["ZkTarget", "fail", "main", "spark_cluster_option", "stop_on_signals", "zk_target"]
 
@@ -50,12 +50,7 @@ def main(ctx: click.Context, log_level: str) -> None:
 def stop_on_signals() -> threading.Event:
     """An event that SIGTERM and SIGINT set: a foreground command's loop waits on it, then stops in order."""
     stop = threading.Event()
-
-    def _on_signal(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    on_signals(lambda _signum: stop.set(), signal.SIGTERM, signal.SIGINT)
     return stop
 
 

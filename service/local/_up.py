@@ -6,12 +6,12 @@ import signal
 import sys
 import threading
 import time
-from types import FrameType
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from tenure.service._signals import on_signals
 from tenure.service.local._replica_process import ReplicaStatus
 from tenure.service.local._supervise import Supervisor
 from tenure.service.local._topology import Topology
@@ -57,12 +57,7 @@ def run_up(topology: Topology, *, producer_args: list[str] | None = None, plain_
     """Start ``topology``, show its status until a signal, then stop everything in order. A replica that exits
     meanwhile (a crash, or a stall: it gave its lock up) is restarted with a back-off, and said so."""
     stop = threading.Event()
-
-    def _on_signal(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    on_signals(lambda _signum: stop.set(), signal.SIGTERM, signal.SIGINT)
     console = Console()
     queues = topology.spec.value("queues") or 1
     try:

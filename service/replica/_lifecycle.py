@@ -14,7 +14,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from types import FrameType
 
 import structlog
 
@@ -29,6 +28,7 @@ from tenure.career.lifecycle import (
     StallReason,
 )
 from tenure.election import ElectionEvent, TermHistory
+from tenure.service._signals import on_signals
 from tenure.service.replica._metrics import Metrics
 from tenure.service.replica._proctree import tree_pids
 from tenure.service.replica._progress import ProgressClock
@@ -152,21 +152,22 @@ class ReplicaControl:
     # -- signals -----------------------------------------------------------------------------------------------
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM and SIGINT hand over gracefully; a second one exits at once (main thread only).
+        """SIGTERM and SIGINT hand over gracefully; a second one exits at once (main thread only). They are
+        reacted to on a thread of their own (:func:`on_signals`): the handler may interrupt the control loop
+        while it holds the event queue's lock, which posting the stop takes too.
 
         Then both are unblocked: a launcher may start the process with them blocked (``tenure up`` and the drills
         do), so that a stop sent before this point waits here instead of killing the process with the signal's
         default action; it is delivered now, to :meth:`_on_signal`, and exits 0.
         """
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
+        on_signals(self._on_signal, signal.SIGTERM, signal.SIGINT)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
 
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+    def _on_signal(self, signum: signal.Signals) -> None:
         runner = self._runner
         assert runner is not None
         self._signals += 1
-        name = signal.Signals(signum).name
+        name = signum.name
         if runner.state is ReplicaState.STARTING:
             # Still warming up, not in the election: nothing to hand over, and prepare() cannot be interrupted.
             # Spark's JVM exits with us (its gateway watches our stdin).
