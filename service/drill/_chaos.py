@@ -33,20 +33,23 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import structlog
 
 from tenure.service.drill._chaos_plan import ChaosSettings, PlannedFault
 from tenure.service.drill._context import Drill
-from tenure.service.drill._monitor import INAUGURATING
+from tenure.service.drill._monitor import INAUGURATING, CommitSample
 from tenure.service.drill._settings import DrillSettings
 from tenure.service.local import ReplicaProcess
 
-__all__ = ["Chaos", "FaultOutcome", "QueueRecovery", "route_to_zk"]
+__all__ = ["Chaos", "FaultOutcome", "QueueRecovery", "recovering_commits", "route_to_zk"]
 
 _log = structlog.get_logger("tenure.chaos")
+
+#: How a queue recovered with nothing left to commit.
+_DRAINED = "queue drained: a new leader, nothing to commit"
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,7 @@ class Chaos:
                 found[int(e.fields.get("queue", 0))] = epoch
         return found
 
-    def _new_leader(self, queue: int, epoch: int) -> str | None:
+    def _new_leader(self, queue: int, epoch: int | None) -> str | None:
         """The replica that began ``queue``'s term of ``epoch`` (its ``inaugurating`` event), if logged."""
         return next((e.replica_id for e in self.d.events() if e.event == INAUGURATING
                      and e.fields.get("epoch") == epoch and e.fields.get("queue", 0) == queue), None)
@@ -192,21 +195,18 @@ class Chaos:
         data drained there is nothing left to commit: a leader of such an epoch then counts instead. One deadline
         for all: each queue recovers within it. ``o.moved`` gets each queue's recovery, those that did not too."""
         d = self.d
-        found: dict[int, tuple[float, int, str | None, str]] = {}
+        start = o.at if o.at is not None else since
+        found: dict[int, QueueRecovery] = {}
 
         def recovered() -> bool:
-            commits = d.commits()
-            for q, floor in above.items():
-                commit = next((c for c in commits if c.queue == q and c.observed_at >= since
-                               and (floor is None or c.epoch > floor)), None)
-                if q not in found and commit is not None:
-                    found[q] = (commit.observed_at, commit.epoch, None, "commit")
+            for q, c in recovering_commits(d.commits(), above, since).items():
+                found.setdefault(q, QueueRecovery(q, above[q], round(c.observed_at - start, 2), c.epoch, how="commit"))
             if len(found) < len(above) and d.drained():
                 leaders = d.queue_leaders()
                 for q, floor in above.items():
                     if q not in found and len(leaders[q]) == 1 and (floor is None or leaders[q][0][1] > floor):
                         rid, epoch = leaders[q][0]
-                        found[q] = (time.time(), epoch, rid, "queue drained: a new leader, nothing to commit")
+                        found[q] = QueueRecovery(q, floor, round(time.time() - start, 2), epoch, rid, _DRAINED)
             return len(found) == len(above)
 
         what = f"a leader committing again after fault #{o.index}"
@@ -214,16 +214,12 @@ class Chaos:
             d.wait(recovered, self.s.session_timeout_s + self.s.work_timeout_s,
                    what if d.queues == 1 else f"{what} on each of queues {', '.join(map(str, sorted(above)))}")
         finally:
-            start = o.at or time.time()
-            o.moved = [QueueRecovery(q, above[q]) if q not in found else
-                       QueueRecovery(q, above[q], round(found[q][0] - start, 2), found[q][1],
-                                     found[q][2] or self._new_leader(q, found[q][1]), found[q][3])
-                       for q in sorted(above)]
+            o.moved = [replace(found[q], leader=found[q].leader or self._new_leader(q, found[q].epoch))
+                       if q in found else QueueRecovery(q, above[q]) for q in sorted(above)]
         o.recovery_s = max(r.recovery_s or 0.0 for r in o.moved)
-        o.recovered_epoch = found[o.queue or 0][1] if (o.queue or 0) in found else found[min(found)][1]
-        drained = sorted(found[q][3] for q in found if found[q][3] != "commit")
-        if drained:
-            o.detail = f"{o.detail}; {drained[0]}".lstrip("; ")
+        o.recovered_epoch = found[o.queue or 0].epoch
+        if any(r.how == _DRAINED for r in o.moved):
+            o.detail = f"{o.detail}; {_DRAINED}".lstrip("; ")
 
     def _wait_exit(self, replica: ReplicaProcess, timeout_s: float) -> None:
         self.d.wait(lambda: not replica.alive, timeout_s, f"{replica.replica_id} to exit")
@@ -390,6 +386,20 @@ class Chaos:
             o.detail = "paused itself (whole tree)"
             self._recover(o, above=above, since=at)
             self._resume_and_rejoin(target, o)
+
+
+def recovering_commits(commits: list[CommitSample], above: dict[int, int | None],
+                       since: float) -> dict[int, CommitSample]:
+    """Each queue of ``above``'s first commit observed since ``since`` of an epoch above the queue's value (of any
+    epoch for None): its recovery. A queue is judged by its own commit record's samples only: another queue
+    committing says nothing of it (its epochs are counted apart)."""
+    found: dict[int, CommitSample] = {}
+    for c in commits:
+        if c.queue in above and c.queue not in found and c.observed_at >= since:
+            floor = above[c.queue]
+            if floor is None or c.epoch > floor:
+                found[c.queue] = c
+    return found
 
 
 def _held(leaders: dict[int, tuple[str, int]], replica_id: str) -> dict[int, int]:

@@ -189,8 +189,8 @@ def _num(value: float | None, unit: str = "s", sign: str = "") -> str:
 
 def _moved(o: FaultOutcome) -> str:
     """A fault's queues on a topic of several: those its target led, and each recovery (queue, time, leader)."""
-    each = [f"q{r.queue} " + (f"{r.recovery_s:.1f} s → {r.leader or '?'} (epoch {r.epoch})"
-                              if r.recovery_s is not None else "not recovered") for r in o.moved]
+    each = [f"q{r.queue} " + (f"{r.recovery_s:.1f} s → {r.leader or '?'}" if r.recovery_s is not None
+                              else "not recovered") for r in o.moved]
     return (f"led {', '.join(map(str, o.led))}" if o.led else "") + (": " if o.led and each else "") + "; ".join(each)
 
 
