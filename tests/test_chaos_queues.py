@@ -15,6 +15,7 @@ from tenure.service.drill._chaos_plan import LEADER_KINDS, ChaosSettings, plan_f
 from tenure.service.drill._chaos_run import AuditSummary, ChaosResult, judge_chaos, render_chaos
 from tenure.service.drill._monitor import CommitSample
 from tenure.service.drill._settings import career_unavailable
+from tests._replicas import tenure
 
 
 @pytest.mark.parametrize(("seed", "count", "window_s", "career"),
@@ -48,6 +49,18 @@ def test_plan_on_several_queues_names_a_queue_for_each_leader_fault(queues: int)
             else:
                 assert fault.queue is None, fault
     assert drawn == set(range(queues))
+
+
+def test_queues_is_an_option_of_chaos_only(tmp_path: Path) -> None:
+    """`--queues` with another scenario is refused in one line (exit 2) before anything starts; out of range, by
+    click."""
+    directory = tmp_path / "d"
+    done = tenure("drill", "crash", "--queues", "3", "--short", "--dir", str(directory), timeout_s=60)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "tenure: error: --faults, --seed and --queues are options of `tenure drill chaos` only"], done.stderr
+    assert not directory.exists()
+    zero = tenure("drill", "chaos", "--queues", "0", "--dir", str(directory), timeout_s=60)
+    assert zero.returncode == 2 and "--queues" in zero.stderr, zero.stderr
 
 
 def _commit(at: float, epoch: int, queue: int) -> CommitSample:
@@ -109,6 +122,20 @@ def _assert_every_queue_recovered(doc: dict[str, Any], queues: int) -> None:
                 assert any(c["queue"] == r["queue"] and c["epoch"] == r["epoch"] for c in commits), r
 
 
+def _run_passing(tmp_path: Path, *, records: int | None, faults: int, seed: int,
+                 career: str) -> tuple[str, dict[str, Any]]:
+    """A short chaos run on three queues that must exit 0: its report and its JSON."""
+    lines: list[str] = []
+    json_out = tmp_path / "chaos.json"
+    code = run_chaos(directory=tmp_path / "runs", records=records, faults=faults, seed=seed, career=career,
+                     short=True, queues=3, json_out=json_out, echo=lines.append)
+    report = "\n".join(lines)
+    doc = json.loads(json_out.read_text())
+    failed = [f"{c['name']}: {c['detail']}" for c in doc["criteria"] if not c["passed"]]
+    assert code == 0, f"chaos failed: {failed}\n{report}"
+    return report, doc
+
+
 #: Seed 4 on three queues: SIGKILL of queue 2's leader twice, then a ZooKeeper leader restart. The first fault
 #: comes a few seconds into the production, before the balance (10 s settle) has spread the queues: the replica
 #: it kills leads two or three of them.
@@ -119,14 +146,7 @@ COUNTER_QUEUES_SEED = 4
 def test_chaos_on_three_queues_counter_career(tmp_path: Path) -> None:
     """A short seeded chaos run on a topic of three queues (counter career): every fault recovers on every queue its
     target led, at least one SIGKILL moves two queues or more, each queue's audit is clean, exit 0."""
-    lines: list[str] = []
-    json_out = tmp_path / "chaos.json"
-    code = run_chaos(directory=tmp_path / "runs", records=None, faults=3, seed=COUNTER_QUEUES_SEED, career="counter",
-                     short=True, queues=3, json_out=json_out, echo=lines.append)
-    report = "\n".join(lines)
-    doc = json.loads(json_out.read_text())
-    failed = [f"{c['name']}: {c['detail']}" for c in doc["criteria"] if not c["passed"]]
-    assert code == 0, f"chaos failed: {failed}\n{report}"
+    report, doc = _run_passing(tmp_path, records=None, faults=3, seed=COUNTER_QUEUES_SEED, career="counter")
     assert doc["queues"] == 3 and [f["label"] for f in doc["faults"]] == \
         ["sigkill (queue 2)", "sigkill (queue 2)", "zk-restart (leader)"]
     _assert_every_queue_recovered(doc, 3)
@@ -147,14 +167,7 @@ def test_chaos_on_three_queues_spark_career(tmp_path: Path) -> None:
     `tenure verify` finds every queue and the whole exactly once and in order."""
     if why := career_unavailable("spark"):
         pytest.skip(why)
-    lines: list[str] = []
-    json_out = tmp_path / "chaos.json"
-    code = run_chaos(directory=tmp_path / "runs", records=3000, faults=2, seed=SPARK_QUEUES_SEED, career="spark",
-                     short=True, queues=3, json_out=json_out, echo=lines.append)
-    report = "\n".join(lines)
-    doc = json.loads(json_out.read_text())
-    failed = [f"{c['name']}: {c['detail']}" for c in doc["criteria"] if not c["passed"]]
-    assert code == 0, f"chaos failed: {failed}\n{report}"
+    _report, doc = _run_passing(tmp_path, records=3000, faults=2, seed=SPARK_QUEUES_SEED, career="spark")
     assert [f["label"] for f in doc["faults"]] == ["pause (queue 1)", "sigkill (queue 2)"]
     _assert_every_queue_recovered(doc, 3)
     audit = doc["audit"]
