@@ -172,4 +172,5 @@ def test_chaos_on_three_queues_spark_career(tmp_path: Path) -> None:
     _assert_every_queue_recovered(doc, 3)
     audit = doc["audit"]
     assert audit["ok"] and audit["ids_in"] == 3000 and audit["lost"] == audit["duplicated"] == audit["inversions"] == 0
+    assert all(f"queue {q}: rows written" in audit["detail"] for q in range(3)), audit
     assert doc["replicas_alive_at_end"] == 3

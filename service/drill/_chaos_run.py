@@ -86,7 +86,9 @@ def _audit(d: Drill) -> AuditSummary:
                             duplicated=report.duplicated, inversions=report.inversions,
                             detail=f"unexpected {report.unexpected}, unquarantined {report.unquarantined}, "
                                    f"dead-lettered {report.ids_dead_lettered}, waiting {report.ids_waiting}, "
-                                   f"not read yet {report.waiting}")
+                                   f"not read yet {report.waiting}"
+                                   + "".join(f"; queue {q['queue']}: rows written {q['rows_written']}, lost "
+                                             f"{q['lost']}" for q in report.per_queue if d.queues > 1))
     commits = d.commits()
     lost = dup = inv = 0
     details = []
