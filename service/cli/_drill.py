@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from tenure.election import MAX_QUEUES
 from tenure.errors import TenureError
 from tenure.service._logs import log_to_file
 from tenure.service.cli._root import fail
@@ -34,12 +35,16 @@ __all__ = ["drill"]
 @click.option("--seed", type=int, default=None,
               help="chaos: draws the faults, their times and the producer's data; printed in the report. "
               "[default: drawn]")
+@click.option("--queues", type=click.IntRange(1, MAX_QUEUES), default=None,
+              help="chaos: run the drill group as a topic of this many queues (the producer routes by key); each "
+              "leader's fault names a queue and hits its leader, recovery is waited for on every queue it led. "
+              "[default: 1]")
 @click.option("--spark-cluster", "spark_workers", type=click.IntRange(0, 8), default=0,
               envvar="TENURE_DRILL_SPARK_CLUSTER", show_default=True,
               help="Run the leader on an embedded Spark standalone cluster of this many workers (0: local Spark in "
               "each replica); needed by worker-loss and master-loss, which `all` then includes.")
 def drill(scenarios: tuple[str, ...], json_out: Path | None, plot_out: Path | None, records: int | None,
-          career: str, short: bool, directory: Path, faults: int | None, seed: int | None,
+          career: str, short: bool, directory: Path, faults: int | None, seed: int | None, queues: int | None,
           spark_workers: int) -> None:
     """Failover drills: SCENARIO … or `all`; prints figures and PASS/FAIL per criterion, exits 1 on any FAIL.
 
@@ -55,20 +60,22 @@ def drill(scenarios: tuple[str, ...], json_out: Path | None, plot_out: Path | No
     healthy third takes over) and poison-batch (a batch failing on every leader is set aside after
     --max-batch-attempts terms). Each is also a scenario of its own, and part of `all`.
 
-    `tenure drill chaos --records N --faults K [--seed S]` (alone): K seeded random faults (leader SIGKILL,
-    SIGTERM, whole-tree pause, network partition, ZooKeeper server restart, injected fault points) over a steady
-    production, a recovery wait after each, then a full `tenure verify` audit; exits 1 on any failed recovery
-    or audit.
+    `tenure drill chaos --records N --faults K [--seed S] [--queues Q]` (alone): K seeded random faults (leader
+    SIGKILL, SIGTERM, whole-tree pause, network partition, ZooKeeper server restart, injected fault points) over a
+    steady production, a recovery wait after each, then a full `tenure verify` audit; exits 1 on any failed
+    recovery or audit. With --queues Q the group is a topic of Q queues: each leader's fault hits the leader of a
+    drawn queue, and every queue that replica led must recover.
     """
     from tenure.service.drill import check_arguments, run_chaos, run_drills
 
     try:
-        check_arguments(scenarios, faults=faults, seed=seed, spark_workers=spark_workers, plot=plot_out is not None)
+        check_arguments(scenarios, faults=faults, seed=seed, spark_workers=spark_workers, plot=plot_out is not None,
+                        queues=queues)
         events = log_to_file(directory / "drill.log")
         click.echo(f"drill: events in {events}; each run's processes log under its folder's logs/")
         if "chaos" in scenarios:
             code = run_chaos(directory=directory, records=records, faults=faults or 5, seed=seed, career=career,
-                             short=short, json_out=json_out, plot_out=plot_out, echo=click.echo)
+                             short=short, queues=queues or 1, json_out=json_out, plot_out=plot_out, echo=click.echo)
         else:
             code = run_drills(list(scenarios), directory=directory, records=records, json_out=json_out,
                               plot_out=plot_out, short=short, career=career, spark_workers=spark_workers,

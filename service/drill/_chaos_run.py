@@ -23,6 +23,7 @@ from tenure.service.drill._report import pass_fail, plot_timeline, render, table
 from tenure.service.drill._settings import DrillError, career_unavailable
 from tenure.service.local import NetNamespace, NetnsError, netns_unavailable
 from tenure.service.ops import verify
+from tenure.service.replica import ReplicaSpec
 
 __all__ = ["AuditSummary", "ChaosResult", "judge_chaos", "render_chaos", "run_chaos"]
 
@@ -65,7 +66,7 @@ class ChaosResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "seed": self.settings.seed, "status": self.status, "error": self.error,
+            "seed": self.settings.seed, "queues": self.settings.queues, "status": self.status, "error": self.error,
             "seconds": round(self.seconds, 2), "faults_requested": self.settings.faults,
             "window_s": self.settings.window_s, "settings": asdict(self.settings.drill),
             "plan": [asdict(p) for p in self.plan], "faults": [o.to_dict() for o in self.faults],
@@ -76,6 +77,8 @@ class ChaosResult:
 
 
 def _audit(d: Drill) -> AuditSummary:
+    """``tenure verify`` of the whole data root (every queue of a topic, and the whole), or the counter's audit of
+    each queue against its last observed commit."""
     if d.settings.career == "spark":
         report = verify(d.topology.data_root)
         return AuditSummary(ok=report.ok, ids_in=report.ids_in, ids_written=report.ids_written,
@@ -83,22 +86,33 @@ def _audit(d: Drill) -> AuditSummary:
                             duplicated=report.duplicated, inversions=report.inversions,
                             detail=f"unexpected {report.unexpected}, unquarantined {report.unquarantined}, "
                                    f"dead-lettered {report.ids_dead_lettered}, waiting {report.ids_waiting}, "
-                                   f"not read yet {report.waiting}")
+                                   f"not read yet {report.waiting}"
+                                   + "".join(f"; queue {q['queue']}: rows written {q['rows_written']}, lost "
+                                             f"{q['lost']}" for q in report.per_queue if d.queues > 1))
     commits = d.commits()
-    lost, dup, inv, detail = audit_counter(d.topology.data_root, commits[-1].batch if commits else None)
-    return AuditSummary(ok=lost == dup == inv == 0, lost=lost, duplicated=dup, inversions=inv, detail=detail)
+    lost = dup = inv = 0
+    details = []
+    for queue in range(d.queues):
+        last = [c.batch for c in commits if c.queue == queue]
+        q_lost, q_dup, q_inv, detail = audit_counter(d.topology.data_root, last[-1] if last else None, queue=queue,
+                                                     queues=d.queues)
+        lost, dup, inv = lost + q_lost, dup + q_dup, inv + q_inv
+        details.append(detail if d.queues == 1 else f"queue {queue}: {detail}")
+    return AuditSummary(ok=lost == dup == inv == 0, lost=lost, duplicated=dup, inversions=inv,
+                        detail="; ".join(details))
 
 
 def judge_chaos(result: ChaosResult) -> list[Criterion]:
-    """The run's criteria: it completed, every fault that ran recovered, the replica count recovered, the audit
-    is clean and the commit epochs never went down."""
+    """The run's criteria: it completed, every fault that ran recovered (on every queue it moved), the replica
+    count recovered, the audit is clean and each queue's commit epochs never went down."""
     ran = [o for o in result.faults if o.status != "skipped"]
     failed = [f"#{o.index} {o.label}: {o.reason}" for o in ran if o.status != "recovered"]
     a = result.audit
     audit = (f"ids in {a.ids_in}, written {a.ids_written}, quarantined {a.quarantined}, late {a.late}, "
              if a.ids_in is not None else "") + f"lost {a.lost}, duplicated {a.duplicated}, inversions {a.inversions}"
-    epochs = [c["epoch"] for c in result.timeline.get("commits", [])]
-    monotonic = all(x <= y for x, y in itertools.pairwise(epochs))
+    commits = result.timeline.get("commits", [])
+    monotonic = all(all(x <= y for x, y in itertools.pairwise(c["epoch"] for c in commits if c.get("queue", 0) == q))
+                    for q in {c.get("queue", 0) for c in commits})
     return [
         Criterion("ran to completion", result.error is None, result.error or "ok"),
         Criterion("every fault recovered (a leader commits again)", not failed and len(result.faults) ==
@@ -115,7 +129,8 @@ def judge_chaos(result: ChaosResult) -> list[Criterion]:
 
 def _run_chaos_once(settings: ChaosSettings, directory: Path) -> ChaosResult:
     """One chaos run in ``directory`` (wiped first); never raises for a failed run: the result says it."""
-    plan = plan_faults(settings.seed, settings.faults, settings.window_s, career=settings.drill.career)
+    plan = plan_faults(settings.seed, settings.faults, settings.window_s, career=settings.drill.career,
+                       queues=settings.queues)
     result = ChaosResult(settings=settings, plan=plan)
     if directory.exists():
         shutil.rmtree(directory)
@@ -136,7 +151,8 @@ def _run_chaos_once(settings: ChaosSettings, directory: Path) -> ChaosResult:
                     ns.close()
                 spaces = {}
             result.namespaces = ", ".join(f"{rid} in {ns.name}" for rid, ns in spaces.items())
-        drill = Drill("chaos", settings.drill, directory, None, namespaces=spaces)
+        drill = Drill("chaos", settings.drill, directory, None, namespaces=spaces,
+                      replica_spec=ReplicaSpec(queues=settings.queues) if settings.queues > 1 else None)
         route_to_zk(drill)
         chaos = Chaos(drill, settings, plan, netns_why)
         try:
@@ -173,22 +189,34 @@ def _num(value: float | None, unit: str = "s", sign: str = "") -> str:
     return "—" if value is None else f"{value:{sign}.1f} {unit}"
 
 
+def _moved(o: FaultOutcome) -> str:
+    """A fault's queues on a topic of several: those its target led, and each recovery (queue, time, leader)."""
+    each = [f"q{r.queue} " + (f"{r.recovery_s:.1f} s → {r.leader or '?'}" if r.recovery_s is not None
+                              else "not recovered") for r in o.moved]
+    return (f"led {', '.join(map(str, o.led))}" if o.led else "") + (": " if o.led and each else "") + "; ".join(each)
+
+
 def render_chaos(result: ChaosResult, *, width: int = 120) -> str:
-    """The terminal report: the seed and settings, one row per fault, the audit, every criterion."""
+    """The terminal report: the seed and settings, one row per fault (on a topic of several queues, the queues its
+    target led and each one's recovery), the audit, every criterion."""
     s = result.settings
+    several = s.queues > 1
     parts: list[str | Table] = [
         f"tenure drill chaos — seed {s.seed}, career {s.drill.career}, 3 replicas, "
-        f"{s.faults} faults over {s.window_s:.0f} s of production"
+        + (f"a topic of {s.queues} queues, " if several else "")
+        + f"{s.faults} faults over {s.window_s:.0f} s of production"
         + (f", {s.drill.records} records at {s.drill.rate:.0f}/s" if s.drill.career == "spark" else "")
         + f", session timeout {s.drill.session_timeout_s:g} s"]
     if result.namespaces:
         parts.append(f"network namespaces: {result.namespaces}")
-    faults = table("faults", ("#", "at", "planned", "fault", "target", "result", "recovery", "detail"),
+    faults = table("faults", ("#", "at", "planned", "fault", "target", "result", "recovery",
+                              *(("queues moved",) if several else ()), "detail"),
                    right=("#", "at", "planned", "recovery"))
     for o in result.faults:
         colour = {"recovered": "green", "skipped": "yellow"}.get(o.status, "red")
         faults.add_row(str(o.index), _num(o.at_s, sign="+"), _num(o.planned_s, sign="+"), o.label, o.target or "",
-                       f"[{colour}]{o.status}[/]", _num(o.recovery_s), o.reason or o.detail)
+                       f"[{colour}]{o.status}[/]", _num(o.recovery_s), *((_moved(o),) if several else ()),
+                       o.reason or o.detail)
     parts.append(faults)
     a = result.audit
     if a.ids_in is not None:
@@ -210,12 +238,14 @@ def render_chaos(result: ChaosResult, *, width: int = 120) -> str:
 
 
 def run_chaos(*, directory: Path, records: int | None, faults: int, seed: int | None, career: str = "spark",
-              short: bool = False, json_out: Path | None = None, plot_out: Path | None = None,
+              short: bool = False, queues: int = 1, json_out: Path | None = None, plot_out: Path | None = None,
               echo: Callable[[str], None] = print) -> int:
-    """``tenure drill chaos``: run, print the report, write JSON and the plot; 1 when any criterion failed."""
+    """``tenure drill chaos``: run (on a topic of ``queues``), print the report, write JSON and the plot; 1 when
+    any criterion failed."""
     if why := career_unavailable(career):
         raise DrillError(why)
-    settings = ChaosSettings.make(career=career, records=records, faults=faults, seed=seed, short=short)
+    settings = ChaosSettings.make(career=career, records=records, faults=faults, seed=seed, short=short,
+                                  queues=queues)
     result = _run_chaos_once(settings, directory / "chaos")
     echo(render_chaos(result))
     if json_out is not None:

@@ -26,8 +26,8 @@ from tenure.service.drill._monitor import (
 )
 from tenure.service.drill._settings import DrillSettings
 from tenure.service.local import NetNamespace, ReplicaLaunch, ReplicaProcess, Topology, free_base_port
-from tenure.service.ops import verify
-from tenure.service.replica import IS_LEADER, ReplicaSpec
+from tenure.service.ops import by_queue, verify
+from tenure.service.replica import IS_LEADER, LEADER_EPOCH, ReplicaSpec
 
 __all__ = ["Drill", "Marker", "is_ready"]
 
@@ -131,14 +131,16 @@ class Drill:
     def wait_ready(self) -> None:
         self.wait(lambda: all(is_ready(r) for r in self.topology.replicas),
                   self.settings.startup_timeout_s, "every replica ready (/readyz 200)")
-        self.wait(lambda: len(self.topology.leaders()) == 1, self.settings.startup_timeout_s, "exactly one leader")
+        self.wait_one_leader_each(self.settings.startup_timeout_s)
 
     def start_work(self, *, seed: int = 8) -> None:
         """With Spark, start the producer; then wait for a few commits so the fault hits a working leader."""
         if self.settings.career == "spark":
+            # On a topic of several queues the producer routes each record by its key.
             self.topology.start_producer(["--records", str(self.settings.records), "--keys", "50",
                                           "--rate", f"{self.settings.rate:g}", "--duplicates", "0.02",
-                                          "--bad", "0.005", "--seed", str(seed)])
+                                          "--bad", "0.005", "--seed", str(seed),
+                                          *(["--queues", str(self.queues)] if self.queues > 1 else [])])
             self.producer_started = True
         t0 = time.time()
         self.wait(lambda: self.commits_between(t0, math.inf) >= 3, self.settings.startup_timeout_s,
@@ -175,6 +177,42 @@ class Drill:
         self.old_pid = replica.pid
         return replica
 
+    @property
+    def queues(self) -> int:
+        """The topic's number of queues: 1 unless the drill's ``replica_spec`` names more."""
+        queues: int = self.topology.spec.value("queues") or 1
+        return queues
+
+    def queue_leaders(self) -> dict[int, list[tuple[str, int]]]:
+        """Each queue's leaders, as the replicas' /metrics say (``tenure_is_leader`` by queue): (replica id, its
+        epoch on that queue) — one scrape of each replica, so a replica's queues and epochs are of one moment."""
+        found: dict[int, list[tuple[str, int]]] = {q: [] for q in range(self.queues)}
+        for replica in self.topology.replicas:
+            metrics = replica.metrics()
+            epochs = by_queue(metrics, LEADER_EPOCH)
+            for queue, leading in by_queue(metrics, IS_LEADER).items():
+                if leading == 1.0 and queue in found:
+                    found[queue].append((replica.replica_id, int(epochs.get(queue, 0))))
+        return found
+
+    def one_leader_each(self) -> dict[int, tuple[str, int]] | None:
+        """{queue: (its one leader, that leader's epoch)} once every queue has exactly one leader; None before."""
+        leaders = self.queue_leaders()
+        return {q: found[0] for q, found in leaders.items()} if all(len(f) == 1 for f in leaders.values()) else None
+
+    def wait_one_leader_each(self, timeout_s: float) -> dict[int, tuple[str, int]]:
+        """Wait until every queue has exactly one leader; returns them as ``one_leader_each`` does."""
+        found: list[dict[int, tuple[str, int]]] = []
+
+        def one_each() -> bool:
+            leaders = self.one_leader_each()
+            if leaders is not None:
+                found.append(leaders)
+            return leaders is not None
+
+        self.wait(one_each, timeout_s, "exactly one leader" + (" of each queue" if self.queues > 1 else ""))
+        return found[-1]
+
     def commits(self) -> list[CommitSample]:
         return self.monitor.commits_snapshot() if self.monitor is not None else []
 
@@ -202,9 +240,9 @@ class Drill:
                   f"{count} more commits")
 
     def drained(self) -> bool:
-        """With a producer: it has finished and every message of the queue is in the output, none waiting in a
-        file not read yet (checked at most every 2 s, since it reads the whole output). Without one there is
-        always more to commit: False."""
+        """With a producer: it has finished and every message of the queue (of every queue of a topic) is in the
+        output, none waiting in a file not read yet (checked at most every 2 s, since it reads the whole output).
+        Without one there is always more to commit: False."""
         producer = self.topology.producer
         if not self.producer_started or producer is None or producer.poll() is None:
             return False

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tenure.career import counter_path
 from tenure.service.drill._monitor import (
     INAUGURATED,
     RESUMED,
@@ -231,12 +232,15 @@ def versions_where(commits: list[CommitSample], pred: Callable[[CommitSample], b
     return total
 
 
-def audit_counter(data_root: Path, committed_n: int | None) -> tuple[int, int, int, str]:
-    """The counter career's audit: (lost, duplicated, inversions, detail).
+def audit_counter(data_root: Path, committed_n: int | None, *, queue: int = 0,
+                  queues: int = 1) -> tuple[int, int, int, str]:
+    """The counter career's audit of queue ``queue`` of a topic of ``queues``: (lost, duplicated, inversions,
+    detail).
 
-    Every n from 1 to the last committed one appears once in ``counter.log``, and epochs never go down.
+    Every n from 1 to the last committed one appears once in the queue's counter file (``counter.log``, or
+    ``counter-queue-<k>.log`` on a topic of several queues), and epochs never go down.
     """
-    path = data_root / "counter.log"
+    path = counter_path(data_root, queue, queues)
     lines = [ln.split(",") for ln in path.read_text().splitlines() if ln] if path.exists() else []
     pairs = [(int(e), int(n)) for e, n in lines]
     ns = [n for _, n in pairs]

@@ -1,6 +1,6 @@
-"""What a drill observes while it runs: the replicas' JSON logs, the commit record, the replicas' /metrics.
+"""What a drill observes while it runs: the replicas' JSON logs, the commit records, the replicas' /metrics.
 
-The commit record is polled every 50 ms (each change kept), the replicas' ``/metrics`` scraped every 200 ms
+Each queue's commit record is polled every 50 ms (each change kept), the replicas' ``/metrics`` scraped every 200 ms
 (kept per process, so a killed replica's last counts stay), and the logs are read back on demand. The event names
 the drill reads are imported from the modules that log them and re-exported here; the metric samples it reads
 are gathered below.
@@ -146,17 +146,18 @@ def read_events(log_path: Path, replica_id: str) -> list[LogEvent]:
 
 @dataclass(frozen=True)
 class CommitSample:
-    """One observed change of ``/tenure/<group>/commit``."""
+    """One observed change of a queue's commit record (``/tenure/<group>/commit`` on a topic of one queue)."""
 
     observed_at: float
     version: int
     epoch: int
     committed_at: float
     batch: int | None
+    queue: int = 0
 
 
 class Monitor:
-    """Background observers: the commit record every 50 ms, every replica's /metrics every 200 ms.
+    """Background observers: each queue's commit record every 50 ms, every replica's /metrics every 200 ms.
 
     Example::
 
@@ -169,6 +170,8 @@ class Monitor:
 
     def __init__(self, topology: Topology, *, commit_interval_s: float = 0.05, scrape_interval_s: float = 0.2):
         self._topology = topology
+        #: the topic's number of queues, whose commit records are polled (each sample names its queue)
+        self.queues: int = topology.spec.value("queues") or 1
         self._commit_interval_s = commit_interval_s
         self._scrape_interval_s = scrape_interval_s
         self._stop = threading.Event()
@@ -201,24 +204,27 @@ class Monitor:
     def _poll_commits(self) -> None:
         client = self._client
         assert client is not None, "start() connects first"
-        last_version: int | None = -1
+        queues = self.queues
+        last_version: dict[int, int | None] = dict.fromkeys(range(queues), -1)
         while not self._stop.wait(self._commit_interval_s):
-            try:
-                record, version = read_commit(client, self._topology.group, timeout_s=0.5)
-            except Exception:  # connection lost, quorum gone, a record not JSON: try again next round
-                continue
-            if version == last_version or record is None or version is None:
-                continue
-            last_version = version
-            now = time.time()
-            try:
-                epoch = int(record["epoch"])
-            except (KeyError, TypeError, ValueError):
-                continue
-            batch = record.get("batch_id", record.get("batch", record.get("n")))
-            with self._lock:
-                self.commits.append(CommitSample(now, version, epoch, float(record.get("committed_at", now)),
-                                                 int(batch) if isinstance(batch, int) else None))
+            for queue in range(queues):
+                try:
+                    record, version = read_commit(client, self._topology.group, queue=queue, queues=queues,
+                                                  timeout_s=0.5)
+                except Exception:  # connection lost, quorum gone, a record not JSON: try again next round
+                    continue
+                if version == last_version[queue] or record is None or version is None:
+                    continue
+                last_version[queue] = version
+                now = time.time()
+                try:
+                    epoch = int(record["epoch"])
+                except (KeyError, TypeError, ValueError):
+                    continue
+                batch = record.get("batch_id", record.get("batch", record.get("n")))
+                with self._lock:
+                    self.commits.append(CommitSample(now, version, epoch, float(record.get("committed_at", now)),
+                                                     int(batch) if isinstance(batch, int) else None, queue))
 
     def _scrape(self) -> None:
         while not self._stop.wait(self._scrape_interval_s):

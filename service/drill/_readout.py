@@ -275,7 +275,8 @@ def timeline(d: Drill) -> dict[str, Any]:
     """The run for the plot and ``--json``: replicas, fault/heal markers, leadership intervals, commits."""
     events = d.events()
     end = d.ended_at or time.time()
-    owner = {int(e.fields["epoch"]): e.replica_id for e in events
+    # Each queue counts its own epochs: a term is its queue's and epoch's.
+    owner = {(int(e.fields.get("queue", 0)), int(e.fields["epoch"])): e.replica_id for e in events
              if e.event == INAUGURATED and isinstance(e.fields.get("epoch"), int)}
     return {
         "started_at": d.started_at,
@@ -283,6 +284,6 @@ def timeline(d: Drill) -> dict[str, Any]:
         "replicas": [r.replica_id for r in d.topology.replicas],
         "markers": [asdict(mk) for mk in d.markers],
         "leadership": leader_intervals(events, d.killed, end),
-        "commits": [{"at": c.committed_at, "epoch": c.epoch, "replica": owner.get(c.epoch), "version": c.version}
-                    for c in d.commits()],
+        "commits": [{"at": c.committed_at, "epoch": c.epoch, "replica": owner.get((c.queue, c.epoch)),
+                     "version": c.version, "queue": c.queue} for c in d.commits()],
     }

@@ -188,11 +188,12 @@ def career_unavailable(career: str) -> str | None:
 
 
 def check_arguments(scenarios: Sequence[str], *, faults: int | None, seed: int | None, spark_workers: int,
-                    plot: bool) -> None:
+                    plot: bool, queues: int | None = None) -> None:
     """The rules between ``tenure drill``'s arguments, checked before anything starts.
 
     Raises:
-        DrillError: chaos with other scenarios or on a Spark cluster, ``--faults``/``--seed`` without chaos,
+        DrillError: chaos with other scenarios or on a Spark cluster, ``--faults``/``--seed``/``--queues``
+            without chaos,
             ``--plot`` without matplotlib; the message says the fix.
     """
     if plot and importlib.util.find_spec("matplotlib") is None:
@@ -204,5 +205,5 @@ def check_arguments(scenarios: Sequence[str], *, faults: int | None, seed: int |
         if spark_workers:
             raise DrillError("chaos runs without --spark-cluster: its partitions put replicas in network "
                              "namespaces, out of reach of the cluster on loopback")
-    elif faults is not None or seed is not None:
-        raise DrillError("--faults and --seed are options of `tenure drill chaos` only")
+    elif faults is not None or seed is not None or queues is not None:
+        raise DrillError("--faults, --seed and --queues are options of `tenure drill chaos` only")
