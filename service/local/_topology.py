@@ -18,9 +18,7 @@ from tenure.service.local._redis import RedisServer
 from tenure.service.local._replica_process import ReplicaLaunch, ReplicaProcess, ReplicaStatus
 from tenure.service.local._spark_cluster import SparkCluster
 from tenure.service.local._wait import wait_for
-from tenure.service.replica import (
-    ReplicaSpec,
-)
+from tenure.service.replica import ReplicaSpec, stop_budget_s
 
 __all__ = ["LOCAL_SPEC", "REPLICA_STOPPED", "TOPOLOGY_STOPPED", "Topology"]
 
@@ -147,11 +145,19 @@ class Topology:
     def restart(self, replica_id: str) -> ReplicaProcess:
         """Start a stopped or killed replica again under the same id (a new port and process)."""
         old = self.replica(replica_id)
-        old.stop(self.handover_timeout_s + 5)
+        old.stop(self._stop_timeout_s)
         old.disarm()
         new = self._new_replica(replica_id).start()
         self.replicas[self.replicas.index(old)] = new
         return new
+
+    @property
+    def _stop_timeout_s(self) -> float:
+        """How long a SIGTERMed replica is given before SIGKILL: its own budget when it leads every queue of the
+        topic it may (``stop_budget_s``), and 5 s more to exit."""
+        queues = self.spec.value("queues") or 1
+        cap = self.spec.value("max_queues_led")
+        return stop_budget_s(self.handover_timeout_s, min(queues, cap) if cap else queues) + 5
 
     def statuses(self) -> list[ReplicaStatus]:
         return [r.status() for r in self.replicas]
@@ -200,7 +206,7 @@ class Topology:
         statuses = {s.replica_id: s for s in self.statuses()}
         ordered = sorted(self.replicas, key=lambda r: statuses[r.replica_id].leader)
         for replica in ordered:
-            code = replica.stop(self.handover_timeout_s + 10)
+            code = replica.stop(self._stop_timeout_s)
             _log.info(REPLICA_STOPPED, replica_id=replica.replica_id, exit_code=code)
         if self.spark is not None:
             self.spark.stop()

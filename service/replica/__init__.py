@@ -9,7 +9,7 @@ from tenure.service.replica._config import SETTINGS, ReplicaConfig, load_config,
 from tenure.service.replica._faults import FAULT_INJECTED, FAULT_POINTS, FaultFile, InjectedFault, arm
 from tenure.service.replica._health import HTTP_REQUEST_FAILED, HealthServer
 from tenure.service.replica._launch import PER_PROCESS, ReplicaSpec
-from tenure.service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED
+from tenure.service.replica._lifecycle import EXIT_HANDOVER_OVERRUN, EXIT_STALLED, stop_budget_s
 from tenure.service.replica._metrics import (
     BATCHES,
     COMMITS_FENCED,
@@ -69,5 +69,6 @@ __all__ = [
     "resume_tree",
     "run_replica",
     "setting_named",
+    "stop_budget_s",
     "tree_pids",
 ]

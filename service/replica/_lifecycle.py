@@ -35,7 +35,7 @@ from tenure.service.replica._progress import ProgressClock
 from tenure.service.replica._term_record import TermRecorder
 from tenure.service.replica._watchdog import Watchdog, WatchdogSettings, loop_live
 
-__all__ = ["EXIT_HANDOVER_OVERRUN", "EXIT_STALLED", "ReplicaControl", "RunnerMetrics", "build_runner"]
+__all__ = ["EXIT_HANDOVER_OVERRUN", "EXIT_STALLED", "ReplicaControl", "RunnerMetrics", "build_runner", "stop_budget_s"]
 
 _log = structlog.get_logger("tenure.runner")
 
@@ -45,6 +45,14 @@ EXIT_STALLED = 4
 it: `tenure up`, compose's ``restart: on-failure``)."""
 #: Past the handover budget, time for the handover record and the node's release (two ZooKeeper writes).
 _HANDOVER_GRACE_S = 2.0
+
+
+def stop_budget_s(handover_timeout_s: float, queues_led: int) -> float:
+    """The longest a SIGTERMed replica leading ``queues_led`` queues takes to exit by itself: the handover of each
+    (one after another, each ``handover_timeout_s`` plus a grace), then closing its career (once more the same),
+    past which it kills its tree and exits :data:`EXIT_HANDOVER_OVERRUN`. A launcher waits this long before
+    SIGKILL."""
+    return (max(1, queues_led) + 1) * (handover_timeout_s + _HANDOVER_GRACE_S)
 
 
 class RunnerMetrics:
