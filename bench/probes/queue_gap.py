@@ -11,8 +11,9 @@ and, in ``4q``, the balance moves a queue back to the restarted one: those moves
 next round waits until both groups are balanced and every queue has made three commits under its leader.
 
 A queue's gap is from the last commit of its old leader to the first of the new, both from the queue's commit
-record in ZooKeeper (the committer's ``committed_at``), polled every 50 ms. Writes ``gap.json``, ``gap.md`` and
-``gap.png`` to ``bench/results/issue-51-scaling/``, which ``docs/performance/scaling.md`` quotes.
+record in ZooKeeper (the committer's ``committed_at``), polled every 50 ms. Writes ``<name>.json``, ``<name>.md`` and
+``<name>.png`` (``--name``, default ``gap``) to ``bench/results/issue-51-scaling/``, which
+``docs/performance/scaling.md`` quotes.
 """
 
 from __future__ import annotations
@@ -143,8 +144,8 @@ def _balance_moves(group: _Group, since: dict[int, int], restarted: str) -> list
     return rows
 
 
-def render(body: dict[str, Any]) -> None:
-    """``gap.md`` and ``gap.png`` from ``gap.json``'s ``body``."""
+def render(body: dict[str, Any], name: str = "gap") -> None:
+    """``<name>.md`` and ``<name>.png`` from ``<name>.json``'s ``body``."""
     moves = body["moves"]
     summary: list[dict[str, Any]] = []
     for kind in ("graceful", "crash", "balance"):
@@ -164,7 +165,7 @@ def render(body: dict[str, Any]) -> None:
              f"{body['load_before']}, after: {body.get('load_after')}; {body['machine']['cores']} cores.", "",
              markdown_table(summary), "", f"Ratios of the p50s: {body.get('ratios')}", "", "Every move:", "",
              markdown_table([{k: v for k, v in m.items() if m["to"] or k not in ("to", "note")} for m in moves]), ""]
-    (_OUT / "gap.md").write_text("\n".join(lines))
+    (_OUT / f"{name}.md").write_text("\n".join(lines))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     labels = []
@@ -176,7 +177,7 @@ def render(body: dict[str, Any]) -> None:
     ax.set_xticks(range(len(labels)), labels)
     ax.set_ylabel("gap s (last commit of the old leader → first of the new)")
     ax.set_title("A moved queue's gap: 4 queues on 3 replicas (green) vs 1 queue (grey); bar: p50")
-    save(fig, _OUT / "gap.png")
+    save(fig, _OUT / f"{name}.png")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -187,10 +188,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--career", default="spark", choices=("spark", "counter"),
                         help="counter: the election, fence, handover and balance without Spark (no query to stop or "
                              "start: the coordination's part of a gap)")
-    parser.add_argument("--render", action="store_true", help="write gap.md and gap.png from gap.json")
+    parser.add_argument("--render", action="store_true", help="write NAME.md and NAME.png from NAME.json")
+    parser.add_argument("--name", default="gap", help="the results' file names (default gap)")
     args = parser.parse_args(argv)
     if args.render:
-        render(json.loads((_OUT / "gap.json").read_text()))
+        render(json.loads((_OUT / f"{args.name}.json").read_text()), args.name)
         return
     body: dict[str, Any] = {**run_header("queue_gap", argv), "career": args.career, "rate": args.rate, "moves": []}
 
@@ -199,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
             body["moves"].append({"round": round_, **row})
             print(f"queue_gap: {row}", file=sys.stderr, flush=True)
         body["load_after"] = [round(x, 2) for x in os.getloadavg()]
-        (_OUT / "gap.json").write_text(json.dumps(body, indent=2) + "\n")
+        (_OUT / f"{args.name}.json").write_text(json.dumps(body, indent=2) + "\n")
 
     with TemporaryDirectory(prefix="tenure-gap-") as scratch, ExitStack() as stack:
         groups = [_Group(label, Path(scratch) / label, queues, args.career) for label, queues in (("1q", 1), ("4q", 4))]
@@ -224,8 +226,8 @@ def main(argv: list[str] | None = None) -> None:
                 group.topology.restart(victim)
             for group, victim, since in restarts:
                 keep(_balance_moves(group, since, victim) if group.queues > 1 else [], index + 1)
-    render(body)
-    (_OUT / "gap.json").write_text(json.dumps(body, indent=2) + "\n")
+    render(body, args.name)
+    (_OUT / f"{args.name}.json").write_text(json.dumps(body, indent=2) + "\n")
 
 
 if __name__ == "__main__":
