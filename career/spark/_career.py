@@ -37,7 +37,7 @@ from tenure.career.spark._standby import SparkStandby
 from tenure.career.spark._term import Term, TermClock, committed_batch, no_fault
 from tenure.errors import CommitOutcomeUnknown, ConfigError, ElectionError, Fenced, NotLeader, Unresponsive
 
-__all__ = ["QUERY_STARTED", "TORN_FILES_REMOVED", "SparkCareer"]
+__all__ = ["MAX_WORKER_RESTARTS", "QUERY_STARTED", "TORN_FILES_REMOVED", "SparkCareer", "worker_did_not_start"]
 
 # The log events other code reads (the drill, tests, bench): named once, here where they are logged.
 QUERY_STARTED: Final = "query_started"
@@ -47,6 +47,17 @@ _POLL_S = 0.02
 #: A batch that fails for one of these failed because ZooKeeper did, not because of its data: no attempt counts
 #: (the election raises ``ZooKeeperUnavailable``, an ``ElectionError``, for kazoo's own errors).
 _INFRASTRUCTURE = (ElectionError, Unresponsive)
+#: What Spark says when a Python worker it launched did not connect back within its fixed 10 s: a Python data
+#: source's planner and reader run in such workers, started afresh for each query, and on a loaded machine the
+#: interpreter's start can take that long. Nothing of a batch ran.
+_WORKER_DID_NOT_START = ("Python worker failed to connect back", "waiting for the Python worker to connect back")
+#: Restarts of one term's query after a worker that did not start, before the term ends as failed.
+MAX_WORKER_RESTARTS = 3
+
+
+def worker_did_not_start(text: str) -> bool:
+    """Whether a stopped query's error is a Python worker that did not start in time (``_WORKER_DID_NOT_START``)."""
+    return any(marker in text for marker in _WORKER_DID_NOT_START)
 
 
 class SparkCareer:
@@ -498,6 +509,16 @@ class SparkCareer:
         exc = self._jvm(query.exception) if query is not None else None
         if isinstance(error, _INFRASTRUCTURE):
             raise SparkCareerError(f"epoch {term.epoch}: a batch could not reach ZooKeeper: {error}") from error
+        if error is None and worker_did_not_start(str(exc)) and term.worker_restarts < MAX_WORKER_RESTARTS \
+                and not term.stop.is_set():
+            # No batch ran, so none is to blame: start the query again (its checkpoint is the term's own, and its
+            # batches are fenced as before), a few times, before the term ends as failed.
+            term.restarts += 1
+            term.worker_restarts += 1
+            term.log.warning("query_restarting", reason="a Python worker did not start in time",
+                             restarts=term.restarts, error=str(exc).splitlines()[0][:300])
+            self._start_query(term)
+            return False
         if isinstance(error, CommitRecordError):
             raise error  # the record's fault, not the batch's: no attempt counts, no healthy batch is set aside
         if error is not None and term.failed is not None:

@@ -80,6 +80,7 @@ class Term:
     row_stuck_since: float | None = None  # monotonic: since when every row-function call has run past its timeout
     injected: BaseException | None = None  # what the fault hook raised in a batch: execute re-raises it as is
     restarts: int = 0
+    worker_restarts: int = 0  # restarts after a Python worker that did not start in time (``worker_did_not_start``)
     order: tuple[str | None, HighWaterMarks] | None = None  # the per-key marks as of a commit record's "order"
     held: tuple[str, pa.Table] | None = None  # the retry store as of a commit record's "retry", preloaded
     marked: int | None = None  # the last batch whose queue files this term marked consumed
