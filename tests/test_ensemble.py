@@ -19,7 +19,15 @@ from kazoo.handlers.threading import KazooTimeoutError
 from tenure.election import four_letter_word
 from tenure.service.cli._local import zk as zk_command
 from tenure.service.drill._settings import DrillSettings
-from tenure.service.local import Ensemble, EnsembleError, Topology, find_java, running_ensemble, wait_for
+from tenure.service.local import (
+    Ensemble,
+    EnsembleError,
+    Topology,
+    find_java,
+    free_port,
+    running_ensemble,
+    wait_for,
+)
 from tests._replicas import TENURE, descendants, tenure
 from tests.conftest import ZK_TICK_MS, free_zk_base_port
 
@@ -298,3 +306,15 @@ def test_cli_port_clash_exits_nonzero_with_one_line(tmp_path: Path) -> None:
     errors = [line for line in result.stderr.splitlines() if line.startswith("tenure: error:")]
     assert errors == [f"tenure: error: port {base} (for zk1) is already in use: stop what holds it or "
                       "choose another --port"]
+
+
+def test_a_free_port_is_drawn_below_the_ephemeral_range_and_above_the_ensembles() -> None:
+    """``free_port`` gives a port nobody holds, outside the range the kernel hands out as outgoing connections'
+    source ports (where CI saw a replica's metrics port taken between the draw and the bind) and above the
+    ensembles' ports."""
+    ephemeral_start = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(50):
+        port = free_port()
+        assert 22010 < port < ephemeral_start, port
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
