@@ -240,11 +240,14 @@ def test_a_batch_of_a_redis_topic_set_aside_whole_keeps_its_records_for_a_replay
         with leadership(zk_client, zk_group, "r1") as (_, ctx):
             ctx.set_aside = FailedBatch(0, 3, "ValueError: poison", split_failed=True)
             career.inaugurate(ctx)
-            run_until(career, lambda: (_committed(ctx).get("set_aside") or {}).get("records") == 10)
+            kept_file = root / "set-aside" / f"batch-000000000000-{stream}"
+            # The commit record comes first; the kept records are published (linked out of staging) after it.
+            run_until(career, lambda: (_committed(ctx).get("set_aside") or {}).get("records") == 10
+                      and kept_file.exists())
             record = _committed(ctx)
             assert committed_positions(record).through == Position(EntryId.parse(client.xrange(stream)[-1][0]
                                                                                  .decode()), 10)
-            kept = (root / "set-aside" / f"batch-000000000000-{stream}").read_bytes().splitlines()
+            kept = kept_file.read_bytes().splitlines()
             assert sorted(json.loads(line)["id"] for line in kept) == sorted(f"k-{seq}" for seq in range(1, 11))
             before = verify(root, max_line_bytes=MAX_LINE, queue_url=str(redis_topic), commit_records={0: record})
             assert before.ids_set_aside == 10 and before.lost == 0 and before.ids_written == 0, before.render()
