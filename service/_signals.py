@@ -4,7 +4,9 @@ Python runs a signal handler on the main thread between two bytecodes, wherever 
 ``queue.Queue.get`` or ``threading.Event.wait`` with their lock held, or half way through a write to stderr. A
 handler that takes such a lock (posting to a ``Queue``, setting an ``Event``, starting a ``Timer``, logging) then
 waits for itself for ever, or raises into the code it interrupted. The handler here only puts the signal on a
-``queue.SimpleQueue``, whose ``put`` is reentrant by design, and a daemon thread calls the reaction.
+``queue.SimpleQueue``, whose ``put`` is reentrant by design, and a daemon thread calls the reaction. A reaction
+that raises is logged (``signal_reaction_failed``) and the next signal is still reacted to: a second SIGTERM must
+not find the thread gone.
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
+import structlog
+
 __all__ = ["on_signals"]
+
+_log = structlog.get_logger("tenure.service.signals")
 
 
 def on_signals(react: Callable[[signal.Signals], None], *signums: signal.Signals) -> None:
@@ -30,7 +36,11 @@ def on_signals(react: Callable[[signal.Signals], None], *signums: signal.Signals
 
     def reactions() -> None:
         while True:
-            context.run(react, delivered.get())
+            signum = delivered.get()
+            try:
+                context.run(react, signum)
+            except Exception:
+                _log.exception("signal_reaction_failed", signal=signum.name)
 
     threading.Thread(target=reactions, name="tenure-signals", daemon=True).start()
     for signum in signums:
