@@ -29,6 +29,8 @@ from tenure.career.spark._cluster import (
 from tenure.career.spark._hooks import Hooks
 from tenure.career.spark._layout import Layout
 from tenure.career.spark._standby import SparkStandby
+from tenure.service.local import Topology
+from tenure.service.replica import ReplicaSpec
 from tenure.service.replica._cluster_master import StandaloneMaster, master_webuis
 from tests.test_spark_career import make_config
 
@@ -109,11 +111,13 @@ def test_the_masters_web_ui_addresses(spark_master: str, webui: str | None, expe
 
 def _standby(root: Path, master: _Master, *, clock: Callable[[], float] = time.monotonic,
              spark_master: str = "spark://127.0.0.1:7077", **settings: object) -> SparkStandby:
-    """A replica's standby on a cluster whose master is ``master``, where term 3 recorded application ``app-1``."""
+    """A replica's standby on a cluster whose master is ``master``, where term 3 recorded application ``app-1`` and
+    term 7 is open (its session not started)."""
     config = make_config(root, spark_master=spark_master, **settings)
     standby = SparkStandby(config, Hooks(policy=config.retry_policy), replica_id="r1", group="g", layout=Layout(root),
                            clock=clock, cluster_master=master)
     record_application(Layout(root).applications, 3, "app-1", "r0")
+    standby._records[7] = Layout(root).applications  # as session_for_term(7, …) leaves it
     return standby
 
 
@@ -177,8 +181,8 @@ def test_a_leader_grows_after_its_first_batch_then_renews_its_share(tmp_path: Pa
     standby = _standby(tmp_path, _Master([]), clock=lambda: now[0], standby="warm")
     share = _Share()
     standby._executors = share  # type: ignore[assignment]  # the standby application's executors
-    term = SimpleNamespace(completed=0, log=structlog.get_logger())
-    standby.tend(term)  # type: ignore[arg-type]  # the two fields growing the share reads
+    term = SimpleNamespace(epoch=7, completed=0, log=structlog.get_logger())
+    standby.tend(term)  # type: ignore[arg-type]  # the fields growing the share reads
     assert share.calls == [], "grown before the first batch"
     term.completed = 1
     standby.tend(term)  # type: ignore[arg-type]
@@ -226,18 +230,18 @@ def test_a_leader_on_standby_executors_reclaims_right_before_it_grows(tmp_path: 
     standby._executors = share  # type: ignore[assignment]  # the standby application's executors
     term = SimpleNamespace(epoch=7, completed=0, log=structlog.get_logger())
 
-    standby._put_off_reclaim()
+    standby._put_off_reclaim(7)
     standby.tend(term)  # type: ignore[arg-type]  # the fields the two steps read
     assert master.listed == 0 and order == [], "the master was asked before the first batch"
     term.completed = 1
     standby.tend(term)  # type: ignore[arg-type]
     assert order == ["kill app-1", "grow"]
     now[0] += 31
-    standby._retry_reclaim(term)  # type: ignore[arg-type]
+    standby._reclaim_if_due(term)  # type: ignore[arg-type]
     assert master.listed == 1, "a reclaim that was done is asked again"
 
     slow = _standby(tmp_path / "slow", master, clock=lambda: now[0], standby="warm")
-    slow._put_off_reclaim()
+    slow._put_off_reclaim(7)
     term.completed = 0
     now[0] += 29
     slow.tend(term)  # type: ignore[arg-type]
@@ -313,3 +317,49 @@ def test_the_alive_master_is_asked_and_a_master_that_does_not_kill_names_the_fix
     finally:
         for stand_in in (standby, alive, refusing, ignoring):
             stand_in.close()
+
+
+def test_a_reclaim_never_kills_the_application_it_runs_on(tmp_path: Path) -> None:
+    """A replica that led the queue before, on the application it still runs for its other queues, finds that
+    term's record: the record goes, the application lives."""
+    records = tmp_path / "_applications"
+    record_application(records, 3, "app-1", "r1")
+    master = _Master([("app-1", "tenure [g epoch 2]")])
+    assert reclaim_cores(master, records, epoch=7, log=structlog.get_logger(), own="app-1") == []
+    assert master.killed == [] and list(records.iterdir()) == []
+
+
+def test_queues_of_one_application_kill_it_only_when_its_replica_lost_them_all(tmp_path: Path) -> None:
+    """r1's one application serves its terms of queues 0 and 1, each recorded under its queue's folder. Queue 1
+    moves to r2 gracefully: r1's term ends while the application lives on for queue 0, so its record goes, and r2's
+    new term of queue 1 kills nothing (a record of it would have stopped queue 0's query). Then r1 pauses as a whole:
+    r2's new term of queue 0 finds queue 0's record and kills r1's application, and nothing of queue 1's."""
+    master = _Master([("app-r1", "tenure [g epoch 5]"), ("app-r2", "tenure [g standby r2]")])
+    queue = [Layout(tmp_path, index=k, queues=2).applications for k in (0, 1)]
+    r1, r2 = (_standby(tmp_path / name, master) for name in ("r1", "r2"))
+    for epoch, records in ((5, queue[0]), (6, queue[1])):
+        r1._records[epoch] = records
+        record_application(records, epoch, "app-r1", "r1")
+        r1.term_began()
+    log = structlog.get_logger()
+    r1.term_ended(6, log)
+    assert not (queue[1] / "epoch-6.json").exists() and (queue[0] / "epoch-5.json").exists()
+    for epoch, records in ((9, queue[1]), (10, queue[0])):  # r2's terms: queue 1 moved, then queue 0 after the pause
+        r2._records[epoch] = records
+        r2._reclaim_cores(epoch, log)
+        assert master.killed == ([] if epoch == 9 else ["app-r1"])
+
+
+@pytest.mark.parametrize(("queues", "replicas", "workers", "share"), [
+    (1, 3, 2, 2),  # one leader: the cluster's 4 cores less the two followers' standby executors
+    (3, 2, 2, 2),  # two leaders, no replica leading nothing: half each
+    (2, 3, 2, 1),  # two leaders and one standby executor: 3 cores left, 1 each
+    (4, 3, 1, 1),  # three leaders on 2 cores: at least the one core each already holds
+])
+def test_the_embedded_clusters_cores_are_split_among_the_replicas_that_can_lead_at_once(
+        tmp_path: Path, queues: int, replicas: int, workers: int, share: int) -> None:
+    """A topic of N queues has up to min(N, replicas) leaders at once, each on one application: the leader's share
+    (spark.cores.max) is what the standby executors of the replicas leading nothing leave, split among them."""
+    topology = Topology(tmp_path, replicas=replicas, spec=ReplicaSpec(career="spark", queues=queues),
+                        spark_workers=workers)
+    assert topology.spec.value("spark_conf")["spark.cores.max"] == str(share)

@@ -131,16 +131,12 @@ def test_a_crash_window_in_queue_1_of_3_then_its_new_leader_writes_it_exactly_on
 
 def test_a_career_refuses_what_reads_no_queue_of_its_topic(tmp_path: Path) -> None:
     """A career of a topic of several queues refuses another source than the queue's own landing/, a queue outside
-    the topic, a cluster master (whose application, serving every queue of its replica, another queue's new term
-    would kill) and a shared standby built from other settings, each in one line naming what to fix."""
+    the topic and a shared standby built from other settings, each in one line naming what to fix."""
     config = make_config(tmp_path, source_format="kafka", source_options={"subscribe": "t"})
     with pytest.raises(ConfigError, match="read no queue of a topic of 2 queues"):
         SparkCareer(config, Recorder(), replica_id="r1", queue=0, queues=2)
     with pytest.raises(ConfigError, match="queue=2 is not a queue of a topic of 2 queues"):
         SparkCareer(make_config(tmp_path), Recorder(), replica_id="r1", queue=2, queues=2)
-    with pytest.raises(ConfigError, match="a topic of 2 queues runs on local Spark masters only"):
-        SparkCareer(make_config(tmp_path, spark_master="spark://m:7077"), Recorder(), replica_id="r1", queue=0,
-                    queues=2)
     other = SparkStandby.for_replica(make_config(tmp_path, max_files_per_trigger=9), replica_id="r1", group="g")
     with pytest.raises(ConfigError, match="the standby was built from other settings"):
         SparkCareer(make_config(tmp_path), Recorder(), replica_id="r1", standby=other, queue=1, queues=2)

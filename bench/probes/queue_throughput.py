@@ -7,8 +7,9 @@ and last, by default, brackets the machine's drift): a topology of R warm Spark 
 group of N queues on a one-server ensemble, started, balanced (every replica ready, every queue led, the counts
 within one), then the backlog hard-linked into the queues' ``landing/`` at once, and timed until every record is
 committed (the replicas' ``batch_committed`` events), one backlog after the other. Configurations: ``1q1r`` (the
-baseline), ``2q2r``, ``4q1r``, ``4q2r``, ``4q3r``, and ``1q1r-cluster`` (one queue, one replica, its query on the
-embedded Spark standalone cluster of one worker of two cores: a topic of several queues is refused there). Figures:
+baseline), ``2q2r``, ``4q1r``, ``4q2r``, ``4q3r``, and on the embedded Spark standalone cluster of one worker of
+two cores ``1q1r-cluster``, ``4q1r-cluster`` and ``4q2r-cluster`` (each replica's queries on its one application;
+two leaders get a core each). Figures:
 records/s from the backlog's arrival to the last commit (``records_per_s``) and its ratio to the baseline's, the CPU
 each replica's tree used (driver, JVM, Python workers) and the machine's, the records per CPU second of the
 replicas' trees (what a record cost, whatever else the machine ran) and its ratio to the baseline's, and the Delta
@@ -44,7 +45,7 @@ _RUN_TIMEOUT_S = 900.0
 #: name → (queues, replicas, Spark standalone workers)
 CONFIGS: dict[str, tuple[int, int, int]] = {
     "1q1r": (1, 1, 0), "2q2r": (2, 2, 0), "4q1r": (4, 1, 0), "4q2r": (4, 2, 0), "4q3r": (4, 3, 0),
-    "1q1r-cluster": (1, 1, 1),
+    "1q1r-cluster": (1, 1, 1), "4q1r-cluster": (4, 1, 1), "4q2r-cluster": (4, 2, 1),
 }
 
 

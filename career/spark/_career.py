@@ -121,7 +121,7 @@ class SparkCareer:
 
     Raises:
         ConfigError: ``queue`` is not one of ``queues``, or a topic of several queues with a source other than the
-            queue's own files or on a cluster master, or a ``standby`` built from other settings.
+            queue's own files, or a ``standby`` built from other settings.
         HookError: the user's code cannot be loaded (a standby of the career's own).
     """
 
@@ -141,12 +141,6 @@ class SparkCareer:
             raise ConfigError(f"source_format={config.source_format!r} and source_path={config.source_path!r} read "
                               f"no queue of a topic of {queues} queues: a topic of several queues is read from its "
                               "queues' own landing/ folders (leave both unset)")
-        if queues > 1 and config.on_cluster:
-            # A term records its application so that a later term of higher epoch kills it (``_cluster``), and the
-            # application of a replica serves every queue it leads: another queue's new leader would kill it.
-            raise ConfigError(f"spark_master={config.spark_master!r}: a topic of {queues} queues runs on local "
-                              "Spark masters only for now (a cluster application serves every queue its replica "
-                              "leads, and a new term of another queue would kill it); use local[N], or --queues 1")
         self._marks = ConsumptionMarks(self._layout, group, registered_groups)
         topic = config.redis_topic
         self._trimmer = Trimmer(topic, queue, group, positions) if topic is not None else None
@@ -216,7 +210,16 @@ class SparkCareer:
                                    "call hand_over first")
         started = self._clock()
         log = self._log.bind(epoch=ctx.epoch)
-        self._standby.session_for_term(ctx.epoch, log)
+        try:
+            self._standby.session_for_term(ctx.epoch, log, self._layout.applications)
+            self._open_term(ctx, log, started)
+        except BaseException:
+            if self._term is None:
+                self._standby.term_not_begun(ctx.epoch)
+            raise
+
+    def _open_term(self, ctx: CareerContext, log: Any, started: float) -> None:
+        """The part of ``inaugurate`` after the term's session: the record's checks, then the term opened."""
         layout = self._layout
         for folder in ((layout.landing, layout.archive) if self._trimmer is None else ()) + (layout.table,
                                                                                                layout.quarantine):
@@ -378,7 +381,7 @@ class SparkCareer:
         self._term = None
         term.log.info(HANDED_OVER, outcome=outcome.value, batch=term.last_committed, timed_out=timed_out,
                       seconds=round(self._clock() - started, 3))
-        self._standby.term_ended(term.log)
+        self._standby.term_ended(term.epoch, term.log)
         if self._preparer is not None:
             self._preparer.resume()
         return term.last_committed

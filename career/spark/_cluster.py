@@ -10,6 +10,13 @@ term's application is never touched, and an older term is already fenced in ZooK
 loses nothing it could still commit. A follower's standby application is in no record until it leads, so it is
 never killed either.
 
+In a topic of several queues each queue's terms record under the queue's own folder, and the epoch fences only
+within a queue, so a new leader of queue k kills only what earlier terms *of queue k* recorded. One replica's
+application serves every queue it leads: a term that ends while its application lives on for the replica's other
+queues deletes its own record (:func:`forget_application`), so that the queue's next leader does not kill a live
+application, and a reclaim never kills the application it runs on itself. A replica that pauses as a whole loses
+every queue it leads at once, and its records stay for the successors.
+
 The career knows no HTTP: the service hands it a :class:`ClusterMaster`.
 """
 
@@ -25,6 +32,7 @@ __all__ = [
     "STALE_APPLICATIONS_LEFT",
     "STALE_APPLICATION_KILLED",
     "ClusterMaster",
+    "forget_application",
     "reclaim_cores",
     "record_application",
     "standby_application_name",
@@ -71,6 +79,11 @@ def record_application(records: Path, epoch: int, app_id: str, replica_id: str) 
     staged.replace(records / f"epoch-{epoch}.json")
 
 
+def forget_application(records: Path, epoch: int) -> None:
+    """Delete term ``epoch``'s record: the term has ended and its application lives on for other terms."""
+    (records / f"epoch-{epoch}.json").unlink(missing_ok=True)
+
+
 def _earlier_terms(records: Path, epoch: int) -> list[tuple[int, Path, str]]:
     """The ``(epoch, file, application id)`` of each term recorded before ``epoch``, oldest first."""
     found = []
@@ -86,10 +99,12 @@ def _earlier_terms(records: Path, epoch: int) -> list[tuple[int, Path, str]]:
     return sorted(found)
 
 
-def reclaim_cores(master: ClusterMaster, records: Path, *, epoch: int, log: Any) -> list[str]:
-    """Kill the applications that earlier terms recorded and the master still holds; returns their ids.
+def reclaim_cores(master: ClusterMaster, records: Path, *, epoch: int, log: Any, own: str | None = None) -> list[str]:
+    """Kill the applications that earlier terms recorded and the master still holds, except ``own`` (the one the
+    caller runs on); returns their ids.
 
-    A record whose application the master no longer holds (its term ended, or it was killed) is deleted.
+    A record whose application the master no longer holds (its term ended, or it was killed), or that names
+    ``own``, is deleted.
 
     Raises:
         OSError: the master did not answer, or did not kill one (the ones before it are killed).
@@ -100,7 +115,7 @@ def reclaim_cores(master: ClusterMaster, records: Path, *, epoch: int, log: Any)
     held = {app_id for app_id, _name in master.applications()}
     killed = []
     for term, path, app_id in earlier:
-        if app_id in held:
+        if app_id in held and app_id != own:
             master.kill(app_id)
             killed.append(app_id)
             log.warning(STALE_APPLICATION_KILLED, app_id=app_id, app_epoch=term, epoch=epoch,

@@ -39,9 +39,9 @@ class Layout:
     ``batch-<B, 12 digits>-part-….parquet`` in a topic of one queue and ``queue-<k>-batch-<B>-part-….parquet`` in a
     topic of more (:class:`tenure.career.output.QueueOutput`), so ``spark.read.parquet`` and ``pyarrow.dataset`` read
     them without options; staging sits under ``_staging/epoch=<e>/batch=<B>/`` (``_staging/queue=<k>/…`` in those
-    three), which both readers skip (a leading ``_``). The checkpoint, ``order/``, ``retry/`` and ``set-aside/`` are
-    the queue's own: ``checkpoint/queue=<k>/`` and so on in a topic of several queues, the folders themselves in a
-    topic of one, which keeps the layout of before topics had several queues.
+    three), which both readers skip (a leading ``_``). The checkpoint, ``order/``, ``retry/``, ``set-aside/`` and
+    ``_applications/`` are the queue's own: ``checkpoint/queue=<k>/`` and so on in a topic of several queues, the
+    folders themselves in a topic of one, which keeps the layout of before topics had several queues.
 
     The queue — ``landing/``, ``archive/`` and the groups' consumption marks ``consumed/<group>/``, laid out as
     :class:`tenure.career.queue.QueueLayout` says — lives under ``queue_root``, which several consumer groups may
@@ -99,8 +99,8 @@ class Layout:
 
     @property
     def applications(self) -> Path:
-        """On a cluster, each term's application id (``_cluster``): what a new leader may kill."""
-        return self.root / "_applications"
+        """On a cluster, each of the queue's terms' application id (``_cluster``): what its new leader may kill."""
+        return self._own("_applications")
 
     @property
     def standby(self) -> Path:

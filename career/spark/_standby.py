@@ -30,6 +30,7 @@ from tenure.career._health import StorageHealth
 from tenure.career.spark._cluster import (
     STALE_APPLICATIONS_LEFT,
     ClusterMaster,
+    forget_application,
     reclaim_cores,
     record_application,
     standby_application_name,
@@ -72,17 +73,18 @@ class SparkStandby:
     term begins and ends (:meth:`term_began`, :meth:`term_ended`) and calls :meth:`tend` once per unit of work;
     each query registers its run with :attr:`progress`. Keep-warm idles while any term is open, and the session
     that lives per term stops when the last open term ends, so that careers leading several queues of one replica
-    can share one standby and one session. A cluster's application is still one term's: it is named and recorded
-    after the term that starts it, and grows once that term's first batch has committed.
+    can share one standby and one session. On a cluster the application is named after the term that starts it,
+    each term records it under its queue's folder (``_cluster``) and forgets it again when it ends while other terms
+    still run on it, and it grows to the leader's share once a term's first batch has committed.
 
     Example::
 
         standby = SparkStandby.for_replica(config, replica_id="r1", group="g")  # or SparkStandby(config, hooks, …)
         standby.prepare()                              # warmed up: a leader's first batch runs hot
-        session = standby.session_for_term(epoch, log)  # elected
+        session = standby.session_for_term(epoch, log, records)  # elected
         standby.term_began()
         ...                                            # the term's query on ``session``; ``standby.tend(term)``
-        standby.term_ended(log)
+        standby.term_ended(epoch, log)
         standby.close()
 
     Args:
@@ -117,7 +119,9 @@ class SparkStandby:
         self._application_stopped: threading.Event | None = None  # set once a term's own Spark has stopped
         self._executors: StandbyExecutors | None = None  # the standby application's, while it runs (cluster)
         self._share_renewed_at = 0.0
-        self._reclaim_at: float | None = None  # when the term's put-off or failed reclaim falls due (None: none)
+        self._records: dict[int, Path] = {}  # on a cluster, where each open term recorded its application
+        # By open term: when its put-off or failed reclaim falls due, and whether its first batch brings it forward.
+        self._reclaim_at: dict[int, tuple[float, bool]] = {}
         self._restandby: threading.Thread | None = None  # a new standby application starting after a term
         self._standby_due = False  # a term has ended: the next health check starts the next standby application
         self._closing = threading.Event()
@@ -212,11 +216,12 @@ class SparkStandby:
 
     # -- a leader's -----------------------------------------------------------------------------------------
 
-    def session_for_term(self, epoch: int, log: Any) -> SparkSession:
+    def session_for_term(self, epoch: int, log: Any, records: Path) -> SparkSession:
         """The session a term ``epoch`` runs its query on, within ``warmup_timeout_s``: the follower's (its
         standby application on a cluster), or one started for the term. On a cluster, the term's application is
-        recorded as this term's, and the cores earlier terms' applications hold are reclaimed first, or, on
-        standby executors, once the first batch has committed (``tend``).
+        recorded as this term's under ``records`` (its queue's ``_applications/``), and the cores earlier terms of
+        that queue hold are reclaimed first, or, on standby executors, once the first batch has committed
+        (``tend``).
 
         Raises:
             Unresponsive: Spark (or a standby application starting after the last term) did not start in time.
@@ -226,10 +231,11 @@ class SparkStandby:
             restandby.join(self._config.warmup_timeout_s)
             if restandby.is_alive():
                 raise Unresponsive(f"the standby application did not start within {self._config.warmup_timeout_s:g} s")
+        self._records[epoch] = records
         if self._executors is None:  # an application of its own: its first batch needs an earlier term's cores
             self._reclaim_cores(epoch, log)
         else:  # its standby executors run the first batch: the reclaim comes before the growth (``_grow_share``)
-            self._put_off_reclaim()
+            self._put_off_reclaim(epoch)
         session = call_within(lambda: self._ensure_session(epoch=epoch), self._config.warmup_timeout_s,
                               "starting Spark")
         self._record_application(epoch, log)
@@ -244,21 +250,32 @@ class SparkStandby:
         self._terms += 1
 
     def tend(self, term: Term) -> None:
-        """Once per unit of a term's work, on a cluster: retry a reclaim that is due, grow the standby application
-        to the leader's share after the term's first batch, and tell the master that share again now and then."""
-        self._retry_reclaim(term)
+        """Once per unit of a term's work, on a cluster: reclaim earlier terms' cores when that falls due, grow the
+        standby application to the leader's share after the term's first batch, and tell the master that share
+        again now and then."""
+        self._reclaim_if_due(term)
         self._grow_share(term)
 
-    def term_ended(self, log: Any) -> None:
-        """A term has ended (its query stopped). Once no term is open, a session that lives per term stops (on a
-        cluster, its executors and their cores go with it), and a follower that holds a standby application
+    def term_ended(self, epoch: int, log: Any) -> None:
+        """Term ``epoch`` has ended (its query stopped). Once no term is open, a session that lives per term stops
+        (on a cluster, its executors and their cores go with it), and a follower that holds a standby application
         starts its next one at the next health check."""
         self._terms = max(self._terms - 1, 0)
-        self._reclaim_at = None
+        self.term_not_begun(epoch)
         if self._terms == 0 and self._session_per_term:
             self._stop_keep_warm()
             self._stop_application(log)
             self._standby_due = self._holds_standby and self._prepared
+
+    def term_not_begun(self, epoch: int) -> None:
+        """Term ``epoch`` will not run (any more) on the session: forget its reclaim, and its application's record if
+        the application lives on for the replica's other terms (the queue's next leader must not kill it). Once
+        no term is open the record stays: the application stops, and should that stop hang, the successor kills
+        it."""
+        self._reclaim_at.pop(epoch, None)
+        records = self._records.pop(epoch, None)
+        if records is not None and self._terms > 0 and self._cluster_master is not None:
+            forget_application(records, epoch)
 
     def close(self) -> None:
         """Stop a standby application still starting, the keep-warm heartbeat, the listener and, if the standby
@@ -371,25 +388,30 @@ class SparkStandby:
         if share is None or term.completed == 0 or (share.grown and self._clock() < self._share_renewed_at + _RENEW_S):
             return
         self._share_renewed_at = self._clock()
-        if not share.grown and self._reclaim_at is not None:  # an earlier term's cores first: it grows into them
-            self._reclaim_cores(term.epoch, term.log)
         try:
             self.jvm(share.renew if share.grown else share.grow)
         except Exception as exc:  # Unresponsive is the health check's to act on; a refusal is tried again
             term.log.debug("share_not_renewed", error=repr(exc)[:500])
 
-    def _retry_reclaim(self, term: Term) -> None:
-        """Try a reclaim the master failed again, every ``_RENEW_S`` while the term leads (a master's web UI slow
-        to answer under load once would otherwise leave a paused leader's cores held for the whole term)."""
-        if self._reclaim_at is not None and self._clock() >= self._reclaim_at:
+    def _reclaim_if_due(self, term: Term) -> None:
+        """Reclaim once it falls due: a put-off reclaim right before the share grows, after the term's first batch
+        (``_put_off_reclaim``); a reclaim the master failed ``_RENEW_S`` later, again and again while the term leads
+        (a master's web UI slow to answer under load once would otherwise leave a paused leader's cores held for
+        the whole term)."""
+        pending = self._reclaim_at.get(term.epoch)
+        if pending is None:
+            return
+        due, at_first_batch = pending
+        if self._clock() >= due or (at_first_batch and term.completed > 0):
             self._reclaim_cores(term.epoch, term.log)
 
-    def _put_off_reclaim(self) -> None:
+    def _put_off_reclaim(self, epoch: int) -> None:
         """A term on its standby executors: reclaim an earlier term's cores right before it grows, once its first
-        batch has committed, or ``_RENEW_S`` after inauguration if that batch takes longer (``_retry_reclaim``).
+        batch has committed, or ``_RENEW_S`` after inauguration if that batch takes longer (``_reclaim_if_due``).
         Not at inauguration: asking the master costs the handover up to a second, and the kill's executors
         stopping would take CPU from the first batch."""
-        self._reclaim_at = self._clock() + _RENEW_S if self._cluster_master is not None else None
+        if self._cluster_master is not None:
+            self._reclaim_at[epoch] = (self._clock() + _RENEW_S, True)
 
     def _record_application(self, epoch: int, log: Any) -> None:
         """On a cluster, once the term's application is up: record it as this term's, so that a successor can kill
@@ -398,7 +420,7 @@ class SparkStandby:
         session = self._session
         if session is None or self._cluster_master is None:
             return
-        records = self._layout.applications
+        records = self._records[epoch]
 
         def claim() -> None:
             record_application(records, epoch, session.sparkContext.applicationId, self._replica_id)
@@ -418,12 +440,17 @@ class SparkStandby:
         if master is None:
             return
         tried_at = self._clock()
+        records, session = self._records[epoch], self._session
+
+        def reclaim() -> None:
+            own = session.sparkContext.applicationId if session is not None else None
+            reclaim_cores(master, records, epoch=epoch, log=log, own=own)
+
         try:
-            call_within(lambda: reclaim_cores(master, self._layout.applications, epoch=epoch, log=log),
-                        self._config.health.probe_timeout_s, "reclaiming the cluster's cores")
-            self._reclaim_at = None
+            call_within(reclaim, self._config.health.probe_timeout_s, "reclaiming the cluster's cores")
+            self._reclaim_at.pop(epoch, None)
         except Exception as exc:  # nothing the master does may fail the term
-            self._reclaim_at = tried_at + _RENEW_S
+            self._reclaim_at[epoch] = (tried_at + _RENEW_S, False)
             log.warning(STALE_APPLICATIONS_LEFT, error=f"{type(exc).__name__}: {exc}",
                         fix="the term's application may wait for cores an earlier term's paused leader holds: "
                             "check that the master's web UI answers at --spark-master-webui and that "

@@ -160,14 +160,13 @@ class _DrainProgress:
 def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, keys: int = 50,
              career: str = "spark", settle_timeout_s: float = 240.0, warmup_timeout_s: float = 600.0,
              spark_workers: int = 0, redis: bool = False) -> int:
-    """Run the scripted demonstration; returns 0 when the audit finds every message exactly once, in order. On a
-    Spark cluster (``spark_workers``) the topic has one queue: the Spark career runs several on local masters only.
-    With ``redis``, the topic is on an embedded Redis (as ``tenure up --redis``): audited once the queues drained,
+    """Run the scripted demonstration; returns 0 when the audit finds every message exactly once, in order. With
+    ``spark_workers``, the leaders' queries run on an embedded Spark cluster of that many workers. With ``redis``, the topic is on an embedded Redis (as ``tenure up --redis``): audited once the queues drained,
     with the group's commit records (their trim points), before Redis and ZooKeeper stop."""
     console = Console(soft_wrap=True)  # long lines stay whole in logs and pipes
     if directory.exists():
         shutil.rmtree(directory)
-    n = 1 if spark_workers else DEMO_QUEUES
+    n = DEMO_QUEUES
     # Injected oversized lines are max_line_bytes + 1 long: a 64 KiB limit keeps the demo's queue small.
     topology = Topology(directory, replicas=3, spark_workers=spark_workers, redis=redis,
                         spec=ReplicaSpec(career=career, max_line_bytes=_MAX_LINE_BYTES, queues=n))
@@ -175,7 +174,7 @@ def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, key
     group = topology.group
     try:
         cluster = f", a Spark cluster of {spark_workers} workers" if spark_workers else ""
-        topic = f"{n} queues" if n > 1 else "one queue (several need a local Spark master)"
+        topic = f"{n} queues"
         where = " on an embedded Redis" if redis else ""
         _say(console, f"starting a 3-server ZooKeeper ensemble{cluster} and 3 {career} replicas on a topic of {topic}"
                       f"{where} under {directory}")

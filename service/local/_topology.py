@@ -39,10 +39,14 @@ _log = structlog.get_logger("tenure.up")
 
 def _share_cluster(spec: ReplicaSpec, *, cores: int, replicas: int) -> ReplicaSpec:
     """Leave room on the embedded cluster for each follower's standby executors (``standby_executors``, one core
-    each): the leader's share, ``spark.cores.max``, is what is left, unless ``spec``'s ``spark_conf`` says otherwise.
+    each): the leaders' shares, ``spark.cores.max`` each, split what is left, unless ``spec``'s ``spark_conf`` says
+    otherwise. A topic of N queues has up to min(N, replicas) leaders at once (a replica's one application serves
+    every queue it leads), and only the replicas that lead nothing hold a standby application.
     Returns the ``spark_conf`` to add to ``spec``."""
     conf = dict(spec.value("spark_conf"))
-    conf.setdefault("spark.cores.max", str(max(1, cores - (replicas - 1) * spec.value("standby_executors"))))
+    leaders = max(1, min(spec.value("queues") or 1, replicas))
+    left = cores - (replicas - leaders) * spec.value("standby_executors")
+    conf.setdefault("spark.cores.max", str(max(1, left // leaders)))
     return ReplicaSpec(spark_conf=conf)
 
 
