@@ -161,8 +161,9 @@ def run_demo(directory: Path, *, records: int = 20000, rate: float = 2000.0, key
              career: str = "spark", settle_timeout_s: float = 240.0, warmup_timeout_s: float = 600.0,
              spark_workers: int = 0, redis: bool = False) -> int:
     """Run the scripted demonstration; returns 0 when the audit finds every message exactly once, in order. With
-    ``spark_workers``, the leaders' queries run on an embedded Spark cluster of that many workers. With ``redis``, the topic is on an embedded Redis (as ``tenure up --redis``): audited once the queues drained,
-    with the group's commit records (their trim points), before Redis and ZooKeeper stop."""
+    ``spark_workers``, the leaders' queries run on an embedded Spark cluster of that many workers. With ``redis``,
+    the topic is on an embedded Redis (as ``tenure up --redis``): audited once the queues drained, with the group's
+    commit records (their trim points), before Redis and ZooKeeper stop."""
     console = Console(soft_wrap=True)  # long lines stay whole in logs and pipes
     if directory.exists():
         shutil.rmtree(directory)
