@@ -2,8 +2,9 @@
 
 `.venv/bin/python -m bench.probes.queue_throughput [--records N] [--fills F] [--configs NAME ...]` (from the
 repository root) produces F backlogs of ``--records`` records each (default 60 000, 100 keys, files of 2 000
-records, routed by key) per number of queues, then runs each configuration in the order given (the baseline first
-and last, by default, brackets the machine's drift): a topology of R warm Spark replicas (``local[2]`` each) of a
+records, routed by key; one producer run cut in F, so each key's ``seq`` keeps rising) per number of queues,
+then runs each configuration in the order given (the baseline first and last, by default, brackets the machine's
+drift): a topology of R warm Spark replicas (``local[2]`` each) of a
 group of N queues on a one-server ensemble, started, balanced (every replica ready, every queue led, the counts
 within one), then the backlog hard-linked into the queues' ``landing/`` at once, and timed until every record is
 committed (the replicas' ``batch_committed`` events), one backlog after the other. Configurations: ``1q1r`` (the
@@ -49,9 +50,23 @@ CONFIGS: dict[str, tuple[int, int, int]] = {
 }
 
 
-def _backlog(source: Path, records: int, queues: int, seed: int) -> None:
-    produce(source, records=records, keys=100, seed=seed, queues=queues, progress=False, batch_records=_PER_FILE,
-            batch_bytes=1 << 30, flush_interval_s=3600.0)
+def _backlogs(scratch: Path, records: int, fills: int, queues: int) -> list[tuple[Path, int]]:
+    """``fills`` backlogs of about ``records`` records each for a topic of ``queues``, with the records they hold:
+    one produced run cut in order (each queue's files in turn), so that each key's ``seq`` goes on rising from one
+    backlog to the next (backlogs produced apart would start every key again at 1, and the second would be late)."""
+    whole = scratch / f"source-{queues}"
+    produce(whole, records=records * fills, keys=100, seed=4, queues=queues, progress=False,
+            batch_records=_PER_FILE, batch_bytes=1 << 30, flush_interval_s=3600.0)
+    backlogs = [(scratch / f"source-{queues}-{fill}", 0) for fill in range(fills)]
+    for queue in range(queues):
+        files = sorted(QueueLayout(whole, queue, queues).landing.iterdir())
+        for fill, (folder, _count) in enumerate(backlogs):
+            landing = QueueLayout(folder, queue, queues).landing
+            landing.mkdir(parents=True, exist_ok=True)
+            for path in files[fill * len(files) // fills:(fill + 1) * len(files) // fills]:
+                os.link(path, landing / path.name)
+    return [(folder, sum(len(path.read_bytes().splitlines()) for path in folder.glob("**/landing/*")))
+            for folder, _count in backlogs]
 
 
 def _fill(source: Path, data_root: Path, queues: int) -> int:
@@ -66,9 +81,9 @@ def _fill(source: Path, data_root: Path, queues: int) -> int:
     return linked
 
 
-def _run(name: str, work: Path, sources: list[Path], records: int) -> list[dict[str, Any]]:
-    """Start the configuration's topology, wait until it is balanced, then for each of ``sources`` in turn: link
-    its backlog in and time it until every record is committed."""
+def _run(name: str, work: Path, sources: list[tuple[Path, int]]) -> list[dict[str, Any]]:
+    """Start the configuration's topology, wait until it is balanced, then for each of ``sources`` (a backlog and
+    its records) in turn: link it in and time it until every record is committed."""
     queues, replicas, workers = CONFIGS[name]
     topology = group_topology(work, queues=queues, replicas=replicas, spark_workers=workers)
     runs = []
@@ -86,7 +101,7 @@ def _run(name: str, work: Path, sources: list[Path], records: int) -> list[dict[
         except TimeoutError as exc:
             raise TimeoutError(f"{exc} (replicas: {topology.statuses()})") from exc
         logs = [topology.logs / f"{r.replica_id}.log" for r in topology]
-        for fill, source in enumerate(sources):
+        for fill, (source, records) in enumerate(sources):
             meter, per_replica = CpuMeter(), ReplicaCpu(topology)
             meter.start(*(r.pid for r in topology if r.pid is not None))
             per_replica.start()
@@ -211,14 +226,11 @@ def main(argv: list[str] | None = None) -> None:
     body: dict[str, Any] = {**run_header("queue_throughput", argv), "records": args.records, "fills": args.fills,
                             "configs": list(dict.fromkeys(args.configs)), "runs": []}
     try:
-        sources: dict[int, list[Path]] = {}
-        for queues in sorted({CONFIGS[name][0] for name in args.configs}):
-            sources[queues] = [scratch / f"source-{queues}-{fill}" for fill in range(args.fills)]
-            for fill, source in enumerate(sources[queues]):
-                _backlog(source, args.records, queues, seed=4 + fill)
+        sources = {queues: _backlogs(scratch, args.records, args.fills, queues)
+                   for queues in sorted({CONFIGS[name][0] for name in args.configs})}
         for index, name in enumerate(args.configs):
             print(f"queue_throughput: {index + 1}/{len(args.configs)} {name} …", file=sys.stderr, flush=True)
-            runs = _run(name, scratch / f"{index}-{name}", sources[CONFIGS[name][0]], args.records)
+            runs = _run(name, scratch / f"{index}-{name}", sources[CONFIGS[name][0]])
             body["runs"] += [{"order": index + 1, **run} for run in runs]
             print(f"queue_throughput: {name}: {[r['records_per_s'] for r in runs]} records/s", file=sys.stderr,
                   flush=True)
