@@ -26,6 +26,7 @@ from tenure.career.queue import QueueLayout
 from tenure.career.spark import QUERY_STARTED
 from tenure.career.spark._layout import Layout
 from tenure.service.ops import produce
+from tenure.service.replica import ReplicaSpec
 
 __all__ = ["run_latency"]
 
@@ -158,22 +159,30 @@ def _run_bare(work: Path, records: int, load: str, skip: int) -> dict[str, Any]:
 
 
 def _leading(cluster: TenureCluster) -> bool:
-    """Whether the single replica has started its term's query (it logs ``query_started``)."""
-    log = cluster.topology.logs / "replica-1.log"
-    with contextlib.suppress(OSError):
-        return f'"{QUERY_STARTED}"' in log.read_text(errors="replace")
+    """Whether a replica has started its term's query (it logs ``query_started``)."""
+    for replica in cluster.replica_ids():
+        with contextlib.suppress(OSError):
+            if f'"{QUERY_STARTED}"' in (cluster.topology.logs / f"{replica}.log").read_text(errors="replace"):
+                return True
     return False
 
 
-def _run_tenure(work: Path, records: int, load: str, skip: int) -> dict[str, Any]:
-    """One warm replica (the leader; nothing else competing for the 2 cores) of `tenure run --career spark`."""
-    cluster = TenureCluster(work, standby="warm", rate=0.0, replicas=1)
+def _all_alive(cluster: TenureCluster) -> bool:
+    return all(cluster.pid(replica) is not None for replica in cluster.replica_ids())
+
+
+def _run_tenure(work: Path, records: int, load: str, skip: int, *, replicas: int = 1,
+                spec: ReplicaSpec | None = None) -> dict[str, Any]:
+    """``replicas`` warm replicas of `tenure run --career spark`, with ``spec``'s settings added: the leader's
+    figures. With one (the default) nothing competes with the leader for the 2 cores; with more, its followers
+    share them, as in a group's steady state."""
+    cluster = TenureCluster(work, standby="warm", rate=0.0, replicas=replicas, spec=spec)
     cluster.start()
     try:
         deadline = time.monotonic() + _START_TIMEOUT_S
         while not _leading(cluster):
-            if cluster.pid("replica-1") is None or time.monotonic() > deadline:
-                raise RuntimeError(f"the tenure replica did not start its query; see {cluster.topology.logs}")
+            if not _all_alive(cluster) or time.monotonic() > deadline:
+                raise RuntimeError(f"no tenure replica started its query; see {cluster.topology.logs}")
             time.sleep(0.1)
         with CommitTimeline(cluster.connect_string, cluster.group, interval_s=_POLL_S) as timeline, \
                 _Watcher(cluster.data_root) as watcher:
@@ -182,7 +191,7 @@ def _run_tenure(work: Path, records: int, load: str, skip: int) -> dict[str, Any
             records += _prefill_records(load)
             deadline = time.monotonic() + _DRAIN_TIMEOUT_S
             while sum(c.written for c in timeline.snapshot()) < records:
-                if cluster.pid("replica-1") is None or time.monotonic() > deadline:
+                if not _all_alive(cluster) or time.monotonic() > deadline:
                     raise RuntimeError(f"tenure wrote {sum(c.written for c in timeline.snapshot())} of {records} "
                                        f"records; see {cluster.topology.logs}")
                 time.sleep(0.1)

@@ -97,35 +97,47 @@ def _run_bare(work: Path, source: Path, records: int) -> dict[str, Any]:
 
 
 def _run_tenure(work: Path, source: Path, records: int, *, standby: str = "warm",
-                spec: ReplicaSpec | None = None) -> dict[str, Any]:
-    """One replica (the leader, nothing else competing for the 2 cores) of `tenure run --career spark`, with
-    ``spec``'s settings added."""
-    cluster = TenureCluster(work, standby=standby, rate=0.0, replicas=1, spec=spec)
+                spec: ReplicaSpec | None = None, replicas: int = 1) -> dict[str, Any]:
+    """``replicas`` replicas of `tenure run --career spark`, with ``spec``'s settings added: the leader's figures.
+
+    With one replica (the default) nothing competes with the leader for the 2 cores; with more, its followers
+    (warm, idle but for what they keep ready) share them, as in a group's steady state."""
+    cluster = TenureCluster(work, standby=standby, rate=0.0, replicas=replicas, spec=spec)
     cluster.start()
     try:
-        # Linked once the replica runs: its warm-up (a minute or more) dwarfs the milliseconds this takes.
+        # Linked once the replicas run: their warm-up (a minute or more) dwarfs the milliseconds this takes.
         meter = CpuMeter()
-        meter.start(*(pid for pid in [cluster.pid("replica-1")] if pid is not None))
+        meter.start(*(pid for pid in map(cluster.pid, cluster.replica_ids()) if pid is not None))
         _fill_landing(source, cluster.data_root)
-        log = cluster.topology.logs / "replica-1.log"
+        logs = [cluster.topology.logs / f"{replica}.log" for replica in cluster.replica_ids()]
         deadline = time.monotonic() + _TIMEOUT_S
         while True:
-            batches = _logged_batches(log)
+            log, batches = _leader_batches(logs)
             written = sum(b["written"] for b in batches)
             if written >= records:
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"tenure wrote {written} of {records} records in {_TIMEOUT_S:g} s; "
                                    f"see {cluster.topology.logs}")
-            if cluster.pid("replica-1") is None:
-                raise RuntimeError(f"the tenure replica exited; see {cluster.topology.logs}")
+            if any(cluster.pid(replica) is None for replica in cluster.replica_ids()):
+                raise RuntimeError(f"a tenure replica exited; see {cluster.topology.logs}")
             time.sleep(0.5)
         cpu = meter.stop()
     finally:
         cluster.stop()
-    steps = _batch_steps(cluster.topology.logs / "replica-1.log")
+    steps = _batch_steps(log)
     return {**_steady_rate(batches), "rate_over_time": _rate_over_time(batches), "steps_s": steps,
             "durable_s": steps.get("durable_s", {}), "in_batch_s": steps.get("in_batch_s", {}), "cpu": cpu}
+
+
+def _leader_batches(logs: list[Path]) -> tuple[Path, list[dict[str, Any]]]:
+    """The log of the one replica that committed batches, and its batches (the first log and none before any
+    commit); a run in which two replicas committed measured a leadership change, not a steady state."""
+    led = [(log, batches) for log in logs if log.exists() for batches in [_logged_batches(log)] if batches]
+    if len(led) > 1:
+        raise RuntimeError(f"the leadership changed during the run ({', '.join(log.stem for log, _ in led)} "
+                           "committed): its rate is not a steady one")
+    return led[0] if led else (logs[0], [])
 
 
 _DISTURBED_CORES = 0.1

@@ -13,10 +13,11 @@ from typing import Any, TypeVar
 
 import psutil
 
-from tenure.election import GroupPaths, ZooKeeperClient, connected, group_status, read_contenders
+from tenure.election import GroupPaths, ZooKeeperClient, connected, group_status, read_commit, read_contenders
 from tenure.service.drill import read_events
 from tenure.service.local import ReplicaProcess, Topology, free_port
-from tenure.service.replica import ReplicaSpec
+from tenure.service.ops import by_queue
+from tenure.service.replica import IS_LEADER, ReplicaSpec
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
@@ -222,3 +223,14 @@ def every_replica_in_every_line(topology: Topology, queues: int) -> bool:
     with connected(topology.ensemble.connect_string) as client:
         return all(len(read_contenders(client, topology.group, queue=q, queues=queues)) == len(topology.replicas)
                    for q in range(queues))
+
+
+def queues_led(topology: Topology, replica_id: str) -> set[int]:
+    """The queues ``replica_id`` says it leads, from its metrics (none while it does not answer)."""
+    return {q for q, leading in by_queue(topology.replica(replica_id).metrics(), IS_LEADER).items() if leading == 1.0}
+
+
+def queue_commits(topology: Topology, queues: int) -> dict[int, dict[str, Any] | None]:
+    """Each of the group's ``queues`` queues' commit record (None before the queue's first commit)."""
+    with connected(topology.ensemble.connect_string) as client:
+        return {q: read_commit(client, topology.group, queue=q, queues=queues)[0] for q in range(queues)}

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from tenure.career.spark._cluster import STALE_APPLICATION_KILLED
-from tenure.election import connected, read_commit
 from tenure.service.local import Topology
-from tenure.service.ops import by_queue, verify
-from tenure.service.replica import IS_LEADER, ReplicaSpec
-from tests._replicas import every_replica_in_every_line, replica_events, tenure
+from tenure.service.ops import verify
+from tenure.service.replica import ReplicaSpec
+from tests._replicas import every_replica_in_every_line, queue_commits, queues_led, replica_events, tenure
 from tests.test_spark_queue_faults import committed_ranges
 
 QUEUES = 3
@@ -30,8 +29,7 @@ SPEC = ReplicaSpec(career="spark", queues=QUEUES, session_timeout_s=SESSION_S, h
 
 def _led(topology: Topology) -> dict[str, set[int]]:
     """The queues each replica says it leads."""
-    return {r.replica_id: {q for q, v in by_queue(r.metrics(), IS_LEADER).items() if v == 1.0}
-            for r in topology.replicas}
+    return {r.replica_id: queues_led(topology, r.replica_id) for r in topology.replicas}
 
 
 def _shared_two_and_one(topology: Topology) -> bool:
@@ -42,9 +40,8 @@ def _shared_two_and_one(topology: Topology) -> bool:
 
 def _commits(topology: Topology) -> dict[int, tuple[str | None, int]]:
     """Each queue's last committer and batch (None, -1 before its first commit)."""
-    with connected(topology.ensemble.connect_string) as client:
-        records = {q: read_commit(client, topology.group, queue=q, queues=QUEUES)[0] for q in range(QUEUES)}
-    return {q: (r.get("replica_id"), int(r["batch_id"])) if r else (None, -1) for q, r in records.items()}
+    return {q: (r.get("replica_id"), int(r["batch_id"])) if r else (None, -1)
+            for q, r in queue_commits(topology, QUEUES).items()}
 
 
 def _application(topology: Topology, queue: int) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from tenure.career.lifecycle import INAUGURATED
 from tenure.career.spark import BATCH_COMMITTED
 from tenure.career.spark._career import TORN_FILES_REMOVED
 from tenure.service.local import ReplicaProcess, free_port, wait_for
@@ -72,9 +73,10 @@ def _assert_every_record_once(data: Path, producer: _Producer) -> None:
     assert report.ids_set_aside == 0, report.render()
 
 
-def _start(name: str, zk_hosts: str, group: str, data_root: Path, logs: Path) -> ReplicaProcess:
+def _start(name: str, zk_hosts: str, group: str, data_root: Path, logs: Path,
+           standby_state: str = "off") -> ReplicaProcess:
     spec = ReplicaSpec(group=group, data_root=data_root, career="spark", session_timeout_s=SESSION_S,
-                       handover_timeout_s=2, max_files_per_trigger=2, standby="cold")
+                       handover_timeout_s=2, max_files_per_trigger=2, standby="cold", standby_state=standby_state)
     replica = ReplicaProcess(name, free_port(), spec, logs / f"{name}.log",
                              env={"PYTHONPATH": str(REPO), "TENURE_LOG_LEVEL": "info"}, zk=zk_hosts,
                              fault_file=logs / f"{name}.fault")
@@ -151,6 +153,58 @@ def test_power_cuts_at_the_worst_moments_lose_nothing_committed(
         replicas.append(last)
         producer.put(2)
         wait_for(lambda: verify(data).unaccounted == 0, 300, "the queue to drain", interval_s=1.0)
+    finally:
+        for replica in replicas:
+            replica.kill(timeout_s=30)
+    _assert_every_record_once(data, producer)
+
+
+def _prepared_copy(data: Path, owner: str) -> list[Path]:
+    """The files of ``owner``'s prepared checkpoint copy (``--standby-state on``), none while it has none."""
+    folder = data / "checkpoint" / f".prepared-{owner}"
+    return [p for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
+
+
+@pytest.mark.fleet
+def test_a_followers_prepared_copy_cut_by_the_power_is_never_used_and_the_next_one_is(
+    fs: PowerLossFS, zk_hosts: str, zk_group: str, tmp_path: Path
+) -> None:
+    """With ``--standby-state on``: a follower has caught up its prepared copy of the leader's checkpoint when the
+    leader is paused after a fenced commit and the power goes for both, on a journalling file system (every name
+    kept, what was not synced torn). Restarted on the same data root (the copy from before the cut still there,
+    dropped by its owner on start), the replicas carry on; then the new leader is stopped (SIGTERM) and its
+    successor takes the copy it prepared since, checked against the committed batch; every record is written
+    exactly once, none set aside."""
+    data, landing, logs = _data_root(fs, tmp_path)
+    producer = _Producer(landing)
+    producer.put(4)
+    replicas = [_start("r0", zk_hosts, zk_group, data, logs, "on")]
+    try:
+        wait_for(lambda: len(_events(replicas[0], BATCH_COMMITTED)) >= 2, 240, "r0's second commit")
+        replicas.append(_start("r1", zk_hosts, zk_group, data, logs, "on"))
+        wait_for(lambda: _prepared_copy(data, "r1"), 240, "r1's prepared copy of r0's checkpoint")
+        replicas[0].arm("after_commit", "pause")
+        producer.put(3)
+        wait_for(lambda: _events(replicas[0], FAULT_INJECTED), 120, "r0 to reach after_commit")
+        assert replicas[0].process is not None
+        wait_for(lambda: _stopped(replicas[0].process.pid), 30, "the pause")  # type: ignore[union-attr]
+        replicas[1].kill(timeout_s=30)  # the power goes for the follower too
+        _power_cut(replicas[0], fs, journal=True, torn=True)
+        assert _prepared_copy(data, "r1"), "a journalling file system keeps the copy's names"
+        first, second = _start("r1", zk_hosts, zk_group, data, logs, "on"), _start("r2", zk_hosts, zk_group,
+                                                                                    data, logs, "on")
+        replicas += [first, second]
+        wait_for(lambda: _events(first, BATCH_COMMITTED) or _events(second, BATCH_COMMITTED), 240,
+                 "a commit after the power came back")
+        leader, follower = (first, second) if _events(first, BATCH_COMMITTED) else (second, first)
+        producer.put(2)
+        wait_for(lambda: _prepared_copy(data, follower.replica_id) and verify(data).unaccounted == 0, 300,
+                 f"the queue to drain and {follower.replica_id}'s copy of {leader.replica_id}'s checkpoint")
+        assert leader.stop(timeout_s=60) == 0
+        producer.put(2)
+        wait_for(lambda: _events(follower, BATCH_COMMITTED) and verify(data).unaccounted == 0, 300,
+                 f"{follower.replica_id} to lead and the queue to drain")
+        assert [e["prepared"] for e in _events(follower, INAUGURATED) if "prepared" in e] == ["used"]
     finally:
         for replica in replicas:
             replica.kill(timeout_s=30)

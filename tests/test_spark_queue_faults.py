@@ -20,11 +20,10 @@ import pytest
 
 from tenure.career.lifecycle import HANDOVER_RECORDED, STALLED
 from tenure.career.output import batch_versions
-from tenure.election import connected, read_commit
 from tenure.service.local import Topology
-from tenure.service.ops import by_queue, verify
-from tenure.service.replica import EXIT_STALLED, GROUP_BALANCED, IS_LEADER, ReplicaSpec
-from tests._replicas import every_replica_in_every_line, replica_events, tenure
+from tenure.service.ops import verify
+from tenure.service.replica import EXIT_STALLED, GROUP_BALANCED, ReplicaSpec
+from tests._replicas import every_replica_in_every_line, queue_commits, queues_led, replica_events, tenure
 
 QUEUES = 4
 SESSION_S = 6.0
@@ -42,15 +41,9 @@ SPEC = ReplicaSpec(career="spark", queues=QUEUES, session_timeout_s=SESSION_S, h
 PROBE_S = 3.0
 
 
-def _led(topology: Topology, replica_id: str) -> set[int]:
-    """The queues ``replica_id`` says it leads (none while it does not answer)."""
-    metrics = topology.replica(replica_id).metrics()
-    return {q for q, leading in by_queue(metrics, IS_LEADER).items() if leading == 1.0}
-
-
 def _balanced(topology: Topology) -> bool:
     """Every queue led by exactly one replica, the shares 2, 1, 1, and every replica's view of the plan balanced."""
-    led = [_led(topology, r.replica_id) for r in topology.replicas]
+    led = [queues_led(topology, r.replica_id) for r in topology.replicas]
     every = [q for queues in led for q in queues]
     return (sorted(every) == list(range(QUEUES)) and sorted(len(queues) for queues in led) == [1, 1, 2]
             and all(r.metrics().get(GROUP_BALANCED) == 1.0 for r in topology.replicas))
@@ -58,9 +51,7 @@ def _balanced(topology: Topology) -> bool:
 
 def _committers(topology: Topology) -> dict[int, str | None]:
     """The replica named by each queue's commit record (None before the queue's first commit)."""
-    with connected(topology.ensemble.connect_string) as client:
-        records = {q: read_commit(client, topology.group, queue=q, queues=QUEUES)[0] for q in range(QUEUES)}
-    return {q: record.get("replica_id") if record else None for q, record in records.items()}
+    return {q: record.get("replica_id") if record else None for q, record in queue_commits(topology, QUEUES).items()}
 
 
 def _drained(topology: Topology) -> bool:
@@ -110,7 +101,7 @@ def topology(tmp_path: Path) -> Iterator[Topology]:
 
 def _leader_of_two(topology: Topology) -> tuple[str, set[int]]:
     """The replica leading two queues, and those queues."""
-    led = {r.replica_id: _led(topology, r.replica_id) for r in topology.replicas}
+    led = {r.replica_id: queues_led(topology, r.replica_id) for r in topology.replicas}
     victim = next(r for r, queues in led.items() if len(queues) == 2)
     return victim, led[victim]
 
@@ -242,10 +233,8 @@ def test_a_leader_of_two_queues_whose_jvm_freezes_gives_both_up(tmp_path: Path) 
 
 def _commit_batches(topology: Topology) -> dict[int, int]:
     """Each queue's committed batch, from its commit record (-1 before its first commit)."""
-    with connected(topology.ensemble.connect_string) as client:
-        records = {q: read_commit(client, topology.group, queue=q, queues=QUEUES)[0] for q in range(QUEUES)}
     return {q: int(record["batch_id"]) if record and record.get("batch_id") is not None else -1
-            for q, record in records.items()}
+            for q, record in queue_commits(topology, QUEUES).items()}
 
 
 def _history(topology: Topology) -> dict[int, list[tuple[int, str]]]:
@@ -279,7 +268,7 @@ def test_a_replica_joining_two_that_lead_two_queues_each_takes_one_and_no_queue_
     try:
         first.start()
         second.start()
-        topology.wait_for(lambda: sorted(len(_led(topology, r.replica_id)) for r in (first, second)) == [2, 2]
+        topology.wait_for(lambda: sorted(len(queues_led(topology, r.replica_id)) for r in (first, second)) == [2, 2]
                           and all(r.metrics().get(GROUP_BALANCED) == 1.0 for r in (first, second)), WARM_UP_S,
                           "two queues each", interval_s=1.0)
         _produce(topology, 100 * RECORDS, 30, seed=13)  # until stopped
@@ -287,7 +276,7 @@ def test_a_replica_joining_two_that_lead_two_queues_each_takes_one_and_no_queue_
         before = _history(topology)
         third.start()
         topology.wait_for(lambda: _balanced(topology), WARM_UP_S, "the queues shared 2, 1, 1", interval_s=1.0)
-        (moved,) = _led(topology, third.replica_id)
+        (moved,) = queues_led(topology, third.replica_id)
         topology.wait_for(lambda: _commit_batches(topology)[moved] >= 0
                           and _committers(topology)[moved] == third.replica_id, 60, "the newcomer to commit")
         after = _history(topology)
@@ -319,7 +308,7 @@ def _restart_each(topology: Topology) -> None:
     every queue has committed since it was stopped."""
     for replica_id in [r.replica_id for r in topology.replicas]:
         before = _commit_batches(topology)
-        assert _sigterm(topology, replica_id, len(_led(topology, replica_id))) == 0
+        assert _sigterm(topology, replica_id, len(queues_led(topology, replica_id))) == 0
         topology.restart(replica_id)
         topology.wait_for(lambda: every_replica_in_every_line(topology, QUEUES), WARM_UP_S,
                           f"{replica_id} back in every line", interval_s=1.0)

@@ -57,16 +57,16 @@ def _backlogs(scratch: Path, records: int, fills: int, queues: int) -> list[tupl
     whole = scratch / f"source-{queues}"
     produce(whole, records=records * fills, keys=100, seed=4, queues=queues, progress=False,
             batch_records=_PER_FILE, batch_bytes=1 << 30, flush_interval_s=3600.0)
-    backlogs = [(scratch / f"source-{queues}-{fill}", 0) for fill in range(fills)]
+    folders = [scratch / f"source-{queues}-{fill}" for fill in range(fills)]
     for queue in range(queues):
         files = sorted(QueueLayout(whole, queue, queues).landing.iterdir())
-        for fill, (folder, _count) in enumerate(backlogs):
+        for fill, folder in enumerate(folders):
             landing = QueueLayout(folder, queue, queues).landing
             landing.mkdir(parents=True, exist_ok=True)
             for path in files[fill * len(files) // fills:(fill + 1) * len(files) // fills]:
                 os.link(path, landing / path.name)
     return [(folder, sum(len(path.read_bytes().splitlines()) for path in folder.glob("**/landing/*")))
-            for folder, _count in backlogs]
+            for folder in folders]
 
 
 def _fill(source: Path, data_root: Path, queues: int) -> int:

@@ -234,7 +234,7 @@ class SparkStandby:
         self._records[epoch] = records
         if self._executors is None:  # an application of its own: its first batch needs an earlier term's cores
             self._reclaim_cores(epoch, log)
-        else:  # its standby executors run the first batch: the reclaim comes before the growth (``_grow_share``)
+        else:  # its standby executors run the first batch: the reclaim (``_reclaim_if_due``) comes before the growth
             self._put_off_reclaim(epoch)
         session = call_within(lambda: self._ensure_session(epoch=epoch), self._config.warmup_timeout_s,
                               "starting Spark")
