@@ -17,7 +17,7 @@ import pytest
 from bench import run
 from bench._common import CpuMeter, Result, Target, markdown_table, percentiles, write_result
 from bench._plots import add_plot, change_plot, latency_plot, rate_plot
-from bench._throughput import _disturbed, _logged_batches, _rate_over_time, _steady_rate
+from bench._throughput import _disturbed, _leader_batches, _logged_batches, _rate_over_time, _steady_rate
 from tenure.service.local import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,6 +72,26 @@ def test_logged_batches_are_the_leaders_committed_batches_without_the_warm_up(tm
     assert batch["batch_id"] == 0 and batch["written"] == 100
     assert batch["committed_at"] - batch["started_at"] == pytest.approx(1.5)
     assert batch["committed_at"] % 60 == pytest.approx(3.5)
+
+
+def test_the_leaders_batches_are_read_from_whichever_replica_committed_and_a_change_of_leader_is_refused(
+        tmp_path: Path) -> None:
+    """With several replicas, the throughput bench measures the one whose log has committed batches (followers log
+    only their warm-up's, or nothing yet); a second replica that committed means the run saw a leadership change,
+    which is refused rather than measured as a steady rate."""
+    def write(name: str, *events: dict[str, object]) -> Path:
+        log = tmp_path / f"{name}.log"
+        log.write_text("".join(json.dumps({"timestamp": "2026-11-26T10:00:00Z", **e}) + "\n" for e in events))
+        return log
+
+    warm_up = {"event": "batch_committed", "warmup": True, "batch": 0, "written": 5, "batch_s": 1.0}
+    committed = {"event": "batch_committed", "epoch": 1, "batch": 0, "written": 100, "batch_s": 1.0}
+    first, second, third = write("r1", warm_up), write("r2", warm_up, committed), tmp_path / "r3.log"
+    assert _leader_batches([first, second, third]) == (second, _logged_batches(second))
+    assert _leader_batches([first, third]) == (first, [])
+    write("r1", warm_up, committed)
+    with pytest.raises(RuntimeError, match="leadership changed during the run \\(r1, r2 committed\\)"):
+        _leader_batches([first, second, third])
 
 
 def test_a_run_is_disturbed_when_other_processes_took_more_than_a_tenth_of_a_core() -> None:

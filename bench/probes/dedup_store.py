@@ -101,10 +101,11 @@ class _OwnStore:
         finally:
             df.unpersist()
 
-    def catch_up(self, ids: dict[str, int], path: Path) -> None:
-        """A follower's step after a commit: add the committed batch's new ids to its copy of the store."""
-        batch_id = int(path.stem.split("-")[1])
-        ids.update(dict.fromkeys(pq.read_table(path).column("id").to_pylist(), batch_id))
+
+def _catch_up(ids: dict[str, int], path: Path) -> None:
+    """A follower's step after a commit: add the committed batch's new ids (its file, ``path``) to its store."""
+    batch_id = int(path.stem.split("-")[1])
+    ids.update(dict.fromkeys(pq.read_table(path).column("id").to_pylist(), batch_id))
 
 
 def _spark_way(df: DataFrame) -> DataFrame:
@@ -163,9 +164,9 @@ def _measure(batches: int) -> dict[str, Any]:
                     results["ways"][way].setdefault("first_load_ms", []).append(metrics.get("rocksdbLoadLatencyMs"))
                 print(f"{way}: restart {restart + 1}: first batch {_trigger_s(first[0])} s", file=sys.stderr)
         files = sorted(own.folder.iterdir())
-        results["own"] = {"catch_up_s": _timed(lambda: own.catch_up({}, files[-1]), 20),
-                          "cold_load_s": _timed(lambda: _cold_load(own, files), 3),
-                          "store_mib": _store_mib(own, files),
+        results["own"] = {"catch_up_s": _timed(lambda: _catch_up({}, files[-1]), 20),
+                          "cold_load_s": _timed(lambda: _cold_load(files), 3),
+                          "store_mib": _store_mib(files),
                           "repeats_dropped": own.dropped}
     finally:
         spark.stop()
@@ -173,10 +174,10 @@ def _measure(batches: int) -> dict[str, Any]:
     return results
 
 
-def _cold_load(store: _OwnStore, files: list[Path]) -> None:
+def _cold_load(files: list[Path]) -> None:
     ids: dict[str, int] = {}
     for path in files:
-        store.catch_up(ids, path)
+        _catch_up(ids, path)
 
 
 def _timed(action: Callable[[], None], times: int) -> float:
@@ -189,11 +190,11 @@ def _timed(action: Callable[[], None], times: int) -> float:
     return round(statistics.median(seconds), 4)
 
 
-def _store_mib(store: _OwnStore, files: list[Path]) -> float:
+def _store_mib(files: list[Path]) -> float:
     tracemalloc.start()
     ids: dict[str, int] = {}
     for path in files:
-        store.catch_up(ids, path)
+        _catch_up(ids, path)
     size, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     return round(size / 2**20, 1)
