@@ -166,7 +166,7 @@ def _prepared_copy(data: Path, owner: str) -> list[Path]:
 
 
 @pytest.mark.fleet
-def test_a_followers_prepared_copy_cut_by_the_power_is_never_used_and_the_next_one_is(
+def test_a_followers_prepared_copy_cut_by_the_power_is_dropped_on_restart_and_the_next_handover_uses_a_fresh_one(
     fs: PowerLossFS, zk_hosts: str, zk_group: str, tmp_path: Path
 ) -> None:
     """With ``--standby-state on``: a follower has caught up its prepared copy of the leader's checkpoint when the

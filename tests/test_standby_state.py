@@ -18,7 +18,9 @@ from tenure.career.lifecycle import INAUGURATED
 from tenure.career.spark import SparkCareer
 from tenure.career.spark._checkpoints import PREPARED_PREFIX, PreparedCheckpoint, adopt_checkpoint
 from tenure.career.spark._layout import Layout
+from tenure.career.spark._prepared import StatePreparer
 from tenure.service.local import wait_for
+from tests._polling import stays_for
 from tests.test_spark_career import (
     Crash,
     Queue,
@@ -128,6 +130,40 @@ def test_a_new_term_of_the_leader_itself_starts_with_no_copy_left_behind(tmp_pat
     (left / "offsets" / "0").write_text("v1\nleft over")
     prepared = PreparedCheckpoint(layout, "r2")
     assert not left.exists() and prepared.catch_up() == 0 and prepared.source_epoch is None
+
+
+def test_a_follower_leaves_a_term_folder_alone_until_that_term_commits_a_batch_of_its_own(tmp_path: Path) -> None:
+    """A term folder the copy does not mirror yet, the one there at the follower's start and then a new term's
+    (its first batch is the handover's gap), is left alone for as long as that term commits nothing new; its first
+    commit of a new batch has the copy mirror it."""
+    layout = Layout(tmp_path)
+    first = layout.term_checkpoint(3)
+    _batches(first, 0, 2)
+    preparer = StatePreparer(layout, "r2", structlog.get_logger(), defer_s=600)
+    try:
+        stays_for(lambda: preparer.checkpoint.source_epoch is None, 1.6, "no copy of term 3 before it commits")
+        _batches(first, 3, 3)
+        wait_for(lambda: preparer.checkpoint.source_epoch == 3, 10, "the copy to mirror term 3")
+        newest, _ = adopt_checkpoint(layout, 5)
+        stays_for(lambda: preparer.checkpoint.source_epoch == 3, 1.6, "the copy on term 3 until term 5 commits")
+        _batches(newest, 4, 4)
+        wait_for(lambda: preparer.checkpoint.source_epoch == 5, 10, "the copy to mirror term 5")
+        assert _tree(preparer.checkpoint.folder) == _tree(newest)
+    finally:
+        preparer.close()
+
+
+def test_a_term_that_commits_nothing_new_is_mirrored_after_the_deferral(tmp_path: Path) -> None:
+    """An idle queue's term commits nothing: its folder is mirrored all the same once ``defer_s`` has passed."""
+    layout = Layout(tmp_path)
+    term = layout.term_checkpoint(3)
+    _batches(term, 0, 2)
+    preparer = StatePreparer(layout, "r2", structlog.get_logger(), defer_s=1.0)
+    try:
+        wait_for(lambda: preparer.checkpoint.source_epoch == 3, 10, "the copy to mirror the idle term 3")
+        assert _tree(preparer.checkpoint.folder) == _tree(term)
+    finally:
+        preparer.close()
 
 
 def _crash_at_batch(point: str, batch: int) -> Callable[[str], None]:

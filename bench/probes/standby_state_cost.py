@@ -45,7 +45,8 @@ _OUT = results_folder("issue-53-standby-cost")
 def _run(way: str, work: Path, source: Path, seconds: int) -> dict[str, Any]:
     spec = ReplicaSpec(standby_state=way)
     (work / "latency").mkdir(parents=True)
-    latency = _latency._run_tenure(work / "latency", int(1000 * seconds), "light", 5, replicas=_REPLICAS, spec=spec)
+    latency = _latency._run_tenure(work / "latency", int(1000 * seconds), "light", _latency._SKIP_BATCHES,
+                                   replicas=_REPLICAS, spec=spec)
     (work / "throughput").mkdir()
     throughput = _throughput._run_tenure(work / "throughput", source, RECORDS, replicas=_REPLICAS, spec=spec)
     return {"latency_s": latency["latency_s"], "batch_s": latency["batch_s"], "latencies": latency["latencies"],

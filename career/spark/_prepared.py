@@ -8,6 +8,7 @@ import contextlib
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -28,6 +29,9 @@ STANDBY_STATE_FAILED: Final = "standby_state_failed"
 #: How often a follower looks for a commit it has not seen (a stat of the newest term's commit log): the longest a
 #: prepared copy lags the leader's last batch when no inauguration catches it up anyway.
 _POLL_S = 0.5
+#: How long a follower leaves a term folder its copy does not mirror yet alone while that term commits nothing new
+#: (:meth:`StatePreparer._defers`): a term that stays idle is mirrored all the same, this much later.
+_DEFER_S = 10.0
 _SNAPSHOT = re.compile(r"batch-(\d{12})-part-00000\.parquet")
 
 
@@ -69,18 +73,26 @@ class StatePreparer:
     snapshots hold, and the new term checks both against the commit record it reads at inauguration, so a copy
     that lags, or that follows a term no longer the newest, costs time, never correctness.
 
+    A term folder the copy does not mirror yet (a new term's, or any, for the replica whose own term has just
+    ended and so holds no copy) is left alone until that term commits a batch of its own (:meth:`_defers`): its
+    first batch is the handover's gap, which a catch-up would slow on the same cores and disk.
+
     Args:
         layout: the queue's layout on the data root.
         owner: the replica id: names the prepared copy (several replicas may share a data root).
         log: the career's logger.
+        defer_s: how long a term that commits nothing new is left alone before its folder is mirrored anyway.
     """
 
-    def __init__(self, layout: Layout, owner: str, log: Any) -> None:
+    def __init__(self, layout: Layout, owner: str, log: Any, *, defer_s: float = _DEFER_S) -> None:
         self.checkpoint = PreparedCheckpoint(layout, owner)
         self._layout = layout
         self._log = log
+        self._defer_s = defer_s
         self._preloaded: Preloaded | None = None
         self._seen: tuple[int, int] | None = None  # (term, mtime of its commit log) last caught up with
+        # A term folder not mirrored yet: (term, newest batch in its commit log, monotonic time) when first seen.
+        self._first_seen: tuple[int, int, float] | None = None
         self._leading = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"tenure-standby-state-{layout.index}", daemon=True)
@@ -91,7 +103,7 @@ class StatePreparer:
         returns what it preloaded."""
         self._leading.set()
         with self.checkpoint.lock:
-            preloaded, self._preloaded, self._seen = self._preloaded, None, None
+            preloaded, self._preloaded, self._seen, self._first_seen = self._preloaded, None, None, None
         return preloaded
 
     def resume(self) -> None:
@@ -122,7 +134,7 @@ class StatePreparer:
                 seen = (newest, os.stat(folder / "commits").st_mtime_ns)
             except FileNotFoundError:
                 return False
-            if seen == self._seen:
+            if seen == self._seen or self._defers(newest, folder):
                 return False
             self.checkpoint.catch_up()
             self._seen, before = seen, self._preloaded
@@ -132,6 +144,18 @@ class StatePreparer:
             if not self._leading.is_set() and self._seen == seen:
                 self._preloaded = loaded
         return True
+
+    def _defers(self, term: int, folder: Path) -> bool:
+        """Whether to leave ``term``'s folder alone this round: the copy does not mirror it, and since it was first
+        seen it has committed no batch past the newest its commit log held then, for less than ``defer_s``."""
+        if term == self.checkpoint.source_epoch:
+            return False
+        newest = _newest_batch(folder)
+        if self._first_seen is None or self._first_seen[0] != term:
+            self._first_seen = (term, newest, time.monotonic())
+            return True
+        _, at_first_sight, since = self._first_seen
+        return newest <= at_first_sight and time.monotonic() - since < self._defer_s
 
     def _run(self) -> None:
         while not self._stop.wait(_POLL_S):
@@ -147,10 +171,9 @@ class StatePreparer:
     def _load(self, term: Path, before: Preloaded | None) -> Preloaded | None:
         """The marks and retry store as of the newest batch in ``term``'s commit log (the ones already loaded kept
         when their files are the same)."""
-        batches = [int(e.name) for e in os.scandir(term / "commits") if e.name.isdigit()]
-        if not batches:
+        batch = _newest_batch(term)
+        if batch < 0:
             return None
-        batch = max(batches)
         layout = self._layout
         order = _newest_snapshot(layout, layout.order, batch)
         retry = _newest_snapshot(layout, layout.retry, batch)
@@ -162,6 +185,13 @@ class StatePreparer:
             table = read_snapshot(layout.resolve(retry))
             held = (retry, table) if table is not None else None
         return Preloaded(batch_id=batch, order=marks, retry=held)
+
+
+def _newest_batch(term: Path) -> int:
+    """The newest batch in ``term``'s commit log (-1: none, or no commit log yet)."""
+    with contextlib.suppress(FileNotFoundError):
+        return max((int(e.name) for e in os.scandir(term / "commits") if e.name.isdigit()), default=-1)
+    return -1
 
 
 def _newest_snapshot(layout: Layout, folder: Path, batch: int) -> str | None:
