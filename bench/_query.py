@@ -41,14 +41,19 @@ def session(config: SparkCareerConfig, app_name: str) -> SparkSession:
     return spark
 
 
+def _spark_deduplicated(stamped: DataFrame, window: str) -> DataFrame:
+    """A bare consumer's deduplication: Spark's own operator, its ids in the query's checkpoint (RocksDB)."""
+    return stamped.withWatermark("_ingested", window).dropDuplicatesWithinWatermark(["dedup_key"])
+
+
 def start_query(spark: SparkSession, config: SparkCareerConfig, *, checkpoint: Path, table: Path,
                 quarantine: Path, on_batch: Callable[[BatchInfo], None], epoch: int = 0) -> StreamingQuery:
     """Start the bare query over ``<data_root>/landing``; ``on_batch`` gets each batch's figures after its write."""
     options = {"maxFilesPerTrigger": str(config.max_files_per_trigger)} if config.max_files_per_trigger else {}
-    stream = classified_stream(
+    stream = _spark_deduplicated(classified_stream(
         spark, source_format=config.source_format, path=str(QueueLayout(Path(config.data_root)).landing.resolve()),
         options=options, schema=config.source_schema, max_line_bytes=config.max_line_bytes,
-        dedup_window=config.dedup_window, source_file_expr=config.source_file_expr, line_expr=config.line_expr)
+        source_file_expr=config.source_file_expr, line_expr=config.line_expr), config.dedup_window)
 
     def write(df: DataFrame, batch_id: int) -> None:
         started = time.time()

@@ -65,6 +65,7 @@ __all__ = [
     "APP_ID",
     "CHECKPOINT",
     "DEAD_LETTER",
+    "DEDUP",
     "DELTA_LOG",
     "DELTA_OUTPUTS",
     "ORDER",
@@ -94,9 +95,10 @@ __all__ = [
 
 TABLE, QUARANTINE, DEAD_LETTER = "table", "quarantine", "dead-letter"
 """The data root's output folders that are Delta tables (:data:`DELTA_OUTPUTS`)."""
-RETRY, ORDER, SET_ASIDE, CHECKPOINT = "retry", "order", "set-aside", "checkpoint"
+RETRY, ORDER, SET_ASIDE, CHECKPOINT, DEDUP = "retry", "order", "set-aside", "checkpoint", "dedup"
 """The data root's other folders: the retry store's snapshots, the per-key high-water marks, poison batches set
-aside, and the terms' Spark checkpoints (``tenure.career.spark._layout.Layout`` builds the paths)."""
+aside, the terms' Spark checkpoints and the dedup store's files (``tenure.career.spark._layout.Layout`` builds the
+paths)."""
 DELTA_OUTPUTS: tuple[str, ...] = (TABLE, QUARANTINE, DEAD_LETTER)
 
 APP_ID = "tenure"

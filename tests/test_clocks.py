@@ -22,9 +22,9 @@ from kazoo.client import KazooClient
 from tenure.career import Outcome
 from tenure.career.spark import SparkCareer
 from tenure.career.spark._archive import archive_files, sweep_archive
+from tenure.career.spark._dedup import published_batches, read_published
 from tenure.career.spark._intake import batch_offset
 from tenure.career.spark._layout import Layout
-from tenure.career.spark._query import checkpoint_watermark_ms
 from tenure.career.spark._term import TermClock
 from tests.test_spark_career import (
     Queue,
@@ -117,10 +117,9 @@ def test_deduplication_runs_on_the_group_clock_not_the_leaders_wall_clock(
     spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The group's clock was seeded by a first leader whose wall clock was an hour behind; this leader's (and its
-    JVM's) is true. Each batch's offset carries the group's clock, and deduplication's event time, so the
-    checkpoint's watermark, follow it: a leader's wall clock moves no watermark (ingestion time, Spark's
-    ``current_timestamp()``, would have put it an hour further on, and every remembered id would be forgotten
-    at once)."""
+    JVM's) is true. Each batch's offset carries the group's clock, and deduplication's event time, so the dedup
+    store's, follow it: a leader's wall clock moves no event time (ingestion time, Spark's ``current_timestamp()``,
+    would have put it an hour further on, and every remembered id would be forgotten at once)."""
     behind_s = 3600.0
     monkeypatch.setattr("tenure.career.spark._career.TermClock",
                         lambda record: TermClock(record, wall=lambda: time.time() - behind_s))
@@ -131,6 +130,6 @@ def test_deduplication_runs_on_the_group_clock_not_the_leaders_wall_clock(
     batches = sorted(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
     clocks = [batch_offset(checkpoint, b)["clock"] for b in batches]
     assert clocks == sorted(clocks) and clocks[-1] <= group_now_ms, (clocks, group_now_ms)
-    watermark = checkpoint_watermark_ms(checkpoint)
-    assert 0 < watermark <= group_now_ms, "the watermark is the group's time less the window"
-    assert watermark < (time.time() - behind_s + 600) * 1000, "the watermark followed a wall clock"
+    newest = max(read_published(path)[0] for _batch, path in published_batches(Layout(root).dedup))
+    assert 0 < newest <= group_now_ms, "the dedup store's event time is the group's"
+    assert newest < (time.time() - behind_s + 600) * 1000, "the dedup store's event time followed a wall clock"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tenure.career.queue import REASONS, classify_line
+from tenure.career.spark._dedup import DedupStore, load_store, published_batches, write_judged
 from tenure.career.spark._pipeline import (
     QUARANTINE_COLUMNS,
     SMALL_BATCH_RECORDS,
@@ -20,7 +20,9 @@ from tenure.career.spark._pipeline import (
     classified_stream,
     output_partitions,
     quarantine_rows,
+    stamped,
     table_rows,
+    without_repeats,
 )
 from tenure.career.spark._session import use_driver_python
 
@@ -212,17 +214,32 @@ def test_order_per_key_one_part_file_each(session: Any, tmp_path: Path, partitio
     assert json.loads(table[0]["payload"])["n"].startswith(table[0]["key"])
 
 
-def _stream_once(session: Any, landing: Path, checkpoint: Path) -> list[Any]:
-    """Run the streaming side over everything in ``landing`` (availableNow) and return the rows it emitted."""
-    rows: list[Any] = []
+_DAY_MS = 24 * 3600 * 1000
 
-    def collect(df: Any, _batch_id: int) -> None:
-        rows.extend(df.collect())
+
+def _stream_once(session: Any, landing: Path, checkpoint: Path, dedup: Path) -> list[Any]:
+    """Run the streaming side over everything in ``landing`` (availableNow), each batch without its repeats as the
+    batch writer drops them: the store loaded from the files in ``dedup`` that earlier batches published, each
+    batch publishing its own. Returns the rows kept."""
+    rows: list[Any] = []
+    published = published_batches(dedup)
+    store = load_store(dedup, published[-1][0] if published else None, _DAY_MS)
+
+    def collect(df: Any, batch_id: int) -> None:
+        df.persist()
+        try:
+            kept, judged = without_repeats(df, store, batch_id)
+            rows.extend(kept.collect())
+        finally:
+            df.unpersist()
+        write_judged(judged, dedup / "_staging")
+        (dedup / f"batch-{batch_id:012d}-part-00000.parquet").hardlink_to(dedup / "_staging" / "part-00000.parquet")
+        store.apply(judged)
 
     query = (
         classified_stream(session, source_format="binaryFile", path=str(landing),
                           options={"pathGlobFilter": "*.jsonl", "maxFilesPerTrigger": "1"}, schema=None,
-                          max_line_bytes=MAX, dedup_window="24 hours", source_file_expr="", line_expr="")
+                          max_line_bytes=MAX, source_file_expr="", line_expr="")
         .writeStream.foreachBatch(collect)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
@@ -233,29 +250,54 @@ def _stream_once(session: Any, landing: Path, checkpoint: Path) -> list[Any]:
     return rows
 
 
-@pytest.fixture()
-def stateful(session: Any) -> Iterator[Any]:
-    """A child session with the consumer's state store settings (RocksDB)."""
-    child = session.newSession()
-    child.conf.set("spark.sql.streaming.stateStore.providerClass",
-                   "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-    child.conf.set("spark.sql.shuffle.partitions", "2")
-    yield child
-
-
-def test_dedup_within_and_across_batches(stateful: Any, tmp_path: Path) -> None:
-    """A repeated id is emitted once: repeats in the same file, in later files and in a later run
-    (a restarted query on the same checkpoint, as after a failover) are all dropped; bad lines are never
-    deduplicated away, and every file read shows up as a marker."""
-    landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
+def test_dedup_within_and_across_batches(session: Any, tmp_path: Path) -> None:
+    """A repeated id is emitted once: repeats in the same file, in later files and in a later run (a restarted
+    query on the same checkpoint, as after a failover, its store loaded from the files the batches published) are
+    all dropped; bad lines are never deduplicated away, and every file read shows up as a marker."""
+    landing, checkpoint, dedup = tmp_path / "landing", tmp_path / "checkpoint", tmp_path / "dedup"
+    dedup.mkdir()
     put(landing, "a.jsonl", [rec(1), rec(2, seq=2), rec(1), b"bad", b"bad"])
     put(landing, "b.jsonl", [rec(2, seq=2), rec(3, seq=3)])
-    first = _stream_once(stateful, landing, checkpoint)
+    first = _stream_once(session, landing, checkpoint, dedup)
     put(landing, "c.jsonl", [rec(3, seq=3), rec(1), rec(4, seq=4), b"bad"])
-    second = _stream_once(stateful, landing, checkpoint)
+    second = _stream_once(session, landing, checkpoint, dedup)
     assert sorted(r.id for r in first if r.kind == "row") == ["m1", "m2", "m3"]
     assert sorted(r.id for r in second if r.kind == "row") == ["m4"]
     assert len([r for r in first if r.kind == "bad"]) == 2
     assert len([r for r in second if r.kind == "bad"]) == 1
     markers = {r.source_file.rsplit("/", 1)[-1]: r.valid_lines for r in first + second if r.kind == "file"}
     assert markers == {"a.jsonl": 3, "b.jsonl": 2, "c.jsonl": 3}
+
+
+def test_a_batch_without_repeats_keeps_the_first_copy_by_source_and_line_and_drops_what_the_store_remembers(
+    session: Any, tmp_path: Path
+) -> None:
+    """Batch by batch (a folder of queue files each, in two partitions whose order is shuffled): an id repeated in
+    its batch is kept once, from the lowest file and line; an id a committed batch saw is dropped wherever it
+    comes; bad lines and file markers stay (their keys are their positions); the store moves only when applied."""
+    store = DedupStore(window_ms=24 * 3600 * 1000)
+    batches = [
+        {"b.jsonl": [rec(1, seq=9), rec(2, seq=2)], "a.jsonl": [rec(3, seq=3), rec(1), b"bad", b"bad"]},
+        {"c.jsonl": [rec(3, seq=3), rec(4, seq=4), b"bad"], "d.jsonl": [rec(4, seq=4), rec(2, seq=2)]},
+    ]
+    kept_ids = []
+    for batch_id, files in enumerate(batches):
+        landing = tmp_path / f"batch-{batch_id}"
+        for name, lines in files.items():
+            put(landing, name, lines)
+        raw = session.read.format("binaryFile").load(str(landing))
+        batch = stamped(classified_batch(raw, MAX)).repartition(2).persist()
+        try:
+            kept, judged = without_repeats(batch, store, batch_id)
+            rows = kept.collect()
+        finally:
+            batch.unpersist()
+        store.apply(judged)
+        kept_ids.append(sorted((r.id, r.seq, r.source_file.rsplit("/", 1)[-1], r.line) for r in rows
+                               if r.kind == "row"))
+        assert len([r for r in rows if r.kind == "bad"]) == sum(line == b"bad" for f in files.values() for line in f)
+        assert sorted(r.source_file.rsplit("/", 1)[-1] for r in rows if r.kind == "file") == sorted(files)
+        assert judged.repeat_count == sum(1 for f in files.values() for line in f if line != b"bad") - \
+            len(kept_ids[-1])
+    assert kept_ids == [[("m1", 1, "a.jsonl", 2), ("m2", 2, "b.jsonl", 2), ("m3", 3, "a.jsonl", 1)],
+                        [("m4", 4, "c.jsonl", 2)]]

@@ -96,8 +96,9 @@ def test_one_queue_is_laid_out_exactly_as_before_queues(tmp_path: Path) -> None:
     assert (layout.landing, layout.archive, layout.queue.marks("g")) == (
         tmp_path / "q" / "landing", tmp_path / "q" / "archive", tmp_path / "q" / "consumed" / "g")
     assert [rel(p) for p in (layout.checkpoint, layout.term_checkpoint(7), layout.order, layout.retry,
-                             layout.set_aside, layout.table, layout.quarantine, layout.dead_letter)] == [
-        "checkpoint", "checkpoint/epoch=7", "order", "retry", "set-aside", "table", "quarantine", "dead-letter"]
+                             layout.set_aside, layout.dedup, layout.table, layout.quarantine, layout.dead_letter)] == [
+        "checkpoint", "checkpoint/epoch=7", "order", "retry", "set-aside", "dedup", "table", "quarantine",
+        "dead-letter"]
     assert [rel(layout.staging(output, 7, 3)) for output in (layout.table, layout.order)] == [
         "table/_staging/epoch=7/batch=3", "order/_staging/epoch=7/batch=3"]
     assert {layout.published_name(output, 3, "part-00000.parquet") for output in layout.outputs().values()} == {
@@ -106,15 +107,16 @@ def test_one_queue_is_laid_out_exactly_as_before_queues(tmp_path: Path) -> None:
 
 
 def test_queue_k_of_n_has_a_folder_of_its_own_and_shares_the_outputs(tmp_path: Path) -> None:
-    """Queue 2 of 4: queues/2/ in the topic's folder; its checkpoint, order, retry and set-aside under queue=2; its
-    staging in the shared outputs under _staging/queue=2 (in its own folders without); its part files in the shared
-    outputs queue-2-batch-<B>-…; its app id tenure-queue-2 and _queue 2."""
+    """Queue 2 of 4: queues/2/ in the topic's folder; its checkpoint, order, retry, set-aside and dedup under
+    queue=2; its staging in the shared outputs under _staging/queue=2 (in its own folders without); its part files
+    in the shared outputs queue-2-batch-<B>-…; its app id tenure-queue-2 and _queue 2."""
     layout = Layout(tmp_path, None, 2, 4)
     rel = layout.relative
     assert (rel(layout.landing), rel(layout.archive), rel(layout.queue.marks("g"))) == (
         "queues/2/landing", "queues/2/archive", "queues/2/consumed/g")
-    assert [rel(p) for p in (layout.term_checkpoint(7), layout.order, layout.retry, layout.set_aside)] == [
-        "checkpoint/queue=2/epoch=7", "order/queue=2", "retry/queue=2", "set-aside/queue=2"]
+    assert [rel(p) for p in (layout.term_checkpoint(7), layout.order, layout.retry, layout.set_aside,
+                             layout.dedup)] == [
+        "checkpoint/queue=2/epoch=7", "order/queue=2", "retry/queue=2", "set-aside/queue=2", "dedup/queue=2"]
     assert [rel(layout.staging(output, 7, 3)) for output in (layout.table, layout.dead_letter, layout.order)] == [
         "table/_staging/queue=2/epoch=7/batch=3", "dead-letter/_staging/queue=2/epoch=7/batch=3",
         "order/queue=2/_staging/epoch=7/batch=3"]

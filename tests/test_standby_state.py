@@ -139,7 +139,7 @@ def test_a_follower_leaves_a_term_folder_alone_until_that_term_commits_a_batch_o
     layout = Layout(tmp_path)
     first = layout.term_checkpoint(3)
     _batches(first, 0, 2)
-    preparer = StatePreparer(layout, "r2", structlog.get_logger(), defer_s=600)
+    preparer = StatePreparer(layout, "r2", structlog.get_logger(), window_ms=120_000, defer_s=600)
     try:
         stays_for(lambda: preparer.checkpoint.source_epoch is None, 1.6, "no copy of term 3 before it commits")
         _batches(first, 3, 3)
@@ -158,7 +158,7 @@ def test_a_term_that_commits_nothing_new_is_mirrored_after_the_deferral(tmp_path
     layout = Layout(tmp_path)
     term = layout.term_checkpoint(3)
     _batches(term, 0, 2)
-    preparer = StatePreparer(layout, "r2", structlog.get_logger(), defer_s=1.0)
+    preparer = StatePreparer(layout, "r2", structlog.get_logger(), window_ms=120_000, defer_s=1.0)
     try:
         wait_for(lambda: preparer.checkpoint.source_epoch == 3, 10, "the copy to mirror the idle term 3")
         assert _tree(preparer.checkpoint.folder) == _tree(term)
@@ -188,8 +188,9 @@ def _handover_to_r2(root: Path, zk_client: KazooClient, zk_group: str, between: 
                     crash: Callable[[str], None] | None = None, **config: Any) -> tuple[list[dict[str, Any]], int,
                                                                                          Recorder]:
     """r1 leads over 8 queue files while r2 follows: it drains them and hands over cleanly or, with ``crash`` (a
-    fault hook), dies where it raises; ``between(commit record)`` runs while r2 still follows; then two more files,
-    which r2's term drains, and the audit: exactly once. r2's logs, r1's epoch, and what r2's batches did."""
+    fault hook), dies where it raises; ``between(commit record)`` runs while r2 still follows; then a file of three
+    repeats of records r1 committed, and two more files, which r2's term drains, and the audit: exactly once. r2's
+    logs, r1's epoch, and what r2's batches did."""
     q = Queue(root)
     q.standard(files=8)
     seen = Recorder()
@@ -209,6 +210,7 @@ def _handover_to_r2(root: Path, zk_client: KazooClient, zk_group: str, between: 
                 record, _ = ctx.fence.read_commit()
             assert record is not None
             between(record)
+            q.put(q.written[:3])  # the producer's retries of records r1 wrote, within the dedup window
             q.standard(files=2, start=1000)
             with leadership(zk_client, zk_group, "r2") as (_, ctx2):
                 follower.inaugurate(ctx2)
@@ -255,14 +257,16 @@ def test_a_clean_successor_uses_its_prepared_copy_and_preloaded_marks(
     spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
 ) -> None:
     """r1 drains the queue and hands over cleanly while r2 follows: r2's term starts on its prepared copy, linking
-    only what the last commit added, with the marks of the committed batch it preloaded; more files, then the audit:
-    exactly once, order kept."""
+    only what the last commit added, with the marks and the dedup store of the committed batch it preloaded (the
+    producer's repeats of r1's records are dropped as duplicates, not quarantined as late); more files, then the
+    audit: exactly once, order kept."""
     root = tmp_path / "data"
-    logs, epoch, _ = _handover_to_r2(root, zk_client, zk_group, lambda record: _prepared_up_to(root,
-                                                                                              record["batch_id"]))
+    logs, epoch, seen = _handover_to_r2(root, zk_client, zk_group, lambda record: _prepared_up_to(root,
+                                                                                                 record["batch_id"]))
     event = _inaugurated(logs)
-    assert event["prepared"] == "used" and event["preloaded"] == ["order"]
+    assert event["prepared"] == "used" and event["preloaded"] == ["order", "dedup"]
     assert event["prepared_linked"] < len(_tree(root / "checkpoint" / f"epoch={epoch}"))
+    assert (seen.total("duplicate"), seen.total("late")) == (3 + 2, 0), "r1's records repeated: dropped, not late"
 
 
 def test_standby_state_off_copies_in_full_and_keeps_no_copy(

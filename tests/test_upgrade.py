@@ -25,6 +25,7 @@ from kazoo.client import KazooClient
 from tenure.career.identity import DATA_ROOT_FILE, TOPIC_FILE, read_data_root_id, read_topic
 from tenure.career.output import batch_of, batch_versions, snapshot_files
 from tenure.career.spark import BATCH_COMMITTED
+from tenure.career.spark._upgrade import DEDUP_SEEDED
 from tenure.election import GroupPaths, QueuePaths, read_group_identity
 from tenure.service.local import ReplicaProcess, free_port, wait_for
 from tenure.service.ops import verify
@@ -67,6 +68,15 @@ def _put(landing: Path, first: int, files: int) -> None:
         hidden.rename(landing / name)
 
 
+def _repeat(landing: Path, file: int) -> None:
+    """Queue file ``file`` again, under another name: every record a repeat of one already written."""
+    lines = [json.dumps({"id": f"{file}-{i}", "key": f"k{i % 5}", "seq": file * PER_FILE + i, "ts": i, "payload": {}})
+             for i in range(PER_FILE)]
+    hidden = landing / ".again.jsonl"
+    hidden.write_text("\n".join(lines) + "\n")
+    hidden.rename(landing / f"p-again-{file:05d}.jsonl")
+
+
 def _start(name: str, code: Path, zk_hosts: str, group: str, data: Path, logs: Path,
            module: str = "tenure", cwd: Path | None = None) -> ReplicaProcess:
     spec = ReplicaSpec(group=group, data_root=data, career="spark", session_timeout_s=4, handover_timeout_s=2,
@@ -88,7 +98,9 @@ def test_a_data_root_of_the_previous_release_is_carried_on(zk_hosts: str, zk_cli
                                                            tmp_path: Path) -> None:
     """The previous release's data root, queue registry entry (keyed by the queue's path) and group (bound to
     nothing) are carried on in place: the new release's first replica writes the folders' identity files, binds
-    the group to them, moves the registry entry to the topic's key, and consumes every later file once."""
+    the group to them, moves the registry entry to the topic's key, and consumes every later file once. Its dedup
+    store is seeded once from Spark's dedup state in the old checkpoint: a repeat of a file the previous release
+    committed is dropped as a duplicate, not quarantined as late."""
     old_code = _previous_release(tmp_path / "previous")
     data, logs = tmp_path / "data", tmp_path / "logs"
     landing = data / "landing"
@@ -117,6 +129,7 @@ def test_a_data_root_of_the_previous_release_is_carried_on(zk_hosts: str, zk_cli
     new = _start("new", REPO, zk_hosts, zk_group, data, logs)
     try:
         _put(landing, 8, 4)
+        _repeat(landing, 0)  # the producer's retry of a file the previous release committed, within the window
         wait_for(lambda: _commits(new) >= 1 and verify(data).unaccounted == 0, 300, "the queue to drain",
                  interval_s=1.0)
     finally:
@@ -124,6 +137,11 @@ def test_a_data_root_of_the_previous_release_is_carried_on(zk_hosts: str, zk_cli
     report = verify(data)
     assert report.ok, report.render()
     assert report.ids_in == report.ids_written == 12 * PER_FILE, report.render()
+    seeded = [json.loads(line) for line in new.log_path.read_text(errors="replace").splitlines()
+              if f'"{DEDUP_SEEDED}"' in line]
+    assert len(seeded) == 1 and seeded[0]["keys"] >= 3 * PER_FILE, "the dedup store seeded from Spark's state once"
+    assert not list((data / "quarantine").glob("*.parquet")), "the repeats were dropped, not quarantined as late"
+    assert (data / "dedup").is_dir() and any((data / "dedup").glob("batch-*.parquet"))
     bound = read_group_identity(zk_client, zk_group)
     topic = read_topic(data)
     assert bound is not None and topic is not None and bound.data_root_id == read_data_root_id(data)

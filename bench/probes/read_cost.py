@@ -57,8 +57,7 @@ def _run_one(way: str, work: Path, source: Path) -> dict[str, Any]:
     if way.startswith("binaryFile"):
         stream = classified_stream(spark, source_format="binaryFile", path=str(landing),
                                    options={"maxFilesPerTrigger": str(config.max_files_per_trigger)}, schema=None,
-                                   max_line_bytes=config.max_line_bytes, dedup_window=config.dedup_window,
-                                   source_file_expr="", line_expr="")
+                                   max_line_bytes=config.max_line_bytes, source_file_expr="", line_expr="")
     else:
         stream = source_stream(spark, config, Layout(work), sample=False, marks=work / "marks",
                                checkpoint=work / "checkpoint")

@@ -5,6 +5,7 @@ The numbered steps, and why each is safe for a stale term, are in :class:`BatchW
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import defaultdict
@@ -25,6 +26,7 @@ from tenure.career.queue import printable_name
 from tenure.career.redis_queue import Position, TrimPoint
 from tenure.career.set_aside import ReplayRecord, mark_replayed, pending_replays, replay_records
 from tenure.career.spark._config import SparkCareerConfig
+from tenure.career.spark._dedup import DedupStore, Judged, load_seed, load_store, seed_name, write_judged
 from tenure.career.spark._errors import HandingOverError, SparkCareerError
 from tenure.career.spark._hooks import Hooks
 from tenure.career.spark._intake import batch_files, batch_offset, file_name
@@ -40,6 +42,7 @@ from tenure.career.spark._pipeline import (
     quarantine_rows,
     records,
     with_batch,
+    without_repeats,
 )
 from tenure.career.spark._publish import finish_publish, is_published, staged_parts
 from tenure.career.spark._record import check_record, check_size
@@ -289,7 +292,6 @@ class BatchWriter:
             if batch_id == committed and not is_published(layout, record or {}):
                 moved = finish_publish(layout, record or {}).moved
                 term.log.info("publish_rolled_forward", batch=batch_id, files=moved, by_epoch=term.epoch)
-            df.write.format("noop").mode("overwrite").save()  # Spark requires the batch's state stores to commit
             term.log.info("batch_skipped", batch=batch_id, committed=committed, epoch=term.epoch)
             return "skipped", {}, True
         if committed is not None and record is not None and config.file_source and committed != term.marked:
@@ -298,28 +300,33 @@ class BatchWriter:
             term.log.warning("queue_name_reused", batch=batch_id, files=[printable_name(n) for n in reused],
                              effect="a file under a name this group consumed before is read as a new file")
         replay = self._replays(record)
+        store = self._dedup_at(record)
         poison = ctx.set_aside if ctx.set_aside is not None and ctx.set_aside.batch_id == batch_id else None
         if poison is not None and poison.split_failed:
-            return self._set_aside(df, batch_id, record, version, poison)
+            return self._set_aside(df, batch_id, record, version, poison, store)
         # 3. Classify, deduplicate, hold back late records, order, run the user's code; stage every output. The
         #    poison batch this term was told to set aside runs once more, and is split if it fails (``_split``).
         phase = time.monotonic()
         df.persist(_CACHED)
         try:
+            judging = time.monotonic()
+            kept, judged = without_repeats(df, store, batch_id)
+            dedup_s = time.monotonic() - judging
             try:
-                done = self._stage(df, batch_id, record, replay)
+                done = self._stage(kept, batch_id, record, replay)
             except (Fenced, NotLeader, HandingOverError):
                 raise
             except Exception as exc:
                 if poison is None:
                     raise
-                done = self._split(df, batch_id, record, replay, poison, exc)
+                done = self._split(kept, batch_id, record, replay, poison, exc)
         finally:
             df.unpersist()
         counts, staged = done.counts, done.staged
+        self._stage_dedup(judged, staged)
         for stored in staged.values():
             sync_tree(layout.resolve(stored))  # durable before the commit says the batch exists
-        stage_s = time.monotonic() - phase - done.read_s
+        stage_s = time.monotonic() - phase - done.read_s - dedup_s
         self._fault("after_stage")
         # 4. The fenced commit: the only step that makes the batch count.
         trim_to, through, redis_field = self._redis_field(batch_id, record)
@@ -342,12 +349,14 @@ class BatchWriter:
             **({"replayed": list(replay.batches)} if replay.batches else {}),
             **({"set_aside": done.set_aside} if done.set_aside is not None else {}),
             **redis_field,
+            "dedup_since": self._dedup_since(record, batch_id),
         }
         check_size(new_record)
         commit_started = time.monotonic()
         ctx.fence.commit(new_record, version)
         commit_s = time.monotonic() - commit_started
         self._observer.commit_finished(commit_s, committed_at)
+        store.apply(judged)
         with term.lock:
             term.last_committed = batch_id
             term.last_record = new_record
@@ -356,6 +365,7 @@ class BatchWriter:
         # 5. Publish (a new leader's inaugurate, or a re-run of this batch, finishes it after a crash).
         publish_started = time.monotonic()
         published = finish_publish(layout, new_record, self._fault)
+        self._forget_expired(store, judged)
         publish_s = time.monotonic() - publish_started - published.delta_s
         self._replayed(new_record)
         self._trim(trim_to, through)
@@ -367,6 +377,7 @@ class BatchWriter:
                       delta_s=round(published.delta_s, 4),
                       batch_s=round(time.monotonic() - started, 3),
                       duplicate=counts["duplicate"], quarantined=counts["quarantined"], files=len(done.files),
+                      dedup_s=round(dedup_s, 4), dedup_keys=len(store),
                       **{name: counts[name] for name in ("late", "replayed", "set_aside") if counts.get(name)},
                       **({"retried": counts["retried"], "dead_lettered": counts["dead_lettered"],
                           "waiting": done.retry["retry_waiting"]} if done.retry else {}))
@@ -568,7 +579,7 @@ class BatchWriter:
         return {**failing.poison.to_json(), "split": True, "records": failing.count, "trials": failing.trials}
 
     def _set_aside(self, df: DataFrame, batch_id: int, record: dict[str, Any] | None, version: int,
-                   failed: FailedBatch) -> tuple[str, dict[str, int], bool]:
+                   failed: FailedBatch, store: DedupStore) -> tuple[str, dict[str, int], bool]:
         """Commit batch ``batch_id`` without running the user's code, its split having failed too: its queue files
         and a manifest go to ``set-aside/``; the per-key marks move past its records (as a split's do), the retry
         store carries over unchanged (steps 3–5 otherwise as a batch).
@@ -578,9 +589,14 @@ class BatchWriter:
         """
         term, layout = self._term, self._layout
         files = batch_files(term.checkpoint, batch_id)
-        _counts, _read, spans, _outcomes = self._stats(df)
-        # A stream's entries have no file to keep: the batch's records are set aside themselves, by stream.
-        entries = self._by_stream(df) if self._trimmer is not None else None
+        df.persist(_CACHED)
+        try:
+            kept, judged = without_repeats(df, store, batch_id)
+            _counts, _read, spans, _outcomes = self._stats(kept)
+            # A stream's entries have no file to keep: the batch's records are set aside themselves, by stream.
+            entries = self._by_stream(kept) if self._trimmer is not None else None
+        finally:
+            df.unpersist()
         marks = self._marks_at(record)
         new_marks = marks.advanced({key: high for key, (_low, high) in spans.items()})
         staging = layout.staging(layout.set_aside, term.epoch, batch_id)
@@ -588,6 +604,7 @@ class BatchWriter:
                                 records=entries)
         staged = {"set_aside": layout.relative(staging)}
         order = self._stage_marks(new_marks, marks, record, staged, batch_id)
+        self._stage_dedup(judged, staged)
         for stored in staged.values():
             sync_tree(layout.resolve(stored))
         self._fault("after_stage")
@@ -607,15 +624,18 @@ class BatchWriter:
             **order,
             "set_aside": {**failed.to_json(), "split": False, "records": lines},
             **redis_field,
+            "dedup_since": self._dedup_since(record, batch_id),
         }
         check_size(new_record)
         term.ctx.fence.commit(new_record, version)
+        store.apply(judged)
         with term.lock:
             term.last_committed = batch_id
             term.last_record = new_record
             term.order = (order["order"], new_marks)
         self._fault("after_commit")
         finish_publish(layout, new_record, self._fault)
+        self._forget_expired(store, judged)
         self._trim(trim_to, through)
         term.log.warning("batch_set_aside", batch=batch_id, epoch=term.epoch, files=len(files), records=lines,
                          attempts=failed.attempts, error=failed.error)
@@ -680,6 +700,52 @@ class BatchWriter:
         if held is not None and held[0] == path:
             return held[1]
         return read_snapshot(self._layout.resolve(path))
+
+    def _dedup_at(self, record: dict[str, Any] | None) -> DedupStore:
+        """The dedup store as of the committed ``record``: the term's own when it is that batch's (kept since the
+        term's last commit, or the follower's, preloaded), else loaded from the published files; for a data root
+        Spark's state store deduplicated (a record without ``dedup_since``), from the seed inauguration wrote."""
+        term, config = self._term, self._config
+        committed = committed_batch(record)
+        if term.dedup is not None and term.dedup.batch_id == committed:
+            return term.dedup
+        started = time.monotonic()
+        seeded = committed is not None and "dedup_since" not in (record or {})
+        if seeded:  # an earlier release's data root: inauguration wrote the seed (``_upgrade``)
+            assert committed is not None
+            store = load_seed(self._layout.dedup, committed, config.dedup_window_ms) or \
+                DedupStore.seeded(config.dedup_window_ms, committed, 0, {})
+        else:
+            store = load_store(self._layout.dedup, committed, config.dedup_window_ms)
+        term.log.info("dedup_store_loaded", batch=committed, keys=len(store), seeded=seeded,
+                      seconds=round(time.monotonic() - started, 4))
+        term.dedup = store
+        return store
+
+    @staticmethod
+    def _dedup_since(record: dict[str, Any] | None, batch_id: int) -> int:
+        """The commit record's ``dedup_since``: the first batch whose dedup keys are in ``dedup/`` (kept from the
+        record before; this batch's for the first batch of a data root, or the first after an upgrade)."""
+        since = (record or {}).get("dedup_since")
+        return int(since) if since is not None else batch_id
+
+    def _stage_dedup(self, judged: Judged, staged: dict[str, str]) -> None:
+        """Stage the batch's dedup file (the keys it saw first): published with the batch, after its commit."""
+        layout = self._layout
+        folder = layout.staging(layout.dedup, self._term.epoch, judged.batch_id)
+        write_judged(judged, folder)
+        staged["dedup"] = layout.relative(folder)
+
+    def _forget_expired(self, store: DedupStore, judged: Judged) -> None:
+        """After a publish: drop from memory what the dedup window has passed, and delete those batches' files (and
+        the upgrade's seed, once the batch that carried its keys is published)."""
+        layout = self._layout
+        gone = [layout.published_name(layout.dedup, batch, "part-00000.parquet") for batch in store.forget_expired()]
+        if judged.carried:
+            gone.append(seed_name(judged.batch_id - 1))
+        for name in gone:
+            with contextlib.suppress(FileNotFoundError):  # a batch of before the upgrade published none
+                (layout.dedup / name).unlink()
 
     def _stage_marks(self, new: HighWaterMarks, old: HighWaterMarks, record: dict[str, Any] | None,
                      staged: dict[str, str], batch_id: int) -> dict[str, str]:

@@ -35,6 +35,7 @@ from tenure.career.spark._recovery import repair_checkpoint, repair_delta_log
 from tenure.career.spark._redis_topic import LOST_RETRY_S, STREAM_LOST, GroupPositions, Trimmer
 from tenure.career.spark._standby import SparkStandby
 from tenure.career.spark._term import Term, TermClock, committed_batch, no_fault
+from tenure.career.spark._upgrade import carry_spark_state
 from tenure.errors import CommitOutcomeUnknown, ConfigError, ElectionError, Fenced, NotLeader, Unresponsive
 
 __all__ = ["MAX_WORKER_RESTARTS", "QUERY_STARTED", "TORN_FILES_REMOVED", "SparkCareer", "worker_did_not_start"]
@@ -161,7 +162,8 @@ class SparkCareer:
         self._hooks = self._standby.hooks
         self._jvm = self._standby.jvm  # every call from the control thread into Spark's JVM
         # What this replica keeps ready to lead the queue while it follows (``_prepared``), or nothing.
-        self._preparer = StatePreparer(self._layout, replica_id, self._log) if config.standby_state == "on" else None
+        self._preparer = StatePreparer(self._layout, replica_id, self._log, window_ms=config.dedup_window_ms) \
+            if config.standby_state == "on" else None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -262,6 +264,8 @@ class SparkCareer:
         if torn:
             log.warning(TORN_FILES_REMOVED, files=torn, effect="Spark plans or runs again the batches they were "
                         "part of; a committed batch's Delta version is added again by the roll-forward")
+        carry_spark_state(self._standby.session(), layout.dedup, checkpoint, record, committed_batch(record),
+                          self._config.dedup_window_ms, log)
         checkpoint_s = self._clock() - copying
         prepared = "off" if preparer is None else preparer.checkpoint.verdict
         prepared_figures = {} if preparer is None or prepared != "used" else {
@@ -292,6 +296,8 @@ class SparkCareer:
             term.order, reused = marks, [*reused, "order"]
         if preloaded is not None and (held := preloaded.held_for(record)) is not None:
             term.held, reused = held, [*reused, "retry"]
+        if preloaded is not None and (dedup := preloaded.dedup_for(record)) is not None:
+            term.dedup, reused = dedup, [*reused, "dedup"]
         removed = remove_dead_staging(layout, ctx.epoch)
         self._term = term
         self._standby.term_began()

@@ -19,7 +19,8 @@ from tenure.settings import default_of, setting
 
 __all__ = ["HandoverSplit", "SparkCareerConfig"]
 
-_WINDOW = re.compile(r"^\s*\d+\s+(second|minute|hour|day|week)s?\s*$", re.IGNORECASE)
+_WINDOW = re.compile(r"^\s*(\d+)\s+(second|minute|hour|day|week)s?\s*$", re.IGNORECASE)
+_UNIT_MS = {"second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000, "week": 604_800_000}
 
 
 class HandoverSplit(NamedTuple):
@@ -254,6 +255,13 @@ class SparkCareerConfig:
         """The retry settings as the batch writer uses them."""
         return RetryPolicy(self.retry_attempts, self.retry_backoff_s, self.retry_backoff_max_s,
                            self.row_timeout_s or None)
+
+    @property
+    def dedup_window_ms(self) -> int:
+        """``dedup_window`` in milliseconds of event time (the dedup store's window)."""
+        match = _WINDOW.match(self.dedup_window)
+        assert match is not None  # checked at construction
+        return int(match[1]) * _UNIT_MS[match[2].lower()]
 
     @property
     def on_cluster(self) -> bool:

@@ -7,7 +7,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tenure.career.output import CHECKPOINT, DEAD_LETTER, ORDER, QUARANTINE, RETRY, SET_ASIDE, TABLE, QueueOutput
+from tenure.career.output import (
+    CHECKPOINT,
+    DEAD_LETTER,
+    DEDUP,
+    ORDER,
+    QUARANTINE,
+    RETRY,
+    SET_ASIDE,
+    TABLE,
+    QueueOutput,
+)
 from tenure.career.queue import QueueLayout, check_queue
 from tenure.career.wake import WAKE
 
@@ -39,9 +49,9 @@ class Layout:
     ``batch-<B, 12 digits>-part-….parquet`` in a topic of one queue and ``queue-<k>-batch-<B>-part-….parquet`` in a
     topic of more (:class:`tenure.career.output.QueueOutput`), so ``spark.read.parquet`` and ``pyarrow.dataset`` read
     them without options; staging sits under ``_staging/epoch=<e>/batch=<B>/`` (``_staging/queue=<k>/…`` in those
-    three), which both readers skip (a leading ``_``). The checkpoint, ``order/``, ``retry/``, ``set-aside/`` and
-    ``_applications/`` are the queue's own: ``checkpoint/queue=<k>/`` and so on in a topic of several queues, the
-    folders themselves in a topic of one, which keeps the layout of before topics had several queues.
+    three), which both readers skip (a leading ``_``). The checkpoint, ``order/``, ``retry/``, ``set-aside/``,
+    ``dedup/`` and ``_applications/`` are the queue's own: ``checkpoint/queue=<k>/`` and so on in a topic of several
+    queues, the folders themselves in a topic of one, which keeps the layout of before topics had several queues.
 
     The queue — ``landing/``, ``archive/`` and the groups' consumption marks ``consumed/<group>/``, laid out as
     :class:`tenure.career.queue.QueueLayout` says — lives under ``queue_root``, which several consumer groups may
@@ -117,6 +127,11 @@ class Layout:
         """Per-key high-water marks: the highest ``seq`` published for each key (``tenure.career.spark._order``)."""
         return self._own(ORDER)
 
+    @property
+    def dedup(self) -> Path:
+        """The dedup store's files: one per committed batch, the keys it saw first (``tenure.career.spark._dedup``)."""
+        return self._own(DEDUP)
+
     def term_checkpoint(self, epoch: int) -> Path:
         """``<checkpoint>/epoch=<e>``: the Spark checkpoint that term ``epoch`` reads and writes, and no other."""
         return self.checkpoint / f"{EPOCH_PREFIX}{epoch}"
@@ -142,7 +157,7 @@ class Layout:
     def outputs(self) -> dict[str, Path]:
         """The folders a commit record's ``staged`` entries publish into, by entry name."""
         return {"table": self.table, "quarantine": self.quarantine, "retry": self.retry,
-                "dead_letter": self.dead_letter, "order": self.order, "set_aside": self.set_aside}
+                "dead_letter": self.dead_letter, "order": self.order, "set_aside": self.set_aside, "dedup": self.dedup}
 
     def delta_outputs(self) -> dict[str, Path]:
         """The outputs that are Delta tables (``tenure.career.output``), by their commit record ``staged`` name."""

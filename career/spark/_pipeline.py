@@ -1,4 +1,4 @@
-"""The consumer's pure DataFrame functions: queue lines → classified rows → deduplicated → ordered output.
+"""The consumer's pure DataFrame functions: queue lines → classified rows → without repeats → ordered output.
 
 What a queue line must be, and why a bad one is bad, is the queue's contract (:mod:`tenure.career.queue`).
 """
@@ -16,6 +16,7 @@ from pyspark.sql import functions as F  # noqa: N812 (the conventional PySpark a
 
 # Re-exported (see __all__): tenure.career.spark._config, _query and _career import the first two from here.
 from tenure.career.queue import ENTRY_LINE, QUEUE_COLUMN, TICK_SUFFIX, FileIdentity, classify_line
+from tenure.career.spark._dedup import DedupStore, Judged
 from tenure.career.spark._read import EntryChanged, EntryRefused, admitted_lines, path_of, split_stream
 
 __all__ = [
@@ -32,15 +33,16 @@ __all__ = [
     "batch_columns",
     "classified_batch",
     "classified_stream",
-    "deduplicated",
     "ordered",
     "ordered_records",
     "output_partitions",
     "quarantine_rows",
     "records",
     "split_lines",
+    "stamped",
     "table_rows",
     "with_batch",
+    "without_repeats",
 ]
 
 BINARY_FILE = "binaryFile"
@@ -61,8 +63,8 @@ CLASSIFIED_SCHEMA = (
 
 ``dedup_key`` is ``i<id>`` for a record, ``b<file>:<stamp>:<line>`` for a bad line and ``f<file>:<stamp>``
 for a marker (the stamp: the file's modification time, and its inode from the queue source): only records can
-ever collide, yet bad lines and markers pass through the same (single) deduplication operator, so one streaming
-branch carries everything (two branches would read the source twice). A marker's ``reason`` says how its file
+collide within a read, and bad lines and markers collide only when a file is read again, which the dedup store
+(:func:`without_repeats`) catches as it catches a repeated record. A marker's ``reason`` says how its file
 went (:func:`split_lines`). ``admitted`` is the source's own column of that name (the queue source's group
 clock), or null.
 """
@@ -261,27 +263,45 @@ def classified_batch(raw: DataFrame, max_line_bytes: int, *, file_source: bool =
         split_records(max_line_bytes), CLASSIFIED_SCHEMA)
 
 
-def deduplicated(classified: DataFrame, window: str, watermark_ms: int = 0) -> DataFrame:
-    """Drop repeated record ids with Spark state that lives in the checkpoint (so it survives failover).
+def stamped(classified: DataFrame) -> DataFrame:
+    """The classified stream with each row's event time, ``_ingested``: its ``admitted`` (the group clock the queue
+    source planned the batch by, :mod:`tenure.career.spark._intake`), or for a source without it the micro-batch's
+    timestamp (``current_timestamp()``). Both are in the offset log, so a re-run of a batch sees the same value.
+    No state: the dedup store judges the batch on the driver (:func:`without_repeats`)."""
+    return classified.withColumn("_ingested", F.coalesce(F.col("admitted"), F.current_timestamp()))
 
-    The event time is the row's ``admitted``: the group's clock when the queue source planned its batch, which
-    every term carries on and no replica's wall clock moves (:mod:`tenure.career.spark._intake`). A source without it
-    (any other format) is stamped at ingestion (``current_timestamp()``: the micro-batch's timestamp, in the
-    leader's clock). Either is stored in the offset log, so a re-run of a batch sees the same value. Neither is
-    ever earlier than the latest event time an earlier term saw (``watermark_ms``, the checkpoint's watermark,
-    plus ``window``): a checkpoint whose watermark came from a leader's clock that ran ahead (an ingestion-time
-    source, or a release before the group clock) would otherwise have Spark drop every row of the new term as too
-    old. So no row is ever late and nothing is dropped; an id is remembered for ``window`` of event time after
-    it was first seen: a repeat arriving later than that is caught as late by the per-key order marks.
+
+_IDENTITY = ("dedup_key", "source_file", "line")
+
+
+def without_repeats(batch: DataFrame, store: DedupStore, batch_id: int) -> tuple[DataFrame, Judged]:
+    """Batch ``batch_id`` (a cached, :func:`stamped` batch) without the rows that repeat a dedup key, judged by
+    ``store`` as of the batch before: the batch's keys come to the driver (one narrow action), the store judges
+    them, and the repeats leave with a broadcast anti-join, no shuffle. Of several copies of a key in the batch the
+    one from the lowest source and line is kept, whatever the partitions' order, so a re-run keeps the same one.
+
+    A row is known by its key, source and line (null-safe: a marker has no line); the same source line read twice
+    in one batch is one row read twice, and one copy of it is kept (a shuffle, only then).
+
+    Returns the rows kept and the judgement to stage and, after the batch's commit, to apply to the store.
     """
-    ingested = F.coalesce(F.col("admitted"), F.current_timestamp())
-    if watermark_ms > 0:
-        ingested = F.greatest(ingested, F.expr(f"timestamp_millis({int(watermark_ms)}) + INTERVAL {window}"))
-    return (
-        classified.withColumn("_ingested", ingested)
-        .withWatermark("_ingested", window)
-        .dropDuplicatesWithinWatermark(["dedup_key"])
-    )
+    table = batch.select(*_IDENTITY, F.unix_millis("_ingested").alias("_ms")).toArrow()
+    table = table.sort_by([("source_file", "ascending"), ("line", "ascending"), ("dedup_key", "ascending")])
+    event_ms = pa.compute.max(table.column("_ms")).as_py()
+    judged = store.judge(batch_id, table.column("dedup_key"), int(event_ms) if event_ms is not None else 0)
+    if not judged.repeat_count:
+        return batch, judged
+    rows = list(zip(*(table.column(name).to_pylist() for name in _IDENTITY), strict=True))
+    flags = judged.repeats.to_pylist()
+    kept_rows = {row for row, repeat in zip(rows, flags, strict=True) if not repeat}
+    gone_rows = {row for row, repeat in zip(rows, flags, strict=True) if repeat} - kept_rows
+    kept = batch.dropDuplicates(list(_IDENTITY)) if len(set(rows)) < len(rows) else batch
+    if not gone_rows:
+        return kept, judged
+    gone = F.broadcast(batch.sparkSession.createDataFrame(
+        sorted(gone_rows, key=repr), "dedup_key STRING, source_file STRING, line BIGINT"))
+    on = [kept[name].eqNullSafe(gone[name]) for name in _IDENTITY]
+    return kept.join(gone, on=on, how="left_anti"), judged
 
 
 def classified_stream(
@@ -292,16 +312,14 @@ def classified_stream(
     options: Mapping[str, str],
     schema: str | None,
     max_line_bytes: int,
-    dedup_window: str,
     source_file_expr: str,
     line_expr: str,
-    watermark_ms: int = 0,
     whole_files: bool = False,
     route: tuple[int, int] = (0, 1),
 ) -> DataFrame:
-    """The streaming side of the pipeline: source → classified lines → deduplicated (not yet ordered); for a
-    query resuming a checkpoint, ``watermark_ms`` is the watermark it holds (see :func:`deduplicated`); ``route``
-    the queue of a topic the files are in (:func:`split_lines`).
+    """The streaming side of the pipeline: source → classified lines, each with its event time (:func:`stamped`; the
+    batch writer drops the repeats, :func:`without_repeats`); ``route`` the queue of a topic the files are in
+    (:func:`split_lines`).
 
     With ``binaryFile``, or a source of the same schema (``whole_files``: the queue source), each file is split
     into lines;
@@ -318,8 +336,7 @@ def classified_stream(
     if not file_source:
         raw = raw.select(F.col("value"), F.expr(source_file_expr).cast("string").alias("source_file"),
                          F.expr(line_expr).cast("long").alias("line"))
-    return deduplicated(classified_batch(raw, max_line_bytes, file_source=file_source, route=route), dedup_window,
-                        watermark_ms)
+    return stamped(classified_batch(raw, max_line_bytes, file_source=file_source, route=route))
 
 
 def records(classified: DataFrame) -> DataFrame:

@@ -16,6 +16,7 @@ from typing import Any, Final
 import pyarrow as pa
 
 from tenure.career.spark._checkpoints import PreparedCheckpoint
+from tenure.career.spark._dedup import DedupStore
 from tenure.career.spark._layout import Layout
 from tenure.career.spark._order import HighWaterMarks
 from tenure.career.spark._retry import read_snapshot
@@ -48,6 +49,7 @@ class Preloaded:
     batch_id: int
     order: tuple[str, HighWaterMarks] | None
     retry: tuple[str, pa.Table] | None
+    dedup: DedupStore | None = None
 
     def marks_for(self, record: dict[str, Any] | None) -> tuple[str, HighWaterMarks] | None:
         """The marks, if ``record`` is this batch's and names this marks snapshot."""
@@ -62,6 +64,14 @@ class Preloaded:
                 self.retry[0]:
             return None
         return self.retry
+
+    def dedup_for(self, record: dict[str, Any] | None) -> DedupStore | None:
+        """The dedup store, if ``record`` is this batch's and its data root keeps the store's files (``dedup_since``:
+        otherwise the term seeds the store from Spark's state, which the files do not hold)."""
+        if self.dedup is None or committed_batch(record) != self.batch_id or self.dedup.batch_id != self.batch_id \
+                or "dedup_since" not in (record or {}):
+            return None
+        return self.dedup
 
 
 class StatePreparer:
@@ -81,14 +91,18 @@ class StatePreparer:
         layout: the queue's layout on the data root.
         owner: the replica id: names the prepared copy (several replicas may share a data root).
         log: the career's logger.
+        window_ms: the dedup window, in milliseconds of event time (the dedup store's).
         defer_s: how long a term that commits nothing new is left alone before its folder is mirrored anyway.
     """
 
-    def __init__(self, layout: Layout, owner: str, log: Any, *, defer_s: float = _DEFER_S) -> None:
+    def __init__(self, layout: Layout, owner: str, log: Any, *, window_ms: int, defer_s: float = _DEFER_S) -> None:
         self.checkpoint = PreparedCheckpoint(layout, owner)
         self._layout = layout
         self._log = log
+        self._window_ms = window_ms
         self._defer_s = defer_s
+        # Held while the thread moves the dedup store: the store is moved in place, and is the term's once handed.
+        self._dedup_lock = threading.Lock()
         self._preloaded: Preloaded | None = None
         self._seen: tuple[int, int] | None = None  # (term, mtime of its commit log) last caught up with
         # A term folder not mirrored yet: (term, newest batch in its commit log, monotonic time) when first seen.
@@ -99,12 +113,13 @@ class StatePreparer:
         self._thread.start()
 
     def pause(self) -> Preloaded | None:
-        """The career is inaugurating: the thread stops touching the copy (a round in progress finishes first);
-        returns what it preloaded."""
+        """The career is inaugurating: the thread stops touching the copy and the dedup store (a round in progress
+        finishes first); returns what it preloaded, which the term owns from now on."""
         self._leading.set()
         with self.checkpoint.lock:
             preloaded, self._preloaded, self._seen, self._first_seen = self._preloaded, None, None, None
-        return preloaded
+        with self._dedup_lock:
+            return preloaded
 
     def resume(self) -> None:
         """The career's term has ended: follow again."""
@@ -169,8 +184,8 @@ class StatePreparer:
                                          "marks and retry store from disk, as with --standby-state off")
 
     def _load(self, term: Path, before: Preloaded | None) -> Preloaded | None:
-        """The marks and retry store as of the newest batch in ``term``'s commit log (the ones already loaded kept
-        when their files are the same)."""
+        """The marks, retry store and dedup store as of the newest batch in ``term``'s commit log (the marks and
+        retry store already loaded kept when their files are the same; the dedup store caught up in place)."""
         batch = _newest_batch(term)
         if batch < 0:
             return None
@@ -184,7 +199,19 @@ class StatePreparer:
         if retry is not None and held is None:
             table = read_snapshot(layout.resolve(retry))
             held = (retry, table) if table is not None else None
-        return Preloaded(batch_id=batch, order=marks, retry=held)
+        return Preloaded(batch_id=batch, order=marks, retry=held, dedup=self._dedup_at(before, batch))
+
+    def _dedup_at(self, before: Preloaded | None, batch: int) -> DedupStore | None:
+        """The dedup store caught up to ``batch`` from the published files (the one kept before, unless it is
+        ahead: a newer term's folder restarts it), or None once the career leads."""
+        with self._dedup_lock:
+            if self._leading.is_set():
+                return None
+            store = before.dedup if before is not None else None
+            if store is None or (store.batch_id is not None and store.batch_id > batch):
+                store = DedupStore(self._window_ms)
+            store.caught_up(self._layout.dedup, batch)
+            return store
 
 
 def _newest_batch(term: Path) -> int:

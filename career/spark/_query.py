@@ -6,7 +6,6 @@ production order; flow control is files or bytes per trigger, never both.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -17,26 +16,10 @@ from pyspark.sql import DataFrame, SparkSession
 from tenure.career.spark._config import SparkCareerConfig
 from tenure.career.spark._intake import QUEUE_SOURCE, QueueSource, clock_options
 from tenure.career.spark._layout import Layout
-from tenure.career.spark._pipeline import classified_stream, deduplicated
+from tenure.career.spark._pipeline import classified_stream, stamped
 from tenure.career.spark._term import TermClock
 
-__all__ = ["checkpoint_watermark_ms", "query_name", "source_stream", "start_query"]
-
-
-def checkpoint_watermark_ms(checkpoint: Path) -> int:
-    """The event-time watermark a query resuming ``checkpoint`` starts from (0 for a new one): the larger of the
-    newest offset-log entry's ``batchWatermarkMs`` and the newest commit-log entry's ``nextBatchWatermarkMs``
-    (each file: a version line, then one JSON line)."""
-    found = 0
-    for folder, field in (("offsets", "batchWatermarkMs"), ("commits", "nextBatchWatermarkMs")):
-        try:
-            newest = max((p for p in (checkpoint / folder).iterdir() if p.name.isdigit()), key=lambda p: int(p.name),
-                         default=None)
-            if newest is not None:
-                found = max(found, int(json.loads(newest.read_text().splitlines()[1]).get(field, 0)))
-        except (FileNotFoundError, IndexError, ValueError):
-            continue  # a new checkpoint: no watermark yet
-    return found
+__all__ = ["query_name", "source_stream", "start_query"]
 
 
 def query_name(replica_id: str, epoch: int, restarts: int) -> str:
@@ -45,7 +28,7 @@ def query_name(replica_id: str, epoch: int, restarts: int) -> str:
 
 
 def source_stream(session: SparkSession, config: SparkCareerConfig, layout: Layout, *, sample: bool,
-                  marks: Path, checkpoint: Path | None = None, watermark_ms: int = 0,
+                  marks: Path, checkpoint: Path | None = None,
                   clock: TermClock | None = None) -> DataFrame:
     """The classified, deduplicated stream of the configured source.
 
@@ -57,7 +40,6 @@ def source_stream(session: SparkSession, config: SparkCareerConfig, layout: Layo
         sample: read ``layout.landing`` whatever the configured source (the warm-up's scratch sample).
         marks: this group's consumption marks folder (the queue source skips what it holds).
         checkpoint: the query's checkpoint (to resume one written by Spark's file source).
-        watermark_ms: the watermark of the checkpoint the query resumes (:func:`checkpoint_watermark_ms`).
         clock: the term's group clock: the queue source's event time (none: rows are stamped at ingestion).
     """
     if config.queue_url is not None and not sample:
@@ -73,8 +55,7 @@ def source_stream(session: SparkSession, config: SparkCareerConfig, layout: Layo
         else:
             options["maxEntriesPerTrigger"] = str(config.max_entries_per_trigger)
         raw = session.readStream.format(REDIS_SOURCE).options(**options).load()
-        return deduplicated(classified_entries(raw, config.max_line_bytes, (layout.index, layout.queues)),
-                            config.dedup_window, watermark_ms)
+        return stamped(classified_entries(raw, config.max_line_bytes, (layout.index, layout.queues)))
     if sample or config.file_source:
         session.dataSource.register(QueueSource)
         options = {"path": str(layout.landing if sample or config.source_path is None else config.source_path),
@@ -86,14 +67,12 @@ def source_stream(session: SparkSession, config: SparkCareerConfig, layout: Layo
         elif config.max_files_per_trigger is not None:
             options["maxFilesPerTrigger"] = str(config.max_files_per_trigger)
         return classified_stream(session, source_format=QUEUE_SOURCE, path=None, options=options,
-                                 schema=None, max_line_bytes=config.max_line_bytes,
-                                 dedup_window=config.dedup_window, source_file_expr="", line_expr="",
-                                 watermark_ms=watermark_ms, whole_files=True, route=(layout.index, layout.queues))
+                                 schema=None, max_line_bytes=config.max_line_bytes, source_file_expr="",
+                                 line_expr="", whole_files=True, route=(layout.index, layout.queues))
     return classified_stream(session, source_format=config.source_format, path=config.source_path,
                              options=config.source_options, schema=config.source_schema,
-                             max_line_bytes=config.max_line_bytes, dedup_window=config.dedup_window,
-                             source_file_expr=config.source_file_expr, line_expr=config.line_expr,
-                             watermark_ms=watermark_ms)
+                             max_line_bytes=config.max_line_bytes, source_file_expr=config.source_file_expr,
+                             line_expr=config.line_expr)
 
 
 def start_query(session: SparkSession, config: SparkCareerConfig, layout: Layout,
@@ -112,7 +91,7 @@ def start_query(session: SparkSession, config: SparkCareerConfig, layout: Layout
     session.conf.set("spark.sql.streaming.numRecentProgressUpdates", "20")  # read each second: keep it short
     return (
         source_stream(session, config, layout, sample=False, marks=marks, checkpoint=checkpoint,
-                      watermark_ms=checkpoint_watermark_ms(checkpoint), clock=clock)
+                      clock=clock)
         .writeStream.queryName(name)
         .foreachBatch(writer)
         .option("checkpointLocation", str(checkpoint))

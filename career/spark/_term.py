@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from tenure.career._protocol import CareerContext
 from tenure.career.spark._checkpoints import CheckpointSync, newer_term_started
+from tenure.career.spark._dedup import DedupStore
 from tenure.career.spark._intake import admitted_entries
 from tenure.career.spark._layout import Layout
 from tenure.career.spark._marks import ConsumptionMarks
@@ -83,6 +84,7 @@ class Term:
     worker_restarts: int = 0  # restarts after a Python worker that did not start in time (``worker_did_not_start``)
     order: tuple[str | None, HighWaterMarks] | None = None  # the per-key marks as of a commit record's "order"
     held: tuple[str, pa.Table] | None = None  # the retry store as of a commit record's "retry", preloaded
+    dedup: DedupStore | None = None  # the dedup store as of its batch_id (a committed batch), kept or preloaded
     marked: int | None = None  # the last batch whose queue files this term marked consumed
     lost: Exception | None = None  # a Redis topic: the StreamLost that stopped the query (planned again later)
     lost_check_at: float | None = None  # monotonic: when to plan again, or to call the stream restored
