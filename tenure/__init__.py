@@ -8,11 +8,19 @@ Beneath the rooms, the foundation floor: ``tenure.settings`` (each setting decla
 imports none of the rooms, so the lowest floor can use it.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("tenure")
-except PackageNotFoundError:  # a source tree that was never installed (pyproject.toml holds the version)
-    __version__ = "0+unknown"
-
 __all__ = ["__version__"]
+
+
+def __getattr__(name: str) -> str:
+    """``__version__``, read from the installed distribution on first use: every Python process Spark starts
+    imports this package (its launcher, ``tenure-spark-python``), and reading package metadata takes it 0.06 s."""
+    if name != "__version__":
+        raise AttributeError(f"module 'tenure' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("tenure")
+    except PackageNotFoundError:  # a source tree that was never installed (pyproject.toml holds the version)
+        found = "0+unknown"
+    globals()["__version__"] = found
+    return found

@@ -19,6 +19,7 @@ from tenure.career.spark._dedup import (
     write_judged,
     write_seed,
 )
+from tenure.career.spark._prepared import Preloaded
 
 WINDOW_MS = 120_000
 
@@ -29,6 +30,15 @@ def _publish(judged: Judged, folder: Path) -> None:
     write_judged(judged, staging)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"batch-{judged.batch_id:012d}-part-00000.parquet").hardlink_to(staging / "part-00000.parquet")
+
+
+def _publish_abc(folder: Path) -> None:
+    """Batches 0, 1 and 2 committed and published, each the first to see key ``a``, ``b`` and ``c``."""
+    store = DedupStore(WINDOW_MS)
+    for batch, key in enumerate("abc"):
+        judged = store.judge(batch, _keys(key), batch)
+        _publish(judged, folder)
+        store.apply(judged)
 
 
 def _keys(*keys: str) -> pa.Array:
@@ -125,11 +135,7 @@ def test_a_store_replayed_from_the_published_files_judges_every_batch_as_the_lea
 def test_files_of_batches_after_the_committed_one_are_not_read(tmp_path: Path) -> None:
     """A file published by a batch later than the commit record's (the record read before it) is left out."""
     folder = tmp_path / "dedup"
-    store = DedupStore(WINDOW_MS)
-    for batch, key in enumerate("abc"):
-        judged = store.judge(batch, _keys(key), batch)
-        _publish(judged, folder)
-        store.apply(judged)
+    _publish_abc(folder)
     assert [b for b, _ in published_batches(folder)] == [0, 1, 2]
     at_1 = load_store(folder, 1, WINDOW_MS)
     assert at_1.batch_id == 1 and at_1.judge(2, _keys("a", "b", "c"), 2).repeats.to_pylist() == [True, True, False]
@@ -186,3 +192,20 @@ def test_an_upgrades_seed_is_read_back_as_the_store_it_was_written_from(tmp_path
     judged = store.judge(42, _keys("old", "recent", "new"), WINDOW_MS)
     assert judged.repeats.to_pylist() == [True, True, False] and judged.carried == {"old": 1, "recent": WINDOW_MS}
     assert load_seed(folder, 40, WINDOW_MS) is None and not published_batches(folder)
+
+
+def test_a_preloaded_store_behind_the_record_is_caught_up_and_one_ahead_refused(tmp_path: Path) -> None:
+    """At inauguration a follower's store one batch behind the commit record (the old leader's last batch
+    committed just before it handed over) is caught up from the published file and judges as the leader's store
+    does; a store ahead of the record (it followed a checkpoint the record does not name) is not used, nor one of a
+    data root without ``dedup_since``."""
+    folder = tmp_path / "dedup"
+    _publish_abc(folder)
+    record = {"batch_id": 2, "dedup_since": 0}
+    behind = Preloaded(batch_id=1, order=None, retry=None, dedup=load_store(folder, 1, WINDOW_MS))
+    caught = behind.dedup_for(record, folder)
+    assert caught is not None and caught.batch_id == 2
+    assert caught.judge(3, _keys("a", "b", "c", "d"), 3).repeats.to_pylist() == [True, True, True, False]
+    ahead = Preloaded(batch_id=2, order=None, retry=None, dedup=load_store(folder, 2, WINDOW_MS))
+    assert ahead.dedup_for({"batch_id": 1, "dedup_since": 0}, folder) is None
+    assert ahead.dedup_for({"batch_id": 2}, folder) is None, "a data root Spark's state deduplicated"

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError
+from kazoo.exceptions import NoAuthError, NotEmptyError
 
 from tenure.election import (
     TRANSITIONS,
@@ -419,6 +419,19 @@ def test_deleted_node_revokes_and_next_commit_is_fenced(group_contenders: Conten
     assert fence.read_commit() == (None, version)
 
 
+def _delete_parent(client: KazooClient, path: str) -> None:
+    """Delete ``path`` and its children, again when a contender's rejoin creates a child between the recursive
+    delete's children and the parent (NotEmptyError)."""
+    def deleted() -> bool:
+        try:
+            client.delete(path, recursive=True)
+        except NotEmptyError:
+            return False
+        return True
+
+    wait_until(deleted, 10, f"{path} deleted", interval_s=0.0)
+
+
 def test_epoch_keeps_rising_after_election_parent_recreated(
         group_contenders: Contenders, zk_client: KazooClient) -> None:
     """Deleting and re-creating /tenure/<group>/election restarts sequence numbers at 0, yet the epoch
@@ -437,7 +450,7 @@ def test_epoch_keeps_rising_after_election_parent_recreated(
     assert c.election.node.endswith("-n_0000000000"), "sequence restarted with the new parent"
     assert third.epoch > second.epoch > first.epoch
     # also under a live leader: deleting the whole parent revokes and the rejoin still rises
-    zk_client.delete(GroupPaths(c.election.group).election, recursive=True)
+    _delete_parent(zk_client, GroupPaths(c.election.group).election)
     _, revoked = c.events.wait_for(Revoked, 10, count=3)
     assert revoked.reason == "node deleted"
     _, fourth = c.events.wait_for(Elected, 10, count=4)

@@ -238,7 +238,7 @@ def test_stopped_ensemble_suspends_leader_and_refuses_commits(private_ensemble: 
 
         wait_until(lambda: since_suspended(Resumed) or since_suspended(Revoked), 40, "Resumed or Revoked")
         if since_suspended(Revoked):
-            assert [e.reason for e in leader.events.of(Revoked)] == ["session lost"]
+            assert [e.reason for _, e in leader.events.of(Revoked)] == ["session lost"]
             with pytest.raises((NotLeader, Fenced)):
                 fence.commit({"batch": 1}, expected_version=version)
         print(f"stopped ensemble: suspended {t_suspended - t_down:+.3f} s from the last stop; {len(refused)} commits "

@@ -371,7 +371,8 @@ def test_elected_while_spark_cannot_start_gives_the_lock_back_and_rejoins_when_h
     wait_for(lambda: bool(h.events(INAUGURATION_ABANDONED)), 20, "the inauguration to be abandoned")
     abandoned = h.events(INAUGURATION_ABANDONED)[0]
     assert "starting Spark did not answer" in abandoned["reason"]
-    assert any(e.get("new") == ReplicaState.UNHEALTHY.value for e in h.events(RUNNER_STATE))
+    wait_for(lambda: any(e.get("new") == ReplicaState.UNHEALTHY.value for e in h.events(RUNNER_STATE)), 10,
+             "the unhealthy state, logged just after the abandonment")
     wait_for(h.leading, 20, "the runner to rejoin and lead once healthy")
     assert h.career.contexts[-1].epoch > abandoned["epoch"], "it leads on a new node, the first was given back"
     assert not h.events(CAREER_FAILED) and not h.events(BACKING_OFF)

@@ -110,7 +110,9 @@ def test_up_queues_runs_a_topic_of_several_queues_for_replicas_and_producer(tmp_
         with connected(zk, read_only=True) as client:
             bound = read_group_identity(client, "default")
         assert bound is not None and bound.queue_count == 3
-        assert json.loads((tmp_path / "data" / "_topic.json").read_text())["queues"] == 3
+        topic = tmp_path / "data" / "_topic.json"  # the producer writes it; a new leader may start sooner
+        wait_for(topic.is_file, 30, "the producer's _topic.json")
+        assert json.loads(topic.read_text())["queues"] == 3
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
     finally:

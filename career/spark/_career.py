@@ -28,7 +28,7 @@ from tenure.career.spark._layout import Layout
 from tenure.career.spark._marks import ConsumptionMarks
 from tenure.career.spark._prepared import Preloaded, StatePreparer
 from tenure.career.spark._progress import BATCH_PROGRESS, progress_figures
-from tenure.career.spark._publish import adopt_outputs, finish_publish, is_published, remove_dead_staging
+from tenure.career.spark._publish import adopt_outputs, finish_publish, is_published
 from tenure.career.spark._query import query_name, start_query
 from tenure.career.spark._record import check_record
 from tenure.career.spark._recovery import repair_checkpoint, repair_delta_log
@@ -296,14 +296,13 @@ class SparkCareer:
             term.order, reused = marks, [*reused, "order"]
         if preloaded is not None and (held := preloaded.held_for(record)) is not None:
             term.held, reused = held, [*reused, "retry"]
-        if preloaded is not None and (dedup := preloaded.dedup_for(record)) is not None:
+        if preloaded is not None and (dedup := preloaded.dedup_for(record, layout.dedup)) is not None:
             term.dedup, reused = dedup, [*reused, "dedup"]
-        removed = remove_dead_staging(layout, ctx.epoch)
         self._term = term
         self._standby.term_began()
-        archived = self._housekeeper.archive_committed(term)
+        self._housekeeper.term_began(term)
         log.info(INAUGURATED, epoch=ctx.epoch, batch=term.last_committed, rolled_forward=rolled,
-                 removed_staging=len(removed), archived=archived, clean=ctx.after_clean_handover,
+                 clean=ctx.after_clean_handover,
                  **({"adopted_as_delta": adopted} if adopted else {}),
                  checkpoint_from=copied_from, prepared=prepared, **prepared_figures, preloaded=reused,
                  checkpoint_s=round(checkpoint_s, 3), outputs_s=round(outputs_s, 3),

@@ -65,12 +65,20 @@ class Preloaded:
             return None
         return self.retry
 
-    def dedup_for(self, record: dict[str, Any] | None) -> DedupStore | None:
-        """The dedup store, if ``record`` is this batch's and its data root keeps the store's files (``dedup_since``:
-        otherwise the term seeds the store from Spark's state, which the files do not hold)."""
-        if self.dedup is None or committed_batch(record) != self.batch_id or self.dedup.batch_id != self.batch_id \
-                or "dedup_since" not in (record or {}):
+    def dedup_for(self, record: dict[str, Any] | None, folder: Path) -> DedupStore | None:
+        """The dedup store as of ``record``'s batch, if its data root keeps the store's files (``dedup_since``:
+        otherwise the term seeds the store from Spark's state, which the files do not hold): caught up from the
+        files published in ``folder`` when it is behind (at a graceful handover the old leader's last batch commits
+        just before it hands over, so a follower's store is most often one batch behind). Call after the committed
+        batch was rolled forward: its file is then in ``folder``. None for a store ahead of the record."""
+        committed = committed_batch(record)
+        if self.dedup is None or committed is None or "dedup_since" not in (record or {}):
             return None
+        if self.dedup.batch_id != committed:
+            try:
+                self.dedup.caught_up(folder, committed)
+            except ValueError:  # ahead of the record: it followed a checkpoint the record does not name
+                return None
         return self.dedup
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Final
 
 import structlog
 from pyspark.sql import SparkSession
 
-from tenure.career.spark._worker_python import worker_python
+from tenure.career.spark._forkserver import fork_server
+from tenure.career.spark._worker_python import FORK_SERVER_ENV, LAUNCHER, worker_python
 
 __all__ = ["SESSION_CONF", "SPARK_SESSION_READY", "build_session", "use_driver_python"]
 
@@ -45,14 +47,19 @@ def use_driver_python(session: SparkSession, master: str) -> None:
     PySpark's default worker is ``python3`` from PATH, which outside an activated virtualenv lacks pyarrow
     (the pipeline's ``mapInArrow`` needs it). The interpreter is started through ``tenure-spark-python``
     (:mod:`tenure.career.spark._worker_python`), so that it imports PySpark's compiled modules, not Spark's
-    archive of its sources. On a cluster the workers' Python is the cluster's business.
+    archive of its sources; and a query's source runner is forked by this process's fork server, its imports done
+    (:mod:`tenure.career.spark._forkserver`; ``TENURE_FORK_SERVER=off`` turns it off). On a cluster the workers'
+    Python is the cluster's business.
     """
-    if not master.startswith("local") or "PYSPARK_PYTHON" in os.environ:
+    if not master.startswith("local"):
         return
-    python = worker_python()
     context: Any = session.sparkContext
-    if context.pythonExec != python:
+    python = os.environ.get("PYSPARK_PYTHON") or worker_python()
+    if "PYSPARK_PYTHON" not in os.environ and context.pythonExec != python:
         context.pythonExec = python  # read when each Python function is wrapped: takes effect now
+    if Path(python).name == LAUNCHER and os.environ.get(FORK_SERVER_ENV) != "off" \
+            and (server := fork_server()) is not None:
+        context.environment[FORK_SERVER_ENV] = server.socket_path  # each data source registered from now on
 
 
 def build_session(
