@@ -251,6 +251,10 @@ def run_handover(ctx: BenchContext) -> Result:
         # Warm standby with the follower's state kept ready (issue 53; off by default): its term links what is new.
         ("tenure-warm-state", lambda d: TenureCluster(d, standby="warm", rate=_RATE, label="tenure-warm-state",
                                                       spec=ReplicaSpec(standby_state="on"))),
+        # The same without the fork server of the query's source runners (issue 53): Spark starts each itself.
+        ("tenure-warm-state-fork-off", lambda d: TenureCluster(
+            d, standby="warm", rate=_RATE, label="tenure-warm-state-fork-off",
+            spec=ReplicaSpec(standby_state="on", fork_server="off"))),
     ]
     if ctx.recipes is not None:
         unknown = set(ctx.recipes) - {label for label, _ in recipes}
@@ -258,8 +262,8 @@ def run_handover(ctx: BenchContext) -> Result:
             raise ValueError(f"--recipes: no recipe {sorted(unknown)}; choose from {[r for r, _ in recipes]}")
         recipes = [(label, factory) for label, factory in recipes if label in ctx.recipes]
         result.params["recipes"] = list(ctx.recipes)
-    else:  # a comparison of one setting, run only when named
-        recipes = [(label, factory) for label, factory in recipes if label != "tenure-warm-state"]
+    else:  # comparisons of one setting, run only when named
+        recipes = [(label, factory) for label, factory in recipes if not label.startswith("tenure-warm-state")]
     changes = _run_recipes(ctx, recipes, count, crash=False, result=result)
     summary: dict[str, dict[str, Any]] = {}
     for label, rows in changes.items():

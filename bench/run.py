@@ -146,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "default 2): more rounds average out the baseline's own spread")
     parser.add_argument("--recipes", nargs="+", default=None, metavar="RECIPE",
                         help="the handover benchmark's recipes to run (tenure-warm, naive, tenure-cold; "
-                             "tenure-warm-state, warm with --standby-state on, only when named), or the "
+                             "tenure-warm-state, warm with --standby-state on, and tenure-warm-state-fork-off, "
+                             "the same with --fork-server off, only when named), or the "
                              "cluster benchmark's parts (throughput, cluster-2w, cluster-2w-no-standby, local); "
                              "default all: the targets that compare them need the ones they name")
     parser.add_argument("--log-level", default="warning", help="the bench process's own log level")

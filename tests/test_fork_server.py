@@ -19,7 +19,8 @@ from kazoo.client import KazooClient
 from tenure.career import Outcome
 from tenure.career.spark import SparkCareer
 from tenure.career.spark._forkserver import ForkServer, _start, fork_server
-from tenure.career.spark._worker_python import RUNNER_MODULE, run_forked
+from tenure.career.spark._session import use_driver_python
+from tenure.career.spark._worker_python import FORK_SERVER_ENV, RUNNER_MODULE, run_forked
 from tests._polling import wait_for
 from tests.test_spark_career import Queue, Recorder, drained, leadership, make_config, run_until
 
@@ -157,3 +158,17 @@ def test_a_real_querys_source_runner_is_a_child_of_the_fork_server(
     finally:
         career.close()
     assert runners
+
+
+def test_the_setting_off_leaves_every_runner_to_spark(spark: Any) -> None:
+    """``--fork-server off``: the session's Python workers are given no server (a session that had one loses
+    it), so Spark starts each runner itself; on, they are given this process's live server."""
+    context = spark.sparkContext
+    try:
+        use_driver_python(spark, "local[2]", fork_server_on=True)
+        server = fork_server()
+        assert server is not None and context.environment[FORK_SERVER_ENV] == server.socket_path
+        use_driver_python(spark, "local[2]", fork_server_on=False)
+        assert FORK_SERVER_ENV not in context.environment
+    finally:
+        use_driver_python(spark, "local[2]")

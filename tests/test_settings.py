@@ -104,14 +104,14 @@ _NEW = {"--op-timeout-share": None, "--master-request-share": 0.25, "--master-re
         "--queues": None, "--max-queues-led": None, "--balance-settle-s": 10.0,
         # issue 52: a Redis topic
         "--queue-url": None, "--max-entries-per-trigger": 10_000,
-        # issue 53: a follower's state kept ready
-        "--standby-state": "off"}
+        # issue 53: a follower's state kept ready, and the fork server of a query's source runners
+        "--standby-state": "off", "--fork-server": "on"}
 
 
 def test_flags_variables_and_defaults_are_those_of_before() -> None:
     """Every flag of `tenure run` before is still there with its variable, type and default (the TOML key is the
     flag's name with underscores); the only new flags are the named shares of budgets, a poison batch's two
-    bounds, the queues' three, a Redis topic's two and the follower's state kept ready."""
+    bounds, the queues' three, a Redis topic's two, the follower's state kept ready and the fork server."""
     options = {p.opts[0]: p for p in run.params if isinstance(p, click.Option) and p.name != "config_file"}
     declared = {d.flag: d for d in SETTINGS}
     assert set(options) == set(declared)

@@ -380,8 +380,8 @@ def test_fenced_commit_never_publishes(spark: Any, zk_client: KazooClient, zk_gr
     leader = SparkCareer(make_config(root), Recorder(), replica_id="new")
     with leadership(zk_client, zk_group, "new") as (_, ctx2):
         leader.inaugurate(ctx2)
-        assert not list((root / "table").glob("_staging/*"))
         run_until(leader, drained(root))
+        assert not list((root / "table").glob("_staging/*")), "the zombie's staging outlived the new term's batch"
         leader.hand_over(Outcome.CLEAN)
     report = assert_exactly_once(root)
     assert report.ids_in == 40

@@ -237,7 +237,8 @@ def test_a_successor_on_its_prepared_copy_after_a_leader_killed_mid_batch_neithe
     (nothing committed: its planned offsets are in its folder) or after its fenced commit (ZooKeeper has the
     batch, Spark's commit log does not). r2 takes over on its prepared copy: it runs the batch once, or skips it
     as committed; the output is exactly once. After ``after_commit`` the marks r2 preloaded are one batch behind
-    the record, so they are not used."""
+    the record, so they are not used; its dedup store, one batch behind too, is caught up from the file the
+    roll-forward published, and used."""
     root = tmp_path / "data"
 
     def r1_died_in_batch_2(record: dict[str, Any]) -> None:
@@ -250,7 +251,7 @@ def test_a_successor_on_its_prepared_copy_after_a_leader_killed_mid_batch_neithe
     assert event["prepared"] == "used" and event["checkpoint_from"] == epoch
     assert seen.outcomes()[0] == ("committed" if point == "after_stage" else "skipped")
     if point == "after_commit":
-        assert event["preloaded"] == []
+        assert event["preloaded"] == ["dedup"]
 
 
 def test_a_clean_successor_uses_its_prepared_copy_and_preloaded_marks(

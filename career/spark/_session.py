@@ -41,15 +41,15 @@ _STATIC_CONF: dict[str, str] = {
 }
 
 
-def use_driver_python(session: SparkSession, master: str) -> None:
+def use_driver_python(session: SparkSession, master: str, *, fork_server_on: bool = True) -> None:
     """On a local master, run Python workers with the driver's interpreter unless PYSPARK_PYTHON says otherwise.
 
     PySpark's default worker is ``python3`` from PATH, which outside an activated virtualenv lacks pyarrow
     (the pipeline's ``mapInArrow`` needs it). The interpreter is started through ``tenure-spark-python``
     (:mod:`tenure.career.spark._worker_python`), so that it imports PySpark's compiled modules, not Spark's
     archive of its sources; and a query's source runner is forked by this process's fork server, its imports done
-    (:mod:`tenure.career.spark._forkserver`; ``TENURE_FORK_SERVER=off`` turns it off). On a cluster the workers'
-    Python is the cluster's business.
+    (:mod:`tenure.career.spark._forkserver`) unless ``fork_server_on`` is False. On a cluster the workers' Python
+    is the cluster's business.
     """
     if not master.startswith("local"):
         return
@@ -57,13 +57,15 @@ def use_driver_python(session: SparkSession, master: str) -> None:
     python = os.environ.get("PYSPARK_PYTHON") or worker_python()
     if "PYSPARK_PYTHON" not in os.environ and context.pythonExec != python:
         context.pythonExec = python  # read when each Python function is wrapped: takes effect now
-    if Path(python).name == LAUNCHER and os.environ.get(FORK_SERVER_ENV) != "off" \
-            and (server := fork_server()) is not None:
+    server = fork_server() if fork_server_on and Path(python).name == LAUNCHER else None
+    if server is not None:
         context.environment[FORK_SERVER_ENV] = server.socket_path  # each data source registered from now on
+    else:
+        context.environment.pop(FORK_SERVER_ENV, None)
 
 
 def build_session(
-    master: str, *, app_name: str, shuffle_partitions: int, extra_conf: Mapping[str, str]
+    master: str, *, app_name: str, shuffle_partitions: int, extra_conf: Mapping[str, str], fork_server_on: bool = True
 ) -> tuple[SparkSession, bool]:
     """Get (or create) the process's SparkSession and return a child session configured for the consumer.
 
@@ -89,7 +91,7 @@ def build_session(
                        **extra_conf}.items():
         if key.startswith("spark.sql."):
             session.conf.set(key, value)
-    use_driver_python(session, master)
+    use_driver_python(session, master, fork_server_on=fork_server_on)
     _log.info(SPARK_SESSION_READY, master=base.sparkContext.master, owned=owned,
               version=base.version)
     return session, owned

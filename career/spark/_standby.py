@@ -481,10 +481,11 @@ class SparkStandby:
                 app_name = term_application_name(app_name, self._group, epoch)
             self._session, self._owned = build_session(
                 master, app_name=app_name,
-                shuffle_partitions=self._config.shuffle_partitions, extra_conf=conf)
+                shuffle_partitions=self._config.shuffle_partitions, extra_conf=conf,
+                fork_server_on=self._config.fork_server == "on")
             self._session.streams.addListener(self.progress)
         else:
-            use_driver_python(self._session, master)
+            use_driver_python(self._session, master, fork_server_on=self._config.fork_server == "on")
         return self._session
 
     def _stop_session(self) -> None:

@@ -11,7 +11,7 @@ This launcher drops exactly those archives from ``PYTHONPATH`` and runs the same
 arguments: the worker then imports the files the driver imported. An archive stays when its package is not
 installed beside it (a Spark distribution's ``SPARK_HOME``), or not on this interpreter's path.
 
-A streaming query's source runner, when the environment names a fork server (``TENURE_FORK_SERVER``, set by the
+A streaming query's source runner, when the environment names a fork server (``TENURE_FORK_SOCKET``, set by the
 replica: :mod:`tenure.career.spark._forkserver`), is forked by that server with its imports done instead
 (:func:`run_forked`); the launcher stays the process Spark knows, forwards Spark's signals to the runner and ends as
 it does. A server that does not answer within 10 s leaves the runner to start as before.
@@ -36,7 +36,7 @@ __all__ = ["FORK_SERVER_ENV", "LAUNCHER", "RUNNER_MODULE", "main", "run_forked",
 
 LAUNCHER = "tenure-spark-python"
 """The launcher's name: a console script of the ``tenure`` distribution (``pyproject.toml``)."""
-FORK_SERVER_ENV = "TENURE_FORK_SERVER"
+FORK_SERVER_ENV = "TENURE_FORK_SOCKET"
 """The variable of a Python worker's environment that names the replica's fork server's socket."""
 RUNNER_MODULE = "pyspark.sql.streaming.python_streaming_source_runner"
 """The module of Spark's streaming source runner, the one process the fork server starts."""
