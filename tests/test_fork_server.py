@@ -105,8 +105,9 @@ def test_a_killed_launchers_child_is_killed_by_the_server(server: ForkServer, tm
 
 def test_the_server_ends_with_its_replica_and_takes_its_children_and_launchers_along(
         server: ForkServer, tmp_path: Path) -> None:
-    """The replica's end (the server's stdin closed) ends the server, its children (SIGTERM) and so their
-    launchers, which exit as their child did."""
+    """The replica's end (the server's stdin closed: the replica killed, say) ends the server, its children
+    (SIGTERM) and so their launchers, which exit as their child did; the server removes its socket's folder, which
+    nobody else would."""
     launcher = _launch(server, "wait", tmp_path)
     child = _child_of(launcher)
     assert server.process.stdin is not None
@@ -114,6 +115,18 @@ def test_the_server_ends_with_its_replica_and_takes_its_children_and_launchers_a
     assert server.process.wait(30) == 0
     wait_for(lambda: _gone(child["pid"]), 10, "the child to end with the server")
     assert launcher.wait(30) != 0
+    assert not server.folder.exists()
+
+
+def test_a_server_sent_sigterm_ends_as_at_its_replicas_end(server: ForkServer, tmp_path: Path) -> None:
+    """SIGTERM to the server (a supervisor stopping the process group): its children end, its folder goes."""
+    launcher = _launch(server, "wait", tmp_path)
+    child = _child_of(launcher)
+    server.process.terminate()
+    assert server.process.wait(30) == 0
+    wait_for(lambda: _gone(child["pid"]), 10, "the child to end with the server")
+    assert launcher.wait(30) != 0
+    assert not server.folder.exists()
 
 
 def test_a_request_for_another_module_or_a_dead_server_starts_nothing(server: ForkServer, tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ arguments, environment and working folder) with its file descriptors 0–2 (``SC
 child takes those descriptors, that environment and folder, and runs the module as ``python -m`` would; the server
 answers the child's pid, then, when it ends, its wait status. The launcher forwards the signals Spark sends it to
 the child. The server forks from a single thread (no thread of its own); it kills a child whose launcher went away
-(the connection closed) and ends, killing its children, when the replica does (its stdin reaches end of file).
+(the connection closed) and ends, killing its children and removing its folder, when the replica does (its stdin
+reaches end of file) or on SIGTERM.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ def _serve(path: str, module: str, preload: list[str]) -> None:
     for name in preload:
         __import__(name)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the replica's to handle; stdin ends us
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # as stdin's end does: children ended, folder removed
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -156,6 +158,7 @@ def _serve(path: str, module: str, preload: list[str]) -> None:
         for pid in children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)  # its replica may have been killed: nobody else will
 
 
 def _reap(children: dict[int, socket.socket]) -> None:
