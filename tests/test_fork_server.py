@@ -20,7 +20,7 @@ from tenure.career import Outcome
 from tenure.career.spark import SparkCareer
 from tenure.career.spark._forkserver import ForkServer, _start, fork_server
 from tenure.career.spark._session import use_driver_python
-from tenure.career.spark._worker_python import FORK_SERVER_ENV, RUNNER_MODULE, run_forked
+from tenure.career.spark._worker_python import FORK_SERVER_ENV, PLANNER_DAEMON, RUNNER_MODULE, run_forked
 from tests._polling import wait_for
 from tests.test_spark_career import Queue, Recorder, drained, leadership, make_config, run_until
 
@@ -82,15 +82,26 @@ def test_the_child_runs_as_python_m_would_with_the_launchers_streams_environment
     assert launcher.returncode == 3
 
 
-def test_a_signal_to_the_launcher_reaches_the_child_and_the_launcher_dies_of_it(
+def test_a_signal_to_the_launcher_reaches_the_child_and_the_launcher_ends_as_it_does(
         server: ForkServer, tmp_path: Path) -> None:
-    """Spark stops a runner with SIGTERM to the process it started, the launcher: the child gets it and ends, and
-    the launcher then dies of the same signal, as the runner would have."""
-    launcher = _launch(server, "wait", tmp_path)
+    """Spark stops a runner with SIGTERM to the process it started, the launcher: the child gets the signal itself
+    (its handler runs) and the launcher exits with the child's code."""
+    launcher = _launch(server, "trap", tmp_path)
     child = _child_of(launcher)
+    assert launcher.stdout is not None and launcher.stdout.readline() == "trapped\n"
     launcher.send_signal(signal.SIGTERM)
-    assert launcher.wait(30) == -signal.SIGTERM
+    _, err = launcher.communicate("\n", timeout=30)
+    assert launcher.returncode == 43 and "term" in err
     wait_for(lambda: _gone(child["pid"]), 10, "the child to end")
+
+
+def test_a_child_killed_by_a_signal_takes_its_launcher_with_the_same_signal(
+        server: ForkServer, tmp_path: Path) -> None:
+    """A runner that dies of a signal: its launcher dies of the same one, so Spark sees what it would have seen."""
+    launcher = _launch(server, "die", tmp_path)
+    _child_of(launcher)
+    launcher.communicate("\n", timeout=30)
+    assert launcher.returncode == -signal.SIGUSR1
 
 
 def test_a_killed_launchers_child_is_killed_by_the_server(server: ForkServer, tmp_path: Path) -> None:
@@ -143,7 +154,8 @@ def test_a_request_for_another_module_or_a_dead_server_starts_nothing(server: Fo
 def test_a_real_querys_source_runner_is_a_child_of_the_fork_server(
         spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path) -> None:
     """Real Spark on the launcher: the queue source's runner of a leader's query is forked by this process's
-    fork server (the launcher Spark started waits for it), and the term drains its queue exactly once."""
+    fork server (the launcher Spark started waits for it), the data source's planner workers come from tenure's
+    daemon (the executors' from Spark's), and the term drains its queue exactly once."""
     root = tmp_path / "data"
     Queue(root).standard(files=2)
     career = SparkCareer(make_config(root), Recorder(), replica_id="r1")
@@ -171,6 +183,9 @@ def test_a_real_querys_source_runner_is_a_child_of_the_fork_server(
     finally:
         career.close()
     assert runners
+    commands = [" ".join(_cmdline(p)) for p in psutil.Process().children(recursive=True)]
+    assert any(f"-m {PLANNER_DAEMON} pyspark.sql.worker.create_data_source" in c for c in commands), commands
+    assert any("-m pyspark.daemon pyspark.worker" in c for c in commands), commands
 
 
 def test_the_setting_off_leaves_every_runner_to_spark(spark: Any) -> None:

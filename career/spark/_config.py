@@ -95,9 +95,11 @@ class SparkCareerConfig:
         hazard="Off, or above 60 s, a new leader's first batch starts Python workers again (seconds).")
     fork_server: Literal["on", "off"] = setting(
         "on", help="Local Spark: a process per replica, its imports done, forks each streaming query's Python source "
-        "runner, which Spark would start as a new interpreter on a new leader's path (0.3 s); a runner it cannot "
-        "fork starts as before. off: Spark starts every runner itself.", hazard="off adds the runner's imports "
-        "(0.3 s) to every query start: each leadership change and each restart of the query.")
+        "runner, which Spark would start as a new interpreter on a new leader's path (0.3 s), and the daemon of "
+        "Spark's planner workers imports the queue sources before it forks them; a runner the server cannot fork "
+        "starts as before. off: Spark starts every runner itself, and its planner workers import the queue sources "
+        "on first use.", hazard="off adds the runner's imports (0.3 s) to every query start: each leadership change "
+        "and each restart of the query.")
     standby_state: Literal["on", "off"] = setting(
         "off", help="on: a follower keeps a hard-linked copy of the newest term's checkpoint, caught up after each "
         "commit, and the committed per-key marks and retry store loaded, so its inauguration links only what is new "

@@ -123,6 +123,7 @@ def _serve(path: str, module: str, preload: list[str]) -> None:
     """The server's loop (see the module docstring): runs ``module`` only, with ``preload`` imported."""
     for name in preload:
         __import__(name)
+    sys.modules.pop(module, None)  # its imports stay; the child runs it afresh as __main__ (runpy warns otherwise)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the replica's to handle; stdin ends us
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # as stdin's end does: children ended, folder removed
     wake_r, wake_w = os.pipe()

@@ -14,7 +14,9 @@ installed beside it (a Spark distribution's ``SPARK_HOME``), or not on this inte
 A streaming query's source runner, when the environment names a fork server (``TENURE_FORK_SOCKET``, set by the
 replica: :mod:`tenure.career.spark._forkserver`), is forked by that server with its imports done instead
 (:func:`run_forked`); the launcher stays the process Spark knows, forwards Spark's signals to the runner and ends as
-it does. A server that does not answer within 10 s leaves the runner to start as before.
+it does. A server that does not answer within 10 s leaves the runner to start as before. With a fork server named,
+the daemon of Spark's planner workers is tenure's (:mod:`tenure.career.spark._daemon`: the queue sources imported
+before each fork).
 
 The launcher imports only the standard library: it starts for every Python process Spark starts.
 """
@@ -31,8 +33,8 @@ import sysconfig
 from pathlib import Path
 from typing import NoReturn
 
-__all__ = ["FORK_SERVER_ENV", "LAUNCHER", "RUNNER_MODULE", "main", "run_forked", "worker_python",
-           "worker_pythonpath"]
+__all__ = ["FORK_SERVER_ENV", "LAUNCHER", "PLANNER_DAEMON", "RUNNER_MODULE", "main", "run_forked",
+           "worker_python", "worker_pythonpath"]
 
 LAUNCHER = "tenure-spark-python"
 """The launcher's name: a console script of the ``tenure`` distribution (``pyproject.toml``)."""
@@ -40,6 +42,8 @@ FORK_SERVER_ENV = "TENURE_FORK_SOCKET"
 """The variable of a Python worker's environment that names the replica's fork server's socket."""
 RUNNER_MODULE = "pyspark.sql.streaming.python_streaming_source_runner"
 """The module of Spark's streaming source runner, the one process the fork server starts."""
+PLANNER_DAEMON = "tenure.career.spark._daemon"
+"""The daemon run in place of ``pyspark.daemon`` for Spark's planner workers when a fork server is named."""
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
@@ -125,4 +129,6 @@ def main() -> NoReturn:
         status = run_forked(server, args)
         if status is not None:
             _end_as(status)
+    if server and args[:2] == ["-m", "pyspark.daemon"] and args[2:3] and args[2].startswith("pyspark.sql.worker."):
+        args = ["-m", PLANNER_DAEMON, *args[2:]]
     os.execv(sys.executable, [sys.executable, *args])
