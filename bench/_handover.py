@@ -169,7 +169,7 @@ def _segment_tables(changes: dict[str, list[dict[str, Any]]], noun: str, total_k
               f"Every {noun}: seconds per segment": every}
     if progress:
         tables[f"Every {noun}: Spark's progress of the successor's first batch and of the old leader's steady "
-               f"batches ({', '.join(PROGRESS_FIGURES)}: ms, rows, MiB; `batch_progress` events)"] = progress
+               f"batches ({', '.join(PROGRESS_FIGURES)}: ms; `batch_progress` and `batch_committed` events)"] = progress
     return tables
 
 

@@ -13,7 +13,8 @@ __all__ = ["add_plot", "change_bars", "change_plot", "latency_plot", "pyplot", "
 
 # One colour per segment, the same in every plot; the segments after the gap's end are hatched.
 _COLOURS = dict(zip(SEGMENTS, ["#6d4c41", "#a1887f", "#fbc02d", "#f57f17", "#7b1fa2", "#ab47bc", "#1976d2",
-                               "#64b5f6", "#2e7d32", "#81c784", "#e64a19", "#455a64", "#90a4ae"], strict=True))
+                               "#42a5f5", "#90caf9", "#00897b", "#4db6ac", "#2e7d32", "#81c784", "#e64a19",
+                               "#455a64", "#90a4ae"], strict=True))
 _AFTER_GAP = ("commit", "publish")
 # tenure and the bare query keep their colours across plots (by a label's first word); others take the rest.
 _KINDS = {"tenure": "#2e7d32", "bare": "#78909c"}

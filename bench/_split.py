@@ -18,10 +18,15 @@ session        successor: ``spark_session_ready`` between ``elected`` and ``inau
                an application per term on a cluster); None when Spark was already up (warm standby)
 inauguration   successor: the career's ``inaugurated`` of the new epoch (has ``rolled_forward``)
 query_start    successor: ``query_started`` of the new epoch
-planning       the first batch's read starts: ``committed_at − stage_s − read_s`` of its ``batch_committed``
-               (Spark's first trigger: listing, offset log, planning; then, in ``foreachBatch``, the commit
-               record's read and the previous batch's files marked consumed)
-read           ``committed_at − stage_s``: the batch's first action (scan, classify, dedup, stats)
+stream_init    the first batch's trigger starts: ``trigger_started`` of its ``batch_progress`` (the query's
+               stream thread starts: its source, the source's runner, the checkpoint's logs read)
+planning       the batch function is called: the time of its ``batch_committed`` − ``batch_s`` (Spark's
+               trigger: the source's listing, the offset log, planning)
+prepare        the batch's scan starts: ``committed_at − stage_s − read_s − dedup_s`` (in ``foreachBatch``:
+               the checkpoint's fsync, the commit record's read, the previous batch's files marked consumed)
+scan           ``committed_at − stage_s − read_s``: the batch's first action (scan, classify, cache) and the
+               dedup store's judgement
+read           ``committed_at − stage_s``: the batch's counts
 stage          ``committed_at``: ordered output staged and synced (where the gap ends)
 commit         ``committed_at + commit_s``: the fenced write of the commit record
 publish        ``batch_committed``'s own time: logged right after ``finish_publish`` (renames), so this
@@ -68,7 +73,10 @@ SEGMENTS: dict[str, str] = {
     "session": "successor: start Spark",
     "inauguration": "inaugurate",
     "query_start": "start query",
-    "planning": "first trigger: plan, read commit record",
+    "stream_init": "query's stream starts",
+    "planning": "first trigger: list, offset log, plan",
+    "prepare": "first batch: sync, commit record",
+    "scan": "first batch: scan, dedup",
     "read": "first batch: read",
     "stage": "first batch: stage",
     "naive_start": "naive: start Spark, query, first batch",
@@ -105,8 +113,7 @@ def read_log(paths: Iterable[Path]) -> list[Event]:
                 continue
             with contextlib.suppress(ValueError, TypeError, KeyError):
                 record = json.loads(line[start:])
-                at = (datetime.fromisoformat(str(record["timestamp"]).replace("Z", "+00:00")).timestamp()
-                      if "timestamp" in record else float(record["at"]))
+                at = _timestamp(str(record["timestamp"])) if "timestamp" in record else float(record["at"])
                 events.append(Event(str(record.get("event")), at, record))
     events.sort(key=lambda e: e.at)
     return events
@@ -193,16 +200,27 @@ def _successor(new: Sequence[Event], first: Commit, elected: Event | None) -> li
         if elected is not None else None
     batch = _find(new, BATCH_COMMITTED, match=lambda e: epoch(e) and e.fields.get("batch") == first.batch_id
                   and "read_s" in e.fields)  # a warm-up's batches are epoch 0's
-    at: dict[str, float | None] = {"planning": None, "read": None, "commit": None, "publish": None}
+    progress = _find(new, BATCH_PROGRESS, match=lambda e: epoch(e) and e.fields.get("batch") == first.batch_id)
+    at: dict[str, float | None] = dict.fromkeys(("planning", "prepare", "scan", "read", "commit", "publish"))
     if batch is not None:
-        read_s, stage_s = float(batch.fields["read_s"]), float(batch.fields["stage_s"])
-        commit_s = float(batch.fields.get("commit_s", 0.0))
-        at = {"planning": first.committed_at - stage_s - read_s, "read": first.committed_at - stage_s,
-              "commit": first.committed_at + commit_s, "publish": batch.at}
+        fields = batch.fields
+        read_at = first.committed_at - float(fields["stage_s"])
+        scan_at = read_at - float(fields["read_s"])
+        at = {"planning": batch.at - float(fields["batch_s"]) if "batch_s" in fields else None,
+              "prepare": scan_at - float(fields["dedup_s"]) if "dedup_s" in fields else None,
+              "scan": scan_at, "read": read_at,
+              "commit": first.committed_at + float(fields.get("commit_s", 0.0)), "publish": batch.at}
+    trigger = progress.fields.get("trigger_started") if progress is not None else None
     return [("session", _at(session)), ("inauguration", _at(inaugurated)),
-            ("query_start", _at(_find(new, QUERY_STARTED, match=epoch))), ("planning", at["planning"]),
-            ("read", at["read"]), ("stage", first.committed_at), ("commit", at["commit"]),
-            ("publish", at["publish"])]
+            ("query_start", _at(_find(new, QUERY_STARTED, match=epoch))),
+            ("stream_init", _timestamp(trigger) if trigger else None), ("planning", at["planning"]),
+            ("prepare", at["prepare"]), ("scan", at["scan"]), ("read", at["read"]), ("stage", first.committed_at),
+            ("commit", at["commit"]), ("publish", at["publish"])]
+
+
+def _timestamp(iso: str) -> float:
+    """Epoch seconds of an ISO time (tenure's log lines and Spark's progress; UTC when ``Z``)."""
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def _segments(origin: float, boundaries: Sequence[tuple[str, float | None]]) -> dict[str, float | None]:
@@ -249,42 +267,46 @@ def steady_interval_s(events: Sequence[Event], epoch: int) -> float | None:
     return round(statistics.median(intervals), 3) if intervals else None
 
 
-#: The figures of a batch's ``batch_progress`` the handover tables show: Spark's time split (ms), and the dedup
-#: state store's: rows, memory, time in updates (the operator's input included) and in evicting expired ids, its
-#: commit, and loading it (RocksDB: the load, the changelog files replayed and their time, files copied in).
+#: The figures of a batch the handover tables show, in ms: Spark's time split (its ``batch_progress``), then
+#: from the trigger's start to the batch function's call (``to_call``), and the function's own steps (its
+#: ``batch_committed``: the checkpoint's fsync, the scan and dedup, the counts, the staging, all of it).
 PROGRESS_FIGURES: tuple[str, ...] = (
     "latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution",
-    "state_rows", "state_memory_mib", "state_update_ms", "state_removal_ms", "state_commit_ms", "state_load_ms",
-    "changelogs_replayed", "replay_ms", "files_copied",
+    "to_call", "durable", "dedup", "read", "stage", "batch",
 )
-_ROCKSDB = {"state_load_ms": "rocksdbLoadLatencyMs", "changelogs_replayed": "rocksdbNumReplayChangelogFiles",
-            "replay_ms": "rocksdbReplayChangeLogLatencyMs", "files_copied": "rocksdbFilesCopied"}
+_BATCH_STEPS = ("durable", "dedup", "read", "stage", "batch")  # batch_committed's <step>_s
 
 
-def _progress_row(event: Event) -> dict[str, float | None]:
-    """One ``batch_progress`` event as :data:`PROGRESS_FIGURES` (None where the event lacks one)."""
-    durations = event.fields.get("duration_ms") or {}
-    state = (event.fields.get("state") or [{}])[0]
-    metrics = state.get("metrics") or {}
-    memory = state.get("memory_bytes")
+def _progress_row(progress: Event, committed: Event | None) -> dict[str, float | None]:
+    """One batch's ``batch_progress`` and ``batch_committed`` as :data:`PROGRESS_FIGURES` (None where the events
+    lack one)."""
+    durations = progress.fields.get("duration_ms") or {}
     row: dict[str, float | None] = {key: durations.get(key) for key in PROGRESS_FIGURES[:6]}
-    row |= {"state_rows": state.get("rows"),
-            "state_memory_mib": round(memory / (1 << 20), 1) if memory is not None else None,
-            "state_update_ms": state.get("update_ms"), "state_removal_ms": state.get("removal_ms"),
-            "state_commit_ms": state.get("commit_ms")}
-    row |= {key: metrics.get(name) for key, name in _ROCKSDB.items()}
+    steps = committed.fields if committed is not None else {}
+    row |= {step: round(float(steps[f"{step}_s"]) * 1000) if f"{step}_s" in steps else None
+            for step in _BATCH_STEPS}
+    trigger = progress.fields.get("trigger_started")
+    row["to_call"] = round((committed.at - float(steps["batch_s"]) - _timestamp(trigger)) * 1000) \
+        if committed is not None and "batch_s" in steps and trigger else None
     return row
 
 
+def _batches(events: Sequence[Event], epoch: int) -> list[tuple[Event, Event | None]]:
+    """Term ``epoch``'s ``batch_progress`` events in order, each with its batch's ``batch_committed`` (or None)."""
+    committed = {e.fields.get("batch"): e for e in events if e.event == BATCH_COMMITTED and _epoch(epoch)(e)
+                 and "read_s" in e.fields}
+    return [(e, committed.get(e.fields.get("batch"))) for e in events
+            if e.event == BATCH_PROGRESS and _epoch(epoch)(e)]
+
+
 def batch_progress(events: Sequence[Event], epoch: int, batch_id: int) -> dict[str, float | None] | None:
-    """Spark's progress of batch ``batch_id`` of term ``epoch`` (its ``batch_progress`` event), or None."""
-    found = _find(events, BATCH_PROGRESS, match=lambda e: _epoch(epoch)(e) and e.fields.get("batch") == batch_id)
-    return None if found is None else _progress_row(found)
+    """The figures of batch ``batch_id`` of term ``epoch`` (its ``batch_progress`` event), or None."""
+    return next((_progress_row(p, c) for p, c in _batches(events, epoch) if p.fields.get("batch") == batch_id), None)
 
 
 def steady_progress(events: Sequence[Event], epoch: int, skip: int = 3) -> dict[str, float | None] | None:
-    """The median of each progress figure over term ``epoch``'s batches after its first ``skip``, or None."""
-    rows = [_progress_row(e) for e in events if e.event == BATCH_PROGRESS and _epoch(epoch)(e)][skip:]
+    """The median of each figure over term ``epoch``'s batches after its first ``skip``, or None."""
+    rows = [_progress_row(p, c) for p, c in _batches(events, epoch)][skip:]
     if not rows:
         return None
     medians: dict[str, float | None] = {}

@@ -64,8 +64,7 @@ class CareerObserver(Protocol):
     Batch outcomes: ``committed``, ``skipped`` (already committed: a re-run), ``set_aside`` (a poison batch,
     committed with the records that fail in it set aside, or all of them), ``fenced``, ``failed``. Record
     outcomes: ``written``, ``duplicate``, ``quarantined``, ``set_aside``, and with a row function ``retried`` (an
-    attempt failed; the record waits in the retry store) and ``dead_lettered``; rows Spark dropped by watermark
-    come through ``records_dropped``.
+    attempt failed; the record waits in the retry store) and ``dead_lettered``.
 
     The service's progress watchdog reads the same calls: a batch started and not finished, input waiting
     (``backlog``) and no batch finishing is a stalled leader.
@@ -84,10 +83,6 @@ class CareerObserver(Protocol):
         """Queue files not yet consumed, and whether held records are due: the input the leader owes work on."""
 
     def retry_waiting(self, records: int) -> None: ...
-
-    def records_dropped(self, records: int) -> None:
-        """Rows Spark dropped as older than the deduplication watermark: in no output. The career keeps its event
-        time at or past the watermark, so this stays 0; a non-zero count is a bug to alert on."""
 
     def queue_lost(self, lost: bool) -> None:
         """Whether the queue's source lost entries the group has not read (a Redis stream that lost its tail):

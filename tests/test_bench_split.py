@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,11 @@ def ev(event: str, at: float, **fields: Any) -> Event:
     return Event(event, at, fields)
 
 
+def iso(at: float) -> str:
+    """Epoch seconds as Spark's progress writes a trigger's start (UTC, milliseconds, ``Z``)."""
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
 # replica-1 leads epoch 7 until its last commit at 1002.0; replica-2 (epoch 9) commits batch 12 at 1007.0.
 COMMITS = [commit(10, OLD, 1000.0, "replica-1"), commit(11, OLD, 1002.0, "replica-1"),
            commit(12, NEW, 1007.0, "replica-2"), commit(13, NEW, 1009.0, "replica-2")]
@@ -62,11 +68,16 @@ NEW_EVENTS = [
     ev(INAUGURATED, 1004.0, epoch=NEW, rolled_forward=0),  # the career's
     ev(INAUGURATED, 1004.05, epoch=NEW, seconds=0.25),  # the runner's: no rolled_forward
     ev(QUERY_STARTED, 1004.7, epoch=NEW),
-    ev(BATCH_COMMITTED, 1007.2, epoch=NEW, batch=12, read_s=1.1, stage_s=0.8, commit_s=0.05),
+    # batch 12's trigger starts at 1004.8, its function is called at 1004.9 (1007.2 − batch_s), its scan starts at
+    # 1005.0 (committed_at 1007.0 − stage_s − read_s − dedup_s) and its counts at 1005.1
+    ev(BATCH_COMMITTED, 1007.2, epoch=NEW, batch=12, read_s=1.1, stage_s=0.8, commit_s=0.05, dedup_s=0.1,
+       batch_s=2.3),
+    ev(BATCH_PROGRESS, 1007.3, epoch=NEW, batch=12, trigger_started=iso(1004.8), duration_ms={"addBatch": 2300}),
     ev(BATCH_COMMITTED, 1009.2, epoch=NEW, batch=13, read_s=1.0, stage_s=0.9, commit_s=0.02),
 ]
 GRACEFUL = {"stop_query": 1.0, "release": 0.5, "election": 0.3, "session": None, "inauguration": 0.2,
-            "query_start": 0.7, "planning": 0.4, "read": 1.1, "stage": 0.8, "commit": 0.05, "publish": 0.15}
+            "query_start": 0.7, "stream_init": 0.1, "planning": 0.1, "prepare": 0.1, "scan": 0.1, "read": 1.1,
+            "stage": 0.8, "commit": 0.05, "publish": 0.15}
 
 
 def approx(segments: dict[str, float | None]) -> dict[str, Any]:
@@ -103,8 +114,9 @@ def test_crash_split_starts_at_the_signal_and_has_no_old_leader_segments() -> No
     split = split_change(COMMITS, row, OLD_EVENTS, NEW_EVENTS, crash=True)
     assert split["split_origin"] == "signal"
     assert split["segments_s"] == approx({"detection": 6.0, "session": None, "inauguration": 0.2,
-                                          "query_start": 0.7, "planning": 0.4, "read": 1.1, "stage": 0.8,
-                                          "commit": 0.05, "publish": 0.15})
+                                          "query_start": 0.7, "stream_init": 0.1, "planning": 0.1, "prepare": 0.1,
+                                          "scan": 0.1, "read": 1.1, "stage": 0.8, "commit": 0.05,
+                                          "publish": 0.15})
     assert seconds_to(split["segments_s"], "stage") == pytest.approx(1007.0 - 997.8)
 
 
@@ -115,20 +127,34 @@ def test_crash_without_a_signal_time_is_an_error() -> None:
 
 
 def test_missing_event_leaves_its_segment_empty_and_its_time_to_the_next() -> None:
-    """Without query_started, query_start is None and planning runs from the inauguration."""
+    """Without query_started, query_start is None and the stream's start runs from the inauguration."""
     events = [e for e in NEW_EVENTS if e.event != QUERY_STARTED]
     segments = split_change(COMMITS, ROW, OLD_EVENTS, events, crash=False)["segments_s"]
     assert segments["query_start"] is None
-    assert segments["planning"] == pytest.approx(0.7 + 0.4)
+    assert segments["stream_init"] == pytest.approx(0.7 + 0.1)
     assert seconds_to(segments, "stage") == pytest.approx(ROW["gap_s"])
 
 
-def test_missing_batch_event_leaves_planning_and_read_empty_and_stage_holds_the_rest() -> None:
-    """Without the first batch's event, only committed_at is known: the time from query start is in stage."""
+def test_missing_batch_event_leaves_the_batch_steps_empty_and_stage_holds_the_rest() -> None:
+    """Without the first batch's ``batch_committed``, only its trigger's start and committed_at are known: the time
+    from the trigger's start is in stage."""
     events = [e for e in NEW_EVENTS if not (e.event == BATCH_COMMITTED and e.fields.get("epoch") == NEW)]
     segments = split_change(COMMITS, ROW, OLD_EVENTS, events, crash=False)["segments_s"]
-    assert (segments["planning"], segments["read"], segments["commit"], segments["publish"]) == (None,) * 4
-    assert segments["stage"] == pytest.approx(0.4 + 1.1 + 0.8)
+    assert [segments[k] for k in ("planning", "prepare", "scan", "read", "commit", "publish")] == [None] * 6
+    assert segments["stream_init"] == pytest.approx(0.1)
+    assert segments["stage"] == pytest.approx(0.1 + 0.1 + 0.1 + 1.1 + 0.8)
+
+
+def test_a_batch_without_its_progress_or_newer_fields_gives_its_time_to_the_next_known_step() -> None:
+    """A replica of an earlier release logs no trigger start, ``batch_s`` or ``dedup_s``: the query's stream start,
+    the trigger and the function's preparation then all fall into the scan, which ends where the counts begin."""
+    events = [e for e in NEW_EVENTS if e.event != BATCH_PROGRESS]
+    events = [ev(e.event, e.at, **{k: v for k, v in e.fields.items() if k not in ("batch_s", "dedup_s")})
+              for e in events]
+    segments = split_change(COMMITS, ROW, OLD_EVENTS, events, crash=False)["segments_s"]
+    assert [segments[k] for k in ("stream_init", "planning", "prepare")] == [None] * 3
+    assert segments["scan"] == pytest.approx(0.4)
+    assert seconds_to(segments, "stage") == pytest.approx(ROW["gap_s"])
 
 
 def test_no_career_handed_over_is_not_replaced_by_the_runners() -> None:
@@ -203,23 +229,29 @@ def test_median_segments_labels_each_segment_and_skips_rows_without_a_split() ->
     assert median_segments(rows) == {SEGMENTS["election"]: 0.2, SEGMENTS["session"]: None, SEGMENTS["read"]: 2.0}
 
 
-def _progress(at: float, epoch: int, batch: int, add_batch: int, rows: int) -> Event:
-    return ev(BATCH_PROGRESS, at, epoch=epoch, batch=batch, input_rows=10,
-              duration_ms={"latestOffset": 5, "addBatch": add_batch, "triggerExecution": add_batch + 50},
-              state=[{"operator": "dedupeWithinWatermark", "rows": rows, "memory_bytes": 2 << 20, "commit_ms": 7,
-                      "update_ms": 30, "metrics": {"rocksdbFilesCopied": 3, "rocksdbLoadLatencyMs": 40}}])
+def _batch(at: float, epoch: int, batch: int, add_batch: int, to_call_s: float) -> list[Event]:
+    """A batch's two events: its function is called ``to_call_s`` after its trigger starts and runs 1 s; Spark's
+    progress comes after both."""
+    called = at - to_call_s - 1.0
+    return [ev(BATCH_COMMITTED, at, epoch=epoch, batch=batch, read_s=0.3, stage_s=0.4, dedup_s=0.2, durable_s=0.01,
+               batch_s=1.0),
+            ev(BATCH_PROGRESS, at + 0.1, epoch=epoch, batch=batch, input_rows=10, trigger_started=iso(called),
+               duration_ms={"latestOffset": 5, "addBatch": add_batch, "triggerExecution": add_batch + 50})]
 
 
 def test_batch_progress_finds_the_terms_batch_and_steady_progress_takes_medians_after_the_first_ones() -> None:
     """The successor's first batch is matched by epoch and id (a warm-up's epoch-0 batch of the same id is not
-    it); the steady figures are medians over the term's batches after its first three."""
-    events = [_progress(600.0, 0, 12, 9000, 1), _progress(1007.3, NEW, 12, 2500, 400)] + [
-        _progress(1010.0 + i, OLD, 20 + i, 1000 + 100 * i, 100 + i) for i in range(6)]
+    it), with its function's steps and the time from its trigger's start to the function's call; the steady
+    figures are medians over the term's batches after its first three."""
+    events = sorted([*_batch(600.0, 0, 12, 9000, 3.0), *_batch(1007.3, NEW, 12, 2500, 0.75),
+                     *(e for i in range(6) for e in _batch(1010.0 + 2 * i, OLD, 20 + i, 1000 + 100 * i, 0.1 * i))],
+                    key=lambda e: e.at)
     first = batch_progress(events, NEW, 12)
-    assert first is not None and first["addBatch"] == 2500 and first["state_rows"] == 400
-    assert first["state_memory_mib"] == 2.0 and first["files_copied"] == 3 and first["state_load_ms"] == 40
-    assert first["walCommit"] is None and first["replay_ms"] is None
+    assert first is not None and first["addBatch"] == 2500 and first["to_call"] == 750
+    assert (first["durable"], first["dedup"], first["read"], first["stage"], first["batch"]) == (10, 200, 300, 400,
+                                                                                                 1000)
+    assert first["walCommit"] is None
     assert batch_progress(events, NEW, 13) is None
     steady = steady_progress(events, OLD)
-    assert steady is not None and steady["addBatch"] == 1400.0 and steady["state_rows"] == 104.0  # of 1300–1500
+    assert steady is not None and steady["addBatch"] == 1400.0 and steady["to_call"] == 400.0  # of 300–500
     assert steady_progress(events, 99) is None

@@ -682,7 +682,6 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
         "TenureControlLoopStuck",
         "TenureReplicaStalled",
         "TenureBatchSetAside",
-        "TenureRecordsDropped",
         "TenureImbalanced",
         "TenureQueueLost",
     }

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,6 @@ class Recorder:
     waiting: list[int] = field(default_factory=list)
     started: list[int] = field(default_factory=list)
     stuck: list[int] = field(default_factory=list)  # batches that finished without progress (row function stuck)
-    dropped: list[int] = field(default_factory=list)  # rows Spark dropped by watermark, as reported
     lost: list[bool] = field(default_factory=list)  # the queue's lost gauge, as set
 
     def batch_started(self, batch_id: int) -> None:
@@ -72,9 +72,6 @@ class Recorder:
 
     def retry_waiting(self, records: int) -> None:
         self.waiting.append(records)
-
-    def records_dropped(self, records: int) -> None:
-        self.dropped.append(records)
 
     def queue_lost(self, lost: bool) -> None:
         self.lost.append(lost)
@@ -580,17 +577,48 @@ def test_a_successor_whose_clock_is_behind_drops_nothing(spark: Any, zk_client: 
     assert report.ids_in == 25 and observer.total("written") == 15, report.render()
 
 
+def test_a_new_terms_chores_run_on_an_idle_queue_once_their_grace_is_past(
+    spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
+) -> None:
+    """A new term's chores wait for its first batch, but not for ever: on a queue with nothing to read, a lower
+    epoch's dead staging stays while the career's clock is within 10 s of the inauguration, and goes once it is past
+    (``term_chores`` after no batch)."""
+    root = tmp_path / "data"
+    Queue(root)
+    shift = [0.0]
+    career = SparkCareer(make_config(root), Recorder(), replica_id="r1", clock=lambda: time.monotonic() + shift[0])
+    with structlog.testing.capture_logs() as logs, leadership(zk_client, zk_group, "r1") as (_, ctx):
+        dead = root / "table" / "_staging" / f"epoch={ctx.epoch - 1}" / "batch=0"
+        dead.mkdir(parents=True)
+        (dead / "part-00000.parquet").write_bytes(b"a batch no commit names")
+        career.inaugurate(ctx)
+
+        def kept_while_executing() -> bool:
+            career.execute()
+            return dead.exists()
+
+        stays_for(kept_while_executing, 2.0, "the dead staging within the grace")
+        assert not [e for e in logs if e["event"] == "term_chores"]
+        shift[0] = 10.0
+        run_until(career, lambda: not dead.parent.exists(), timeout_s=30)
+        career.hand_over(Outcome.CLEAN)
+    career.close()
+    (chores,) = [e for e in logs if e["event"] == "term_chores"]
+    assert (chores["after_batches"], chores["removed_staging"]) == (0, 1), chores
+
+
 def test_each_batch_logs_its_spark_progress_once_even_after_an_idle_trigger(
     spark: Any, zk_client: KazooClient, zk_group: str, tmp_path: Path
 ) -> None:
-    """Every committed batch gets exactly one ``batch_progress`` event (Spark's time split; no state: the query
-    keeps none, the dedup store is tenure's own), also the first batch after an idle trigger: the query's
+    """Every committed batch gets exactly one ``batch_progress`` event (when its trigger started, Spark's time
+    split), also the first batch after an idle trigger: the query's
     ``recentProgress`` reports that trigger under the id of the batch that runs next (checked here), so the career's
     former reader, which skipped ids it had seen, lost that batch's own progress."""
     root = tmp_path / "data"
     q = Queue(root)
     q.standard(files=2, per_file=5)
     spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "100ms")  # idle reports come quickly
+    began = datetime.now(UTC)
     try:
         with structlog.testing.capture_logs() as logs, leadership(zk_client, zk_group, "r1") as (_, ctx):
             career = SparkCareer(make_config(root, max_files_per_trigger=1), Recorder(), replica_id="r1")
@@ -613,9 +641,12 @@ def test_each_batch_logs_its_spark_progress_once_even_after_an_idle_trigger(
     assert logged(BATCH_PROGRESS) == logged(BATCH_COMMITTED) == [0, 1, 2]
     (inaugurated,) = [e for e in logs if e["event"] == INAUGURATED]  # the time before the first batch, split
     assert 0 <= inaugurated["checkpoint_s"] + inaugurated["outputs_s"] <= inaugurated["seconds"] + 0.002, inaugurated
+    ended = datetime.now(UTC)
     for event in (e for e in logs if e["event"] == BATCH_PROGRESS):
         assert {"addBatch", "latestOffset", "triggerExecution"} <= set(event["duration_ms"]), event
-        assert event["input_rows"] > 0 and event["epoch"] == ctx.epoch and not event.get("state"), event
+        assert event["input_rows"] > 0 and event["epoch"] == ctx.epoch, event
+        started = datetime.fromisoformat(event["trigger_started"].replace("Z", "+00:00"))
+        assert began <= started <= ended - timedelta(milliseconds=event["duration_ms"]["triggerExecution"]), event
     committed = [e for e in logs if e["event"] == BATCH_COMMITTED]
     assert [e["dedup_keys"] for e in committed] == [7, 14, 21], "each file's new keys: 5 ids, a bad line, its marker"
 

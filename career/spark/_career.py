@@ -340,15 +340,8 @@ class SparkCareer:
         return changed
 
     def _report_progress(self, term: Term) -> None:
-        """Log each batch's Spark progress (``batch_progress``: where its time went, its state store), and report
-        rows Spark dropped as older than the watermark: they are in no output, so they are logged and counted,
-        never silent."""
+        """Log each batch's Spark progress (``batch_progress``: when its trigger started, where its time went)."""
         for progress in self._standby.progress.drain(self._run_id):
-            dropped = sum(op.numRowsDroppedByWatermark for op in progress.stateOperators)
-            if dropped:
-                term.log.error("rows_dropped_by_watermark", rows=dropped, batch=progress.batchId,
-                               effect="these rows are in no output: `tenure verify` counts their ids as lost")
-                self._observer.records_dropped(dropped)
             if "addBatch" in progress.durationMs:  # a trigger that ran a batch (not an idle one)
                 term.log.info(BATCH_PROGRESS, **progress_figures(progress))
 

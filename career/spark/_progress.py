@@ -4,7 +4,7 @@ Spark reports a ``StreamingQueryProgress`` after it commits a batch to the check
 ``foreachBatch`` (and its ``batch_committed`` event) has returned. A :class:`ProgressInbox` is a
 ``StreamingQueryListener``: Spark's listener thread calls it once per progress, and it only posts the progress
 (of each query run it was told to watch, apart) for the control thread, which logs each batch's as
-``batch_progress`` and counts rows dropped by watermark.
+``batch_progress``.
 
 Why a listener and not ``query.recentProgress``: that property converts every retained progress (up to 100) over
 py4j on each call, so a leader reading it once a second converts the same progresses again and again; and a
@@ -38,33 +38,16 @@ _KEPT = 1000  # progresses waiting for the control thread at most (it drains the
 def progress_figures(progress: Any) -> dict[str, Any]:
     """What a batch's ``StreamingQueryProgress`` says about where its time went, as log fields.
 
-    ``duration_ms`` is Spark's split (``latestOffset``: the source's listing; ``queryPlanning``; ``addBatch``: the
-    ``foreachBatch``; ``walCommit`` and ``commitOffsets``: the offset and commit logs; ``triggerExecution``: all
-    of it). ``state`` has one entry per stateful operator (deduplication): its rows, memory, and the time its
-    updates, removals and commit took, plus the state store's own metrics (RocksDB's commit, load and cache
-    figures, under Spark's names).
+    ``trigger_started`` is when Spark's trigger began (its ``timestamp``, UTC); ``duration_ms`` is Spark's split
+    (``latestOffset``: the source's listing; ``queryPlanning``; ``addBatch``: the ``foreachBatch``; ``walCommit``
+    and ``commitOffsets``: the offset and commit logs; ``triggerExecution``: all of it).
     """
-    figures: dict[str, Any] = {
+    return {
         "batch": progress.batchId,
         "input_rows": progress.numInputRows,
+        "trigger_started": progress.timestamp,
         "duration_ms": dict(progress.durationMs),
     }
-    state = [{
-        "operator": op.operatorName,
-        "rows": op.numRowsTotal,
-        "updated": op.numRowsUpdated,
-        "removed": op.numRowsRemoved,
-        "dropped_by_watermark": op.numRowsDroppedByWatermark,
-        "memory_bytes": op.memoryUsedBytes,
-        "update_ms": op.allUpdatesTimeMs,
-        "removal_ms": op.allRemovalsTimeMs,
-        "commit_ms": op.commitTimeMs,
-        "stores": op.numStateStoreInstances,
-        "metrics": dict(op.customMetrics),
-    } for op in progress.stateOperators]
-    if state:
-        figures["state"] = state
-    return figures
 
 
 class _JsonProgressListener(JStreamingQueryListener):

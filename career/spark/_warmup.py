@@ -53,9 +53,6 @@ class _NullObserver:
     def retry_waiting(self, records: int) -> None:
         pass
 
-    def records_dropped(self, records: int) -> None:
-        pass
-
     def queue_lost(self, lost: bool) -> None:
         pass
 

@@ -75,9 +75,7 @@ QUEUE_MOVES = "tenure_queue_moves"
 QUEUE_LOST = "tenure_queue_lost"
 
 BATCH_OUTCOMES = ("committed", "skipped", "set_aside", "fenced", "failed")
-DROPPED_BY_WATERMARK = "dropped_by_watermark"  # rows Spark dropped as older than the dedup watermark (a bug)
-RECORD_OUTCOMES = ("written", "duplicate", "quarantined", "late", "retried", "dead_lettered", "set_aside",
-                   DROPPED_BY_WATERMARK)
+RECORD_OUTCOMES = ("written", "duplicate", "quarantined", "late", "retried", "dead_lettered", "set_aside")
 
 _M = TypeVar("_M", bound=MetricWrapperBase)
 
@@ -281,9 +279,6 @@ class QueueMetrics:
 
     def retry_waiting(self, records: int) -> None:
         self.retry_waiting_records.set(records)
-
-    def records_dropped(self, records: int) -> None:
-        self.records(DROPPED_BY_WATERMARK).inc(records)
 
     def queue_lost(self, lost: bool) -> None:
         self.stream_lost.set(1 if lost else 0)

@@ -166,9 +166,6 @@ class QueueProgress:
     def retry_waiting(self, records: int) -> None:
         self._metrics.retry_waiting(records)
 
-    def records_dropped(self, records: int) -> None:
-        self._metrics.records_dropped(records)
-
     def queue_lost(self, lost: bool) -> None:
         self._metrics.queue_lost(lost)
 
