@@ -272,9 +272,10 @@ def steady_interval_s(events: Sequence[Event], epoch: int) -> float | None:
 #: ``batch_committed``: the checkpoint's fsync, the scan and dedup, the counts, the staging, all of it).
 PROGRESS_FIGURES: tuple[str, ...] = (
     "latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution",
-    "to_call", "durable", "dedup", "read", "stage", "batch",
+    "to_call", "durable", "dedup", "read", "stage", "function",
 )
-_BATCH_STEPS = ("durable", "dedup", "read", "stage", "batch")  # batch_committed's <step>_s
+_BATCH_STEPS = {"durable": "durable_s", "dedup": "dedup_s", "read": "read_s", "stage": "stage_s",
+                "function": "batch_s"}  # figure → batch_committed's field
 
 
 def _progress_row(progress: Event, committed: Event | None) -> dict[str, float | None]:
@@ -283,11 +284,10 @@ def _progress_row(progress: Event, committed: Event | None) -> dict[str, float |
     durations = progress.fields.get("duration_ms") or {}
     row: dict[str, float | None] = {key: durations.get(key) for key in PROGRESS_FIGURES[:6]}
     steps = committed.fields if committed is not None else {}
-    row |= {step: round(float(steps[f"{step}_s"]) * 1000) if f"{step}_s" in steps else None
-            for step in _BATCH_STEPS}
     trigger = progress.fields.get("trigger_started")
     row["to_call"] = round((committed.at - float(steps["batch_s"]) - _timestamp(trigger)) * 1000) \
         if committed is not None and "batch_s" in steps and trigger else None
+    row |= {key: round(float(steps[name]) * 1000) if name in steps else None for key, name in _BATCH_STEPS.items()}
     return row
 
 
