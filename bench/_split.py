@@ -19,9 +19,9 @@ session        successor: ``spark_session_ready`` between ``elected`` and ``inau
 inauguration   successor: the career's ``inaugurated`` of the new epoch (has ``rolled_forward``)
 query_start    successor: ``query_started`` of the new epoch
 stream_init    the first batch's trigger starts: ``trigger_started`` of its ``batch_progress`` (the query's
-               stream thread starts: its source, the source's runner, the checkpoint's logs read)
+               stream thread starts: its plan and source, the source's runner)
 planning       the batch function is called: the time of its ``batch_committed`` − ``batch_s`` (Spark's
-               trigger: the source's listing, the offset log, planning)
+               trigger: the checkpoint's logs read, the source's listing, the offset log, planning)
 prepare        the batch's scan starts: ``committed_at − stage_s − read_s − dedup_s`` (in ``foreachBatch``:
                the checkpoint's fsync, the commit record's read, the previous batch's files marked consumed)
 scan           ``committed_at − stage_s − read_s``: the batch's first action (scan, classify, cache) and the
