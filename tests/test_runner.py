@@ -51,7 +51,10 @@ def _event_time(replica: Replica, name: str, **fields: object) -> float:
 
 
 def _counter_lines(data_root: Path) -> list[tuple[int, int]]:
+    """The counter career's committed lines (epoch, number); none before its first commit creates the file."""
     path = data_root / "counter.log"
+    if not path.exists():
+        return []
     return [(int(e), int(n)) for e, n in (line.split(",") for line in path.read_text().splitlines())]
 
 
